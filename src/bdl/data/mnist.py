@@ -1,0 +1,131 @@
+"""MNIST through ``torchvision.datasets.MNIST``, tolerant of a read-only data root.
+
+torchvision only reads the *extracted* IDX files, and extracts the ``.gz`` originals next to
+themselves. A shared data folder (``$BDL_DATA_DIR``) typically holds just the ``.gz`` files and
+may be read-only, so unless the extracted files are already there we stage the archives into
+the writable cache and let torchvision verify and extract them there. Letting torchvision do the
+parsing keeps us on the code path everybody else's MNIST numbers come from.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.error import URLError
+
+import torch
+from torchvision.datasets import MNIST
+from torchvision.datasets.utils import check_integrity
+
+from .base import DataError, Dataset, cache_dir, copy_atomic, data_root, same_path
+
+__all__ = ["load"]
+
+NUM_TRAIN_TOTAL = 60000
+
+
+def _stem(gz_name: str) -> str:
+    return os.path.splitext(gz_name)[0]
+
+
+def _stage(root: Path, download: bool) -> tuple[Path, bool, list[Path]]:
+    """Pick the root torchvision should read and whether it may call its ``download()``.
+
+    Returns ``(root_for_torchvision, download_flag, corrupt_sources)``. The download flag is
+    forced on when every archive is staged and md5-verified, because then torchvision's
+    "download" is only an offline extraction; that makes ``download=False`` work with a data
+    folder holding just the ``.gz`` files, which is the common offline setup.
+    """
+    raw = root / "MNIST" / "raw"
+    if all((raw / _stem(name)).is_file() for name, _ in MNIST.resources):
+        # Already extracted: torchvision reads them in place and must never write there.
+        return root, False, []
+
+    cache = cache_dir()
+    staged = cache / "MNIST" / "raw"
+    corrupt: list[Path] = []
+    ready = True
+    for name, md5 in MNIST.resources:
+        dst = staged / name
+        if (staged / _stem(name)).is_file() or check_integrity(str(dst), md5):
+            continue
+        src = raw / name
+        if src.is_file() and not same_path(src, dst):
+            if check_integrity(str(src), md5):
+                try:
+                    copy_atomic(src, dst)
+                except OSError as err:
+                    raise DataError(
+                        f"Cannot stage MNIST file {src} into the cache folder {staged}: {err}. "
+                        "Make the cache writable or point BDL_CACHE_DIR at a writable folder."
+                    ) from err
+                continue
+            corrupt.append(src)
+        elif src.is_file():
+            corrupt.append(src)
+        ready = False
+    return cache, (True if ready else download), corrupt
+
+
+def _error_message(root: Path, staged_root: Path, corrupt: list[Path], cause: BaseException) -> str:
+    names = ", ".join(name for name, _ in MNIST.resources)
+    raw = root / "MNIST" / "raw"
+    first_line = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+    msg = (
+        f"MNIST could not be loaded ({first_line}). Expected the original files {names} in "
+        f"{raw}/ (copies are staged and extracted in {staged_root / 'MNIST' / 'raw'}/)."
+    )
+    if corrupt:
+        msg += " These failed torchvision's md5 check: " + ", ".join(map(str, corrupt)) + "."
+    msg += (
+        " Put the four .gz files there, or set BDL_DATA_DIR / dataset.root to a folder that "
+        "contains MNIST/raw/, or allow dataset.download=true with network access."
+    )
+    return msg
+
+
+def load(
+    root: str | os.PathLike | None = None, validation: int = 10000, download: bool = True
+) -> Dataset:
+    """Load MNIST with the last ``validation`` training images held out.
+
+    Holding out the tail (50k train by default) follows Chen et al. (2014), whose SGHMC MNIST
+    results the experiments are compared against; the held-out images are simply dropped so
+    every run sees the same training set. Pixels are scaled to [0, 1] straight from ``.data``
+    rather than through per-item transforms, which would be needlessly slow for full-batch use.
+    """
+    if not isinstance(validation, int) or not 0 <= validation < NUM_TRAIN_TOTAL:
+        raise DataError(
+            f"dataset.validation={validation!r} is invalid for MNIST: it must be an integer in "
+            f"[0, {NUM_TRAIN_TOTAL}) (the number of training images held out)."
+        )
+    base = data_root(root)
+    where, tv_download, corrupt = _stage(base, download)
+    try:
+        train = MNIST(str(where), train=True, download=tv_download)
+        test = MNIST(str(where), train=False, download=False)
+        x_all, y_all = train.data, train.targets
+        x_test, y_test = test.data, test.targets
+    except (RuntimeError, URLError, OSError, ValueError, EOFError) as err:
+        raise DataError(_error_message(base, cache_dir(), corrupt, err)) from err
+
+    n = NUM_TRAIN_TOTAL - validation
+    if x_all.shape[0] != NUM_TRAIN_TOTAL or tuple(x_all.shape[1:]) != (28, 28):
+        raise DataError(
+            f"MNIST training images in {where / 'MNIST' / 'raw'} have shape "
+            f"{tuple(x_all.shape)}, expected ({NUM_TRAIN_TOTAL}, 28, 28); replace them with "
+            "the original files."
+        )
+    return Dataset(
+        name="mnist",
+        task="classification",
+        x_train=_to_float(x_all[:n]),
+        y_train=y_all[:n].to(torch.int64).clone(),
+        x_test=_to_float(x_test),
+        y_test=y_test.to(torch.int64).clone(),
+        num_classes=10,
+    )
+
+
+def _to_float(images: torch.Tensor) -> torch.Tensor:
+    return images.to(torch.float32).div_(255.0).unsqueeze(1).contiguous()

@@ -1,0 +1,64 @@
+"""Fully connected networks, the workhorse of the UCI and MNIST experiments."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from torch import Tensor, nn
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "sigmoid": nn.Sigmoid,
+    "relu": nn.ReLU,
+    "tanh": nn.Tanh,
+    # Swish x·σ(x) (Ramachandran et al. 2017, "Searching for activation functions") is smooth,
+    # which keeps the potential's gradient Lipschitz, unlike ReLU.
+    "swish": nn.SiLU,
+}
+
+
+def make_activation(name: str) -> nn.Module:
+    """Activation by config name; errors name the config key so a typo is found from the CLI."""
+    try:
+        return ACTIVATIONS[name]()
+    except (KeyError, TypeError):
+        choices = ", ".join(sorted(ACTIVATIONS))
+        raise ValueError(f"model.activation must be one of {{{choices}}}, got {name!r}") from None
+
+
+def _widths(hidden: int | Iterable[int]) -> list[int]:
+    # Hydra hands over an OmegaConf ListConfig; a bare int is a single hidden layer.
+    widths = [hidden] if isinstance(hidden, int) else [int(h) for h in list(hidden)]
+    if any(w < 1 for w in widths):
+        raise ValueError(f"model.hidden widths must be positive integers, got {widths}")
+    return widths
+
+
+class MLP(nn.Module):
+    """Multilayer perceptron on flattened inputs.
+
+    The defaults (one hidden layer of 100 sigmoid units) are the network of the SGLD/SGHMC papers
+    (Welling & Teh 2011; Chen et al. 2014). The layers live in one ``nn.Sequential`` so parameter
+    names (``layers.0.weight``, ``layers.2.bias``, ...) are stable across runs and can key saved
+    samples and per-layer diagnostics.
+    """
+
+    def __init__(
+        self,
+        input_shape: tuple[int, ...],
+        out_features: int,
+        hidden: int | Iterable[int] = (100,),
+        activation: str = "sigmoid",
+    ) -> None:
+        super().__init__()
+        in_features = math.prod(input_shape)
+        make_activation(activation)  # validate even when there are no hidden layers
+        modules: list[nn.Module] = []
+        for width in _widths(hidden):
+            modules += [nn.Linear(in_features, width), make_activation(activation)]
+            in_features = width
+        modules.append(nn.Linear(in_features, out_features))
+        self.layers = nn.Sequential(*modules)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.layers(x.flatten(1))

@@ -1,0 +1,523 @@
+"""``bdl-report``: turn a tree of Hydra runs into one table of metrics, mean ± std over seeds.
+
+A run directory is any directory holding ``metrics.json`` and ``.hydra/config.yaml``; sweeps
+(``-m``) produce numbered subdirectories of those, possibly nested, so runs are found by walking
+rather than by assuming a layout. The table is grouped by the config keys that actually differ
+between runs, because a sweep's interesting axes are exactly those, and the seed is averaged
+over. When Hydra's ``.hydra/hydra.yaml`` records which config-group options were chosen
+(``sampler=sghmc``), those short names label the rows instead of ``_target_`` class paths.
+
+YAML is read with OmegaConf (a safe loader) and nothing in a run directory is ever executed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+__all__ = [
+    "DEFAULT_EXCLUDE",
+    "KNOWN_METRICS",
+    "RunSkippedWarning",
+    "find_runs",
+    "load_runs",
+    "main",
+    "summarize",
+    "to_markdown",
+    "varying_keys",
+]
+
+METRICS_FILE = "metrics.json"
+CONFIG_FILE = Path(".hydra") / "config.yaml"
+HYDRA_FILE = Path(".hydra") / "hydra.yaml"
+
+#: Metrics in the order a reader wants them; others follow in the order first seen.
+KNOWN_METRICS = (
+    "test_accuracy",
+    "test_nll",
+    "test_ece",
+    "test_brier",
+    "test_rmse",
+    "test_ll",
+    "agreement",
+    "total_variation",
+    "num_samples",
+    "epochs",
+    "grad_evals",
+    "wall_time_s",
+)
+
+#: Config keys (fnmatch patterns) that differ between runs without being an experimental axis:
+#: the seed is averaged over and paths/devices/logging only say where or how a run happened.
+DEFAULT_EXCLUDE = (
+    "seed",
+    "run_dir",
+    "hydra",
+    "hydra.*",
+    "root",
+    "*.root",
+    "*_dir",
+    "*.dir",
+    "*_path",
+    "*.path",
+    "device",
+    "*.device",
+    "num_workers",
+    "*.num_workers",
+    "wandb.*",
+    "logger.*",
+)
+
+_IMPL_KEYS = ("_target_", "*._target_", "_partial_", "*._partial_")
+_WHAT_IS_A_RUN = (
+    f"a run directory contains {METRICS_FILE} and {CONFIG_FILE.as_posix()} "
+    "(written by a finished `bdl-run`); pass a run directory or a directory above runs, "
+    "e.g. outputs/ or multirun/"
+)
+
+
+class RunSkippedWarning(UserWarning):
+    """A run directory whose files could not be read; the report goes on without it."""
+
+
+# --------------------------------------------------------------------------- finding runs
+
+
+def _is_run(directory: Path) -> bool:
+    return (directory / METRICS_FILE).is_file() and (directory / CONFIG_FILE).is_file()
+
+
+def _natural_key(path: Path) -> list[tuple]:
+    """Sort ``multirun/.../10`` after ``.../9``: Hydra numbers sweep jobs without zero padding."""
+    return [
+        tuple(int(t) if i % 2 else t for i, t in enumerate(re.split(r"(\d+)", part)))
+        for part in path.parts
+    ]
+
+
+def find_runs(paths: Iterable[str | Path]) -> list[Path]:
+    """All run directories at or below ``paths``: resolved, deduplicated, naturally sorted.
+
+    Hidden directories (``.hydra``, ``.git``) are not descended into; a path that is a file
+    (``metrics.json``, ``.hydra/config.yaml``) stands for the run that holds it. Paths that do not
+    exist contribute nothing, so the caller decides how loudly to complain.
+    """
+    found: set[Path] = set()
+    for p in [paths] if isinstance(paths, (str, os.PathLike)) else paths:
+        root = Path(p).expanduser()
+        if root.is_file():
+            root = root.parent.parent if root.parent.name == ".hydra" else root.parent
+        if not root.is_dir():
+            continue
+        for dirpath, dirnames, _ in os.walk(root):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            here = Path(dirpath)
+            if _is_run(here):
+                found.add(here.resolve())
+    return sorted(found, key=_natural_key)
+
+
+# --------------------------------------------------------------------------- loading runs
+
+
+def _flatten(obj: Any, prefix: str = "", out: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Dotted keys for nested dicts; lists become strings so that they can label a group."""
+    out = {} if out is None else out
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
+    elif isinstance(obj, (list, tuple)):
+        out[prefix] = json.dumps(obj, default=str)
+    elif prefix:
+        out[prefix] = obj
+    return out
+
+
+def _config_values(path: Path) -> dict[str, Any]:
+    """The flattened config, resolving interpolations that resolve outside of Hydra.
+
+    Interpolations such as ``${hydra:runtime.output_dir}`` only resolve inside a Hydra app;
+    those keep their literal text rather than losing the whole config.
+    """
+    cfg = OmegaConf.load(path)
+    try:
+        return _flatten(OmegaConf.to_container(cfg, resolve=True))
+    except Exception:
+        flat = _flatten(OmegaConf.to_container(cfg, resolve=False))
+    for key, value in flat.items():
+        if isinstance(value, str) and "${" in value:
+            try:
+                resolved = OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
+            except Exception:
+                continue
+            if isinstance(resolved, (DictConfig, ListConfig)):
+                resolved = json.dumps(OmegaConf.to_container(resolved, resolve=False), default=str)
+            flat[key] = resolved
+    return flat
+
+
+def _choices(path: Path) -> dict[str, str]:
+    """Config-group choices (``{"sampler": "sghmc"}``) from Hydra's own record of the run."""
+    if not path.is_file():
+        return {}
+    choices = OmegaConf.select(OmegaConf.load(path), "hydra.runtime.choices")
+    if not isinstance(choices, DictConfig):
+        return {}
+    raw = OmegaConf.to_container(choices, resolve=False)
+    return {
+        str(k): str(v)
+        for k, v in raw.items()
+        if v is not None and not str(k).startswith("hydra/") and str(k) != "hydra"
+    }
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _load_runs(runs: Sequence[Path], skip: Callable[[str], None]) -> pd.DataFrame:
+    rows: list[dict[str, Any]] = []
+    choice_cols: dict[str, None] = {}
+    config_cols: dict[str, None] = {}
+    metric_cols: dict[str, None] = {}
+    other_cols: dict[str, None] = {}
+    for run in runs:
+        try:
+            metrics = json.loads((run / METRICS_FILE).read_text(encoding="utf-8"))
+            if not isinstance(metrics, dict):
+                raise ValueError("metrics.json is not a JSON object")
+            metrics = _flatten(metrics)
+            config = _config_values(run / CONFIG_FILE)
+            choices = _choices(run / HYDRA_FILE)
+        except Exception as e:  # one broken run must not hide the others
+            skip(f"skipped {run}: {type(e).__name__}: {e}")
+            continue
+        row: dict[str, Any] = {}
+        for k, v in config.items():
+            key = f"config.{k}" if k in metrics else k  # a metric keeps its plain name
+            row[key] = v
+            config_cols[key] = None
+        for k, v in choices.items():
+            if k not in row and k not in metrics:
+                row[k] = v
+                choice_cols[k] = None
+        for k, v in metrics.items():
+            row[k] = v
+            (metric_cols if _is_number(v) else other_cols)[k] = None
+        row["run_dir"] = str(run)
+        rows.append(row)
+    metrics_order = [m for m in KNOWN_METRICS if m in metric_cols]
+    metrics_order += [m for m in metric_cols if m not in metrics_order]
+    choice = [c for c in choice_cols if c not in config_cols]
+    config = [c for c in config_cols if c not in choice_cols]
+    others = [c for c in other_cols if c not in metric_cols]
+    df = pd.DataFrame(rows, columns=[*choice, *config, *metrics_order, *others, "run_dir"])
+    df.attrs["choice_columns"] = choice
+    df.attrs["config_columns"] = config
+    df.attrs["metric_columns"] = metrics_order
+    return df
+
+
+def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
+    """One row per run below ``paths``: choice columns, flattened config, metrics, ``run_dir``.
+
+    Runs whose files cannot be read are skipped with a :class:`RunSkippedWarning` (a sweep with
+    one crashed job should still be reportable). Which columns are metrics, config keys and
+    Hydra choices is recorded in ``df.attrs`` for :func:`varying_keys` and :func:`summarize`.
+    """
+
+    def warn(message: str) -> None:
+        warnings.warn(message, RunSkippedWarning, stacklevel=3)
+
+    return _load_runs(find_runs(paths), warn)
+
+
+# --------------------------------------------------------------------------- grouping
+
+
+def _metric_columns(df: pd.DataFrame) -> list[str]:
+    """Metric columns from ``attrs``, or guessed by name when a pandas op dropped the attrs."""
+    cols = df.attrs.get("metric_columns")
+    if cols is not None:
+        return [c for c in cols if c in df.columns]
+    return [
+        c
+        for c in df.columns
+        if (c in KNOWN_METRICS or str(c).startswith(("test_", "val_", "train_")))
+        and pd.api.types.is_numeric_dtype(df[c])
+    ]
+
+
+def _choice_columns(df: pd.DataFrame) -> list[str]:
+    cols = df.attrs.get("choice_columns")
+    if cols is not None:
+        return [c for c in cols if c in df.columns]
+    # A scalar column named like the prefix of config keys can only be a group choice, since
+    # in the config itself that name holds a mapping.
+    return [
+        c
+        for c in df.columns
+        if "." not in str(c) and any(str(o).startswith(f"{c}.") for o in df.columns)
+    ]
+
+
+def varying_keys(df: pd.DataFrame, exclude: Iterable[str] = DEFAULT_EXCLUDE) -> list[str]:
+    """Config (and choice) columns that take more than one value across the runs.
+
+    ``exclude`` holds fnmatch patterns; metric columns are never keys. When Hydra choices are
+    present, ``_target_``/``_partial_`` are dropped as they merely restate the choice.
+    """
+    patterns = list(exclude)
+    if _choice_columns(df):
+        patterns += _IMPL_KEYS
+    skip = set(_metric_columns(df)) | {"run_dir"}
+    return [
+        c
+        for c in df.columns
+        if c not in skip
+        and not any(fnmatch(str(c), pat) for pat in patterns)
+        and df[c].nunique(dropna=False) > 1
+    ]
+
+
+def _default_by(df: pd.DataFrame) -> list[str]:
+    """Varying keys minus seed, less keys implied by the choice (or ``_target_``) columns.
+
+    Two samplers come with different default hyper-parameters; listing every one of them as a
+    column would split nothing further and only widen the table. A key swept *within* a choice
+    still varies inside its groups and is kept.
+    """
+    keys = [k for k in varying_keys(df) if k != "seed"]
+    choices = set(_choice_columns(df))
+    primary = [k for k in keys if k in choices] or [
+        k for k in keys if k == "_target_" or str(k).endswith("._target_")
+    ]
+    if not primary:
+        return keys
+    groups = df.groupby(primary, dropna=False, sort=False)
+    return [k for k in keys if k in primary or groups[k].nunique(dropna=False).max() > 1]
+
+
+def summarize(
+    df: pd.DataFrame,
+    by: Sequence[str] | None = None,
+    metrics: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """Mean and std (ddof=1, NaN for a single run) of each metric per group, plus ``n_runs``.
+
+    Args:
+        df: as returned by :func:`load_runs`.
+        by: group keys; by default the keys that vary between runs apart from the seed.
+        metrics: metric columns to summarise; by default all of them.
+
+    Returns:
+        One row per group: the ``by`` columns, ``n_runs``, then ``<metric>_mean`` and
+        ``<metric>_std`` for each metric.
+    """
+    by = _default_by(df) if by is None else list(by)
+    metrics = _metric_columns(df) if metrics is None else list(metrics)
+    unknown = [k for k in [*by, *metrics] if k not in df.columns]
+    if unknown:
+        raise ValueError(f"unknown column(s) {unknown}; available: {list(df.columns)}")
+    columns = [*by, "n_runs"] + [f"{m}_{s}" for m in metrics for s in ("mean", "std")]
+
+    def stats(sub: pd.DataFrame) -> dict[str, Any]:
+        row: dict[str, Any] = {"n_runs": len(sub)}
+        for m in metrics:
+            values = pd.to_numeric(sub[m], errors="coerce")
+            row[f"{m}_mean"] = values.mean()
+            row[f"{m}_std"] = values.std(ddof=1) if values.count() > 1 else math.nan
+        return row
+
+    rows = []
+    if not by:
+        if len(df):
+            rows.append(stats(df))
+    else:
+        try:
+            groups = list(df.groupby(by, dropna=False, sort=True))
+        except TypeError:  # mixed types in a key column cannot be ordered
+            groups = list(df.groupby(by, dropna=False, sort=False))
+        for key, sub in groups:
+            key = key if isinstance(key, tuple) else (key,)
+            rows.append({**dict(zip(by, key, strict=True)), **stats(sub)})
+    summary = pd.DataFrame(rows, columns=columns)
+    summary.attrs["by"] = list(by)
+    summary.attrs["metrics"] = list(metrics)
+    return summary
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def _sig(x: float) -> str:
+    """Four significant digits; large counts without exponent (``123500``, not ``1.235e+05``)."""
+    if not math.isfinite(x):
+        return str(x)
+    if x == 0:
+        return "0"
+    exponent = math.floor(math.log10(abs(x)))
+    if 4 <= exponent < 15:
+        return f"{round(x, 3 - exponent):.0f}"
+    return f"{x:.4g}"
+
+
+def _label(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else f"{value:.4g}"
+    text = str(value).replace("\n", " ")
+    return text.replace("|", r"\|")
+
+
+def to_markdown(summary: pd.DataFrame) -> str:
+    """A GitHub-flavoured Markdown table: group labels, ``n_runs``, and ``mean ± std`` cells.
+
+    Written by hand so that the report needs no ``tabulate``; cells are padded so the table also
+    reads well in a terminal.
+    """
+    metrics = summary.attrs.get("metrics")
+    if metrics is None:
+        metrics = [
+            c[: -len("_mean")]
+            for c in summary.columns
+            if str(c).endswith("_mean") and f"{c[: -len('_mean')]}_std" in summary.columns
+        ]
+    by = summary.attrs.get("by")
+    if by is None:
+        cols = list(summary.columns)
+        by = cols[: cols.index("n_runs")] if "n_runs" in cols else []
+    header = [*map(str, by), "n_runs", *metrics]
+    right = [False] * len(by) + [True] * (1 + len(metrics))
+    body = []
+    for _, row in summary.iterrows():
+        cells = [_label(row[k]) for k in by]
+        cells.append(str(int(row["n_runs"])) if "n_runs" in summary.columns else "")
+        for m in metrics:
+            mean, std = row[f"{m}_mean"], row[f"{m}_std"]
+            if pd.isna(mean):
+                cells.append("n/a")
+            elif pd.isna(std):
+                cells.append(_sig(float(mean)))
+            else:
+                cells.append(f"{_sig(float(mean))} ± {_sig(float(std))}")
+        body.append(cells)
+    widths = [max([len(h), 3, *(len(r[i]) for r in body)]) for i, h in enumerate(header)]
+
+    def line(cells: list[str]) -> str:
+        padded = [
+            c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True)
+        ]
+        return "| " + " | ".join(padded) + " |"
+
+    rule = (
+        "|"
+        + "|".join(
+            ("-" * (w + 1) + ":") if r else "-" * (w + 2)
+            for w, r in zip(widths, right, strict=True)
+        )
+        + "|"
+    )
+    return "\n".join([line(header), rule, *(line(r) for r in body)])
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bdl-report",
+        description="Summarise bdl runs (mean ± std over seeds) as a Markdown table and CSV.",
+        epilog=_WHAT_IS_A_RUN[0].upper() + _WHAT_IS_A_RUN[1:] + ".",
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="run or sweep directories")
+    parser.add_argument(
+        "--by", nargs="+", metavar="KEY", help="group keys (default: the config keys that vary)"
+    )
+    parser.add_argument(
+        "--csv",
+        metavar="FILE",
+        help="summary CSV path (default: PATH/report_summary.csv for the first PATH)",
+    )
+    parser.add_argument("--metrics", nargs="+", metavar="M", help="metrics to show (default: all)")
+    return parser
+
+
+def _err(message: str) -> None:
+    print(f"bdl-report: {message}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``bdl-report``; returns the exit status (2 for usage errors)."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as e:  # --help or a usage error argparse already reported
+        return e.code if isinstance(e.code, int) else 2
+
+    for p in args.paths:
+        if not Path(p).exists():
+            _err(f"warning: {p} does not exist")
+    runs = find_runs(args.paths)
+    if not runs:
+        _err(f"no run directories found under {', '.join(map(str, args.paths))}; {_WHAT_IS_A_RUN}")
+        return 2
+    df = _load_runs(runs, lambda msg: _err(f"warning: {msg}"))
+    if df.empty:
+        _err(f"none of the {len(runs)} run directories could be read; see the warnings above")
+        return 2
+
+    metric_cols = _metric_columns(df)
+    if args.metrics:
+        unknown = [m for m in args.metrics if m not in metric_cols]
+        if unknown:
+            _err(f"unknown metric(s) {', '.join(unknown)}; available: {', '.join(metric_cols)}")
+            return 2
+    if args.by:
+        unknown = [k for k in args.by if k not in df.columns or k == "run_dir"]
+        if unknown:
+            keys = [c for c in df.columns if c not in metric_cols and c != "run_dir"]
+            _err(f"unknown --by key(s) {', '.join(unknown)}; available keys: {', '.join(keys)}")
+            return 2
+
+    summary = summarize(df, by=args.by, metrics=args.metrics)
+    print(to_markdown(summary))
+
+    first = Path(args.paths[0])
+    if args.csv:
+        summary_csv = Path(args.csv)
+        runs_csv = (
+            first / "report.csv"
+            if first.is_dir()
+            else summary_csv.with_name(f"{summary_csv.stem}_runs{summary_csv.suffix or '.csv'}")
+        )
+    elif first.is_dir():
+        runs_csv, summary_csv = first / "report.csv", first / "report_summary.csv"
+    else:
+        _err("no CSV written: the first PATH is not a directory (use --csv FILE)")
+        return 0
+    try:
+        summary_csv.parent.mkdir(parents=True, exist_ok=True)
+        df.to_csv(runs_csv, index=False)
+        summary.to_csv(summary_csv, index=False)
+    except OSError as e:
+        _err(f"cannot write CSV: {e}")
+        return 1
+    _err(f"{len(df)} runs; wrote {runs_csv} and {summary_csv}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+r"""The sampler contract shared by every algorithm in bdl.
+
+A sampler is a Markov kernel (or, for the MAP baselines, an optimiser) on a list of parameter
+tensors. It follows ``torch.optim``'s closure protocol so that minibatch and full-batch methods
+share one interface:
+
+.. code-block:: python
+
+    state = sampler.init(params)                  # params: list of tensors, updated in place
+    state = sampler.step(state, closure, lr_scale, noise)
+
+``closure()`` returns ``(U, ∇U)`` at the parameters' current values — a minibatch estimate for
+stochastic-gradient methods, the full-data potential for Metropolis-corrected ones (those set
+``full_batch = True``; they may call it many times per step and restore rejected positions).
+``lr_scale`` is the schedule's multiplier on the base step size at this step; ``noise=False``
+switches off injected noise (the exploration phase of cyclical schedules).
+
+Everything a kernel carries between steps (momenta, preconditioners, variational parameters)
+lives in ``state.buffers`` as lists of tensors shaped like ``params``; ``state.info`` holds
+diagnostics as tensors, so that no step forces a device synchronisation. Updates have a
+``torch._foreach_*`` implementation and a plain per-tensor loop twin (``foreach=False``) that the
+tests hold equal; noise comes from the sampler's own ``torch.Generator``, so a run is reproducible
+from its seed.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from bdl.potential import Closure
+
+
+@dataclass
+class SamplerState:
+    params: list[Tensor]
+    buffers: dict[str, list[Tensor]] = field(default_factory=dict)
+    step: int = 0
+    info: dict[str, Tensor] = field(default_factory=dict)
+
+
+class Sampler(ABC):
+    """Base class: holds the base step size, the update implementation and the noise source.
+
+    Args:
+        lr: the base step size on the scale of ``U`` (the runner converts the configs' per-datum
+            rates with :meth:`bdl.potential.Potential.step_size`).
+        foreach: use the ``torch._foreach_*`` update (default) or the per-tensor loop.
+        generator: source of injected noise; a fresh default-seeded one when ``None``.
+    """
+
+    full_batch = False
+    injects_noise = True
+
+    def __init__(
+        self, lr: float, *, foreach: bool = True, generator: torch.Generator | None = None
+    ) -> None:
+        if not lr > 0:
+            raise ValueError(f"sampler.lr must be positive, got {lr}")
+        self.lr = lr
+        self.foreach = foreach
+        self.generator = generator
+
+    def init(self, params: list[Tensor]) -> SamplerState:
+        return SamplerState(params=list(params))
+
+    @torch.no_grad()
+    def step(
+        self, state: SamplerState, closure: Closure, lr_scale: float = 1.0, noise: bool = True
+    ) -> SamplerState:
+        potential, grads = closure()
+        update = self._update_foreach if self.foreach else self._update_loop
+        step_size = self.lr * lr_scale
+        update(state, grads, step_size, noise and self.injects_noise)
+        state.step += 1
+        state.info["potential"] = potential
+        return state
+
+    @abstractmethod
+    def _update_foreach(
+        self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
+    ) -> None: ...
+
+    @abstractmethod
+    def _update_loop(
+        self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
+    ) -> None: ...
+
+    def gaussian_like(self, tensors: list[Tensor]) -> list[Tensor]:
+        """Standard normal draws shaped like ``tensors``, from one call to the generator.
+
+        One flat draw split into views costs a single kernel launch however many tensors there
+        are, and gives the foreach and loop updates the very same noise.
+        """
+        numels = [t.numel() for t in tensors]
+        flat = torch.randn(
+            sum(numels), generator=self.generator, device=tensors[0].device, dtype=tensors[0].dtype
+        )
+        return [z.view_as(t) for z, t in zip(flat.split(numels), tensors, strict=True)]

@@ -1,0 +1,34 @@
+r"""Stochastic gradient descent on :math:`U`: the MAP baselines ``sgd`` and ``sgd_momentum``.
+
+Plain SGD (seed 000, eq. 32), :math:`\theta \leftarrow \theta - \epsilon \nabla\tilde U(\theta)`,
+finds the MAP estimate; the Gaussian prior's gradient in :math:`U` is its weight decay (seed 001).
+Heavy-ball momentum :math:`\mu` is SGHMC without injected noise with friction
+:math:`\alpha = 1 - \mu` (seed 000, §4.2.3: "when the additional stochastic noise is removed,
+SGHMC reduces to a stochastic gradient method with momentum"), so this class is exactly that,
+and matches ``torch.optim.SGD(lr, momentum)``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bdl.samplers.sghmc import SGHMC
+
+
+class SGD(SGHMC):
+    """SGD with learning rate ``lr`` and heavy-ball ``momentum`` in ``[0, 1)``."""
+
+    injects_noise = False
+
+    def __init__(
+        self,
+        lr: float,
+        momentum: float = 0.0,
+        *,
+        foreach: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        if not 0 <= momentum < 1:
+            raise ValueError(f"sampler.momentum must be in [0, 1), got {momentum}")
+        super().__init__(lr, alpha=1 - momentum, foreach=foreach, generator=generator)
+        self.momentum = momentum

@@ -1,0 +1,43 @@
+r"""Stochastic gradient Langevin dynamics (Welling & Teh, ICML 2011).
+
+Seed 000, eq. (39):
+
+.. math::
+
+    \Delta\theta_t = -\frac{\epsilon_t}{2}\,\nabla \tilde U(\theta_t) + \eta_t,
+    \qquad \eta_t \sim \mathcal{N}(0, \epsilon_t I),
+
+with :math:`\epsilon_t` from the schedule (``schedule=polynomial`` is Welling & Teh's
+:math:`a(b+t)^{-\gamma}`). It is SGHMC with full friction (:math:`\alpha = 1`) at
+:math:`\eta = \epsilon/2`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from bdl.samplers.base import Sampler, SamplerState
+
+
+class SGLD(Sampler):
+    """SGLD with step size ``lr`` (:math:`\\epsilon`)."""
+
+    def _update_foreach(
+        self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
+    ) -> None:
+        torch._foreach_add_(state.params, grads, alpha=-step_size / 2)
+        if noise:
+            draws = self.gaussian_like(state.params)
+            torch._foreach_add_(state.params, draws, alpha=math.sqrt(step_size))
+
+    def _update_loop(
+        self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
+    ) -> None:
+        draws = self.gaussian_like(state.params) if noise else [None] * len(grads)
+        for theta, g, z in zip(state.params, grads, draws, strict=True):
+            theta.add_(g, alpha=-step_size / 2)
+            if z is not None:
+                theta.add_(z, alpha=math.sqrt(step_size))

@@ -1,0 +1,317 @@
+"""Posterior samples and predictive distributions on disk, in formats that never execute code.
+
+A chain of thousands of network samples does not fit in memory, so :class:`SampleStore` writes
+each sample to its own ``sample_NNNNN.safetensors`` file the moment it is taken and keeps only a
+small JSON manifest. The manifest records every file's SHA-256: a run killed while writing, a
+partial copy or a file from another run is then reported by name instead of silently feeding
+garbage into an evaluation. Safetensors (and ``np.load(allow_pickle=False)``) are used throughout
+because ``torch.load``/pickle can run arbitrary code from a downloaded or shared file.
+
+The manifest is a JSON list of entries ``{"index", "file", "sha256", **metadata}``; it is
+rewritten atomically after each sample so that a crash leaves either the old or the new manifest,
+never half of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import hashlib
+import io
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as _st_load
+from safetensors.torch import save as _st_save
+from torch import Tensor
+
+__all__ = [
+    "MANIFEST",
+    "PREDICTIVE",
+    "SampleStore",
+    "StoreError",
+    "load_reference",
+    "load_samples",
+    "save_predictive",
+]
+
+MANIFEST = "manifest.json"
+PREDICTIVE = "predictive.safetensors"
+_RESERVED = ("index", "file", "sha256")
+_REFERENCE_FORMATS = (
+    "`reference=` accepts a run directory containing predictive.safetensors, or a file: "
+    ".safetensors (tensor under key 'predictive'), .csv (numeric matrix, optional header row, "
+    "e.g. the NeurIPS BDL starter kit's probs.csv) or .npy (numeric array, no pickles)"
+)
+
+
+class StoreError(Exception):
+    """A corrupt or missing sample/reference file; str() is one message naming the file and the fix.
+
+    A dedicated type lets the runner and the CLI turn storage problems into a one-line message
+    rather than a traceback through safetensors or numpy internals.
+    """
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write via a temporary file in the same directory so readers never see a partial file.
+
+    ``os.replace`` is atomic only within one filesystem, hence the same directory.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _to_cpu_tensors(tensors: Mapping[str, Any]) -> dict[str, Tensor]:
+    """Detached, contiguous CPU copies: safetensors refuses views and shared (tied) storage."""
+    out: dict[str, Tensor] = {}
+    for name, value in tensors.items():
+        if not isinstance(name, str):
+            raise TypeError(f"tensor names must be strings, got {name!r}")
+        t = value if isinstance(value, Tensor) else torch.as_tensor(value)
+        out[name] = t.detach().to("cpu", copy=True).contiguous()
+    return out
+
+
+def _jsonable(value: Any) -> Any:
+    """Unwrap 0-d tensors and numpy scalars, which runners naturally pass as metadata."""
+    if isinstance(value, Tensor) and value.numel() == 1:
+        return value.item()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _read_manifest(directory: Path) -> list[dict]:
+    path = directory / MANIFEST
+    fix = "re-run the sampling, or point at the directory the samples were written to"
+    if not path.is_file():
+        raise StoreError(f"{path} is missing; no samples were recorded there ({fix})")
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise StoreError(f"{path} is not a readable JSON manifest ({e}); {fix}") from None
+    if not isinstance(entries, list) or not all(
+        isinstance(e, dict)
+        and isinstance(e.get("index"), int)
+        and isinstance(e.get("file"), str)
+        and isinstance(e.get("sha256"), str)
+        for e in entries
+    ):
+        raise StoreError(
+            f"{path} is not a sample manifest (expected a list of entries with 'index', 'file' "
+            f"and 'sha256'); {fix}"
+        )
+    for e in entries:
+        # A manifest names files relative to its directory; anything else could read elsewhere.
+        if Path(e["file"]).name != e["file"] or e["file"] in ("", ".", ".."):
+            raise StoreError(f"{path} names an invalid sample file {e['file']!r}; {fix}")
+    return sorted(entries, key=lambda e: e["index"])
+
+
+class SampleStore:
+    """Appends posterior samples to a directory one file at a time.
+
+    Holds no tensors, so memory stays flat however long the chain runs. Re-opening a directory
+    with a manifest continues its numbering, so a resumed run appends rather than overwrites.
+
+    Args:
+        directory: where samples go; created with its parents if needed.
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if (self.directory / MANIFEST).exists():
+            self._entries = _read_manifest(self.directory)
+        else:
+            self._entries = []
+        self._next = max((e["index"] for e in self._entries), default=-1) + 1
+
+    def add(self, params: Mapping[str, Tensor], **metadata: Any) -> Path:
+        """Write one sample and record it; returns the sample file's path.
+
+        The sample file is complete on disk before the manifest mentions it, so a crash in
+        between leaves at worst an unlisted file that the next ``add`` overwrites.
+        """
+        clash = [k for k in metadata if k in _RESERVED]
+        if clash:
+            raise ValueError(f"metadata keys {clash} are reserved for the manifest")
+        metadata = {k: _jsonable(v) for k, v in metadata.items()}
+        try:
+            json.dumps(metadata, allow_nan=True)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"sample metadata must be JSON-serialisable: {e}") from None
+
+        index = self._next
+        name = f"sample_{index:05d}.safetensors"
+        path = self.directory / name
+        data = _st_save(_to_cpu_tensors(params), metadata={"index": str(index)})
+        _atomic_write(path, data)
+        entry = {"index": index, "file": name, "sha256": _sha256(data), **metadata}
+        del data
+        entries = [*self._entries, entry]
+        _atomic_write(
+            self.directory / MANIFEST, (json.dumps(entries, indent=1) + "\n").encode("utf-8")
+        )
+        self._entries = entries
+        self._next = index + 1
+        return path
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def manifest(self) -> list[dict]:
+        """A copy of the manifest entries in index order (mutating it cannot corrupt the store)."""
+        return [dict(e) for e in self._entries]
+
+    def __repr__(self) -> str:
+        return f"SampleStore({str(self.directory)!r}, n={len(self)})"
+
+
+def load_samples(directory: str | Path) -> Iterator[tuple[dict[str, Tensor], dict]]:
+    """Yield ``(tensors, manifest entry)`` in index order, one file in memory at a time.
+
+    The manifest is checked now, so a wrong directory fails at the call; each sample file is read,
+    checked against its SHA-256 and parsed only when the iterator reaches it.
+    """
+    directory = Path(directory)
+    entries = _read_manifest(directory)
+    return _iter_samples(directory, entries)
+
+
+def _iter_samples(directory: Path, entries: list[dict]) -> Iterator[tuple[dict[str, Tensor], dict]]:
+    fix = "delete it and its manifest entry or re-run"
+    for entry in entries:
+        path = directory / entry["file"]
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise StoreError(f"sample file {path} is missing; {fix}") from None
+        except OSError as e:
+            raise StoreError(f"sample file {path} cannot be read ({e}); {fix}") from None
+        if _sha256(data) != entry["sha256"]:
+            raise StoreError(
+                f"sample file {path} is corrupt or incomplete (sha256 mismatch); {fix}"
+            )
+        try:
+            tensors = _st_load(data)
+        except (SafetensorError, ValueError, RuntimeError) as e:
+            raise StoreError(
+                f"sample file {path} is corrupt or incomplete (not safetensors: {e}); {fix}"
+            ) from None
+        del data
+        yield tensors, dict(entry)
+
+
+def save_predictive(path: str | Path, predictive: Tensor, **tensors: Tensor) -> None:
+    """Save a predictive distribution (plus e.g. ``targets=``) for later comparison runs.
+
+    A directory ``path`` receives ``predictive.safetensors``, which is what
+    :func:`load_reference` looks for in a run directory.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / PREDICTIVE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(path, _st_save(_to_cpu_tensors({"predictive": predictive, **tensors})))
+
+
+def load_reference(path: str | Path) -> Tensor:
+    """Load a reference predictive (e.g. HMC probabilities) as a float32 tensor.
+
+    A single-column CSV gives a 1-D tensor (one value per test point), so that it lines up
+    with a 1-D predictive instead of broadcasting against it.
+    """
+    path = Path(path)
+    if path.is_dir():
+        candidate = path / PREDICTIVE
+        if not candidate.is_file():
+            raise StoreError(f"{path} is a directory without {PREDICTIVE}; {_REFERENCE_FORMATS}")
+        path = candidate
+    if not path.exists():
+        raise StoreError(f"reference {path} does not exist; {_REFERENCE_FORMATS}")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".safetensors":
+            array = _reference_safetensors(path)
+        elif suffix == ".csv":
+            array = _reference_csv(path)
+        elif suffix == ".npy":
+            array = _reference_npy(path)
+        else:
+            raise StoreError(
+                f"reference {path} has unsupported suffix {path.suffix!r}; {_REFERENCE_FORMATS}"
+            )
+    except StoreError:
+        raise
+    except (OSError, ValueError, RuntimeError, TypeError, SafetensorError) as e:
+        raise StoreError(f"reference {path} cannot be parsed ({e}); {_REFERENCE_FORMATS}") from None
+    return array
+
+
+def _reference_safetensors(path: Path) -> Tensor:
+    tensors = _st_load(path.read_bytes())
+    if "predictive" not in tensors:
+        raise StoreError(
+            f"reference {path} has no 'predictive' tensor (keys: {sorted(tensors)}); "
+            f"{_REFERENCE_FORMATS}"
+        )
+    t = tensors["predictive"]
+    if t.is_complex() or t.dtype == torch.bool:
+        raise StoreError(f"reference {path} holds a {t.dtype} tensor; {_REFERENCE_FORMATS}")
+    return t.to(torch.float32)
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def _reference_csv(path: Path) -> Tensor:
+    text = path.read_text(encoding="utf-8-sig")
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise StoreError(f"reference {path} is empty; {_REFERENCE_FORMATS}")
+    delimiter = "," if "," in lines[0] else None
+    first = next(csv.reader([lines[0]])) if delimiter else lines[0].split()
+    skip = 0 if all(_is_number(c.strip()) for c in first) else 1
+    if skip == len(lines):
+        raise StoreError(f"reference {path} has a header but no rows; {_REFERENCE_FORMATS}")
+    array = np.loadtxt(
+        io.StringIO("\n".join(lines[skip:])), delimiter=delimiter, dtype=np.float64, ndmin=2
+    )
+    if array.shape[1] == 1:
+        array = array[:, 0]
+    return torch.from_numpy(array.astype(np.float32))
+
+
+def _reference_npy(path: Path) -> Tensor:
+    array = np.load(path, allow_pickle=False)
+    if not np.issubdtype(array.dtype, np.number) or np.issubdtype(array.dtype, np.complexfloating):
+        raise StoreError(f"reference {path} holds a {array.dtype} array; {_REFERENCE_FORMATS}")
+    return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))

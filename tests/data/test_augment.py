@@ -1,0 +1,76 @@
+"""Batched crop/flip: shapes, reproducibility, and that it really crops and flips."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bdl.data.augment import random_crop_flip
+
+
+def _batch(n: int = 16, c: int = 3, h: int = 8, w: int = 8) -> torch.Tensor:
+    # Distinct values everywhere so every shift/flip gives a different image.
+    return torch.randn(n, c, h, w, generator=torch.Generator().manual_seed(0))
+
+
+def test_shape_dtype_device():
+    x = _batch()
+    out = random_crop_flip(x, torch.Generator().manual_seed(1))
+    assert out.shape == x.shape and out.dtype == x.dtype and out.device == x.device
+    assert random_crop_flip(x).shape == x.shape  # global RNG path
+    assert random_crop_flip(x.double(), padding=2).dtype == torch.float64
+
+
+def test_deterministic_with_seeded_generator():
+    x = _batch()
+    a = random_crop_flip(x, torch.Generator().manual_seed(123))
+    b = random_crop_flip(x, torch.Generator().manual_seed(123))
+    c = random_crop_flip(x, torch.Generator().manual_seed(124))
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+
+
+def test_padding_zero_only_flips():
+    x = _batch(n=64)
+    out = random_crop_flip(x, torch.Generator().manual_seed(0), padding=0)
+    same = (out == x).flatten(1).all(1)
+    mirrored = (out == x.flip(-1)).flatten(1).all(1)
+    assert bool((same | mirrored).all())
+    # With 64 images, both outcomes occur except with probability 2**-63.
+    assert bool(same.any()) and bool(mirrored.any())
+
+
+def test_each_output_is_a_padded_crop_possibly_flipped():
+    padding = 2
+    x = _batch(n=24, h=6, w=7)
+    out = random_crop_flip(x, torch.Generator().manual_seed(5), padding=padding)
+    padded = F.pad(x, (padding,) * 4)
+    h, w = x.shape[-2:]
+    shifts, flips = set(), set()
+    for i in range(x.shape[0]):
+        matches = [
+            (dy, dx, flip)
+            for dy in range(2 * padding + 1)
+            for dx in range(2 * padding + 1)
+            for flip in (False, True)
+            if torch.equal(
+                out[i],
+                padded[i, :, dy : dy + h, dx : dx + w].flip(-1)
+                if flip
+                else padded[i, :, dy : dy + h, dx : dx + w],
+            )
+        ]
+        assert len(matches) == 1, f"image {i} is not a unique crop/flip of its input"
+        dy, dx, flip = matches[0]
+        shifts.add((dy, dx))
+        flips.add(flip)
+    assert len(shifts) > 1  # offsets really vary (24 images, 25 possible offsets)
+    assert flips == {False, True}
+
+
+def test_rejects_bad_input():
+    with pytest.raises(ValueError):
+        random_crop_flip(torch.zeros(3, 8, 8))
+    with pytest.raises(ValueError):
+        random_crop_flip(torch.zeros(2, 3, 8, 8), padding=-1)

@@ -1,0 +1,148 @@
+"""UCI standard splits: sizes, training-split standardisation, and actionable errors."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from urllib.error import URLError
+
+import numpy as np
+import pytest
+import torch
+
+import bdl.data.uci as uci
+from bdl.data import DataError
+
+pytestmark = pytest.mark.usefixtures("isolated_cache")
+
+# (train, test, features) of split 0, from the data README.
+SIZES = {
+    "bostonHousing": (455, 51, 13),
+    "concrete": (927, 103, 8),
+    "energy": (691, 77, 8),
+    "kin8nm": (7373, 819, 8),
+    "naval-propulsion-plant": (10741, 1193, 16),
+    "power-plant": (8611, 957, 4),
+    "protein-tertiary-structure": (41157, 4573, 9),
+    "wine-quality-red": (1439, 160, 11),
+    "yacht": (277, 31, 6),
+}
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*"))}
+
+
+def test_boston_split0(data_dir: Path):
+    before = _snapshot(data_dir / "uci" / "bostonHousing")
+    ds = uci.load("bostonHousing", root=data_dir, split=0, download=False)
+    assert ds.name == "bostonHousing" and ds.task == "regression"
+    assert ds.num_classes is None and ds.out_features == 1
+    assert ds.x_train.shape == (455, 13) and ds.x_test.shape == (51, 13)
+    assert ds.y_train.shape == (455,) and ds.y_test.shape == (51,)
+    for t in (ds.x_train, ds.y_train, ds.x_test, ds.y_test):
+        assert t.dtype == torch.float32
+    assert ds.x_train.mean(0).abs().max() < 1e-5
+    assert (ds.x_train.std(0, unbiased=False) - 1).abs().max() < 1e-5
+    assert abs(float(ds.y_train.mean())) < 1e-5
+    assert abs(float(ds.y_train.std(unbiased=False)) - 1) < 1e-5
+
+    # Independent recomputation from the raw files, including de-standardisation.
+    folder = data_dir / "uci" / "bostonHousing"
+    raw = np.loadtxt(folder / "data.txt")
+    train = np.loadtxt(folder / "index_train_0.txt", dtype=int)
+    test = np.loadtxt(folder / "index_test_0.txt", dtype=int)
+    y = raw[:, 13]
+    assert ds.target_mean == pytest.approx(y[train].mean())
+    assert ds.target_std == pytest.approx(y[train].std())
+    back = ds.y_test.double().numpy() * ds.target_std + ds.target_mean
+    np.testing.assert_allclose(back, y[test], rtol=1e-5, atol=1e-4)
+    x_mean, x_std = raw[train, :13].mean(0), raw[train, :13].std(0)
+    np.testing.assert_allclose(ds.x_test.numpy(), (raw[test, :13] - x_mean) / x_std, atol=1e-4)
+    assert _snapshot(folder) == before
+
+
+@pytest.mark.parametrize("name", sorted(SIZES))
+def test_all_sets_split0_sizes(data_dir: Path, name: str):
+    n_train, n_test, d = SIZES[name]
+    ds = uci.load(name, root=data_dir, split=0, download=False)
+    assert ds.x_train.shape == (n_train, d) and ds.x_test.shape == (n_test, d)
+    assert ds.y_train.shape == (n_train,) and ds.y_test.shape == (n_test,)
+    assert ds.target_std > 0
+
+
+@pytest.mark.parametrize("split", [5, -1, 100])
+def test_protein_split_out_of_range(data_dir: Path, split: int):
+    with pytest.raises(DataError) as err:
+        uci.load("protein-tertiary-structure", root=data_dir, split=split)
+    msg = str(err.value)
+    assert "dataset.split" in msg and "[0, 5)" in msg and "0..4" in msg
+
+
+def test_root_from_env(data_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("BDL_DATA_DIR", str(data_dir))
+    assert uci.load("yacht", split=3, download=False).num_train == 277
+
+
+def test_missing_offline_names_path(tmp_path: Path):
+    root = tmp_path / "empty"
+    with pytest.raises(DataError) as err:
+        uci.load("bostonHousing", root=root, download=False)
+    msg = str(err.value)
+    assert str(root / "uci" / "bostonHousing") in msg
+    assert "BDL_DATA_DIR" in msg and "dataset.root" in msg
+
+
+def test_failed_download_names_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    def offline(*args, **kwargs):
+        raise URLError("network unreachable")
+
+    monkeypatch.setattr(uci, "urlopen", offline)
+    root = tmp_path / "empty"
+    with pytest.raises(DataError) as err:
+        uci.load("yacht", root=root, download=True)
+    msg = str(err.value)
+    assert str(root / "uci" / "yacht") in msg and "BDL_DATA_DIR" in msg
+    assert "network unreachable" in msg
+
+
+def test_download_into_cache(
+    data_dir: Path, tmp_path: Path, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Missing files are fetched from the standard-splits repository into the cache."""
+    urls: list[str] = []
+
+    def fake_urlopen(url: str, timeout: float):
+        assert url.startswith(uci.BASE_URL + "/yacht/data/") and timeout <= 30
+        urls.append(url)
+        return io.BytesIO((data_dir / "uci" / "yacht" / url.rsplit("/", 1)[1]).read_bytes())
+
+    monkeypatch.setattr(uci, "urlopen", fake_urlopen)
+    got = uci.load("yacht", root=tmp_path / "empty", split=2, download=True)
+    ref = uci.load("yacht", root=data_dir, split=2, download=False)
+    assert got.x_train.equal(ref.x_train) and got.y_test.equal(ref.y_test)
+    assert (isolated_cache / "uci" / "yacht" / "index_train_2.txt").is_file()
+    assert not (tmp_path / "empty").exists()
+    # A second load is served from the cache without touching the network.
+    n_fetched = len(urls)
+    uci.load("yacht", root=tmp_path / "empty", split=2, download=True)
+    assert len(urls) == n_fetched
+
+
+def test_constant_feature_gets_unit_scale(tmp_path: Path):
+    folder = tmp_path / "uci" / "toy"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    data = np.column_stack([rng.normal(size=10), np.full(10, 3.0), rng.normal(size=10) * 5 + 2])
+    np.savetxt(folder / "data.txt", data)
+    (folder / "index_features.txt").write_text("0\n1\n")
+    (folder / "index_target.txt").write_text("2\n")
+    (folder / "n_splits.txt").write_text("1\n")
+    np.savetxt(folder / "index_train_0.txt", np.arange(8), fmt="%d")
+    np.savetxt(folder / "index_test_0.txt", np.arange(8, 10), fmt="%d")
+    ds = uci.load("toy", root=tmp_path, download=False)
+    assert ds.x_train.shape == (8, 2) and ds.x_test.shape == (2, 2)
+    assert bool((ds.x_train[:, 1] == 0).all()) and bool((ds.x_test[:, 1] == 0).all())
+    assert ds.target_mean == pytest.approx(data[:8, 2].mean(), rel=1e-6)
+    with pytest.raises(DataError, match=r"dataset.split"):
+        uci.load("toy", root=tmp_path, split=1, download=False)

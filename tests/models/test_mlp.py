@@ -1,0 +1,45 @@
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from bdl.models import MLP
+
+
+@pytest.mark.parametrize(
+    ("input_shape", "out_features"), [((1, 28, 28), 10), ((13,), 1), ((13,), 2)]
+)
+def test_mlp_output_shape(input_shape, out_features):
+    model = MLP(input_shape=input_shape, out_features=out_features)
+    assert model(torch.randn(5, *input_shape)).shape == (5, out_features)
+
+
+def test_mlp_parameter_names_are_stable_and_readable():
+    model = MLP(input_shape=(13,), out_features=1, hidden=[50, 20], activation="relu")
+    shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
+    assert shapes == {
+        "layers.0.weight": (50, 13),
+        "layers.0.bias": (50,),
+        "layers.2.weight": (20, 50),
+        "layers.2.bias": (20,),
+        "layers.4.weight": (1, 20),
+        "layers.4.bias": (1,),
+    }
+
+
+def test_mlp_accepts_hydra_listconfig_and_empty_hidden():
+    hidden = OmegaConf.create({"hidden": [7, 3]}).hidden
+    model = MLP(input_shape=(4,), out_features=2, hidden=hidden, activation="tanh")
+    assert [m.out_features for m in model.layers if isinstance(m, torch.nn.Linear)] == [7, 3, 2]
+    linear = MLP(input_shape=(4,), out_features=2, hidden=[])
+    assert len(linear.layers) == 1
+
+
+@pytest.mark.parametrize("activation", ["sigmoid", "relu", "tanh", "swish"])
+def test_mlp_activations(activation):
+    model = MLP(input_shape=(3,), out_features=2, activation=activation)
+    assert torch.isfinite(model(torch.randn(4, 3))).all()
+
+
+def test_mlp_bad_activation_names_config_key_and_choices():
+    with pytest.raises(ValueError, match=r"model\.activation.*relu.*sigmoid.*swish.*tanh"):
+        MLP(input_shape=(3,), out_features=2, activation="elu")

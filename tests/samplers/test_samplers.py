@@ -1,0 +1,157 @@
+"""The SG samplers: one hand-computed update each, foreach = loop, and SGHMC's noise-free limit."""
+
+import math
+
+import pytest
+import torch
+
+from bdl.samplers import SGD, SGHMC, SGLD
+
+
+def quadratic_closure(params, scale=1.0):
+    """U(θ) = scale · ½‖θ‖², so ∇U = scale · θ."""
+
+    def closure():
+        value = sum(0.5 * scale * p.square().sum() for p in params)
+        return value, [scale * p.clone() for p in params]
+
+    return closure
+
+
+def two_params():
+    return [torch.tensor([1.0, -2.0]), torch.tensor([[0.5]])]
+
+
+def draws(seed, params):
+    """The standard normals a sampler seeded with `seed` will draw for `params`."""
+    flat = torch.randn(sum(p.numel() for p in params), generator=torch.Generator().manual_seed(seed))
+    return [z.view_as(p) for z, p in zip(flat.split([p.numel() for p in params]), params)]
+
+
+def test_sgld_hand_computed_update():
+    params = two_params()
+    z = draws(0, params)
+    sampler = SGLD(lr=0.01, generator=torch.Generator().manual_seed(0))
+    state = sampler.init(params)
+    expected = [p - 0.005 * p + 0.1 * zi for p, zi in zip(two_params(), z)]
+    sampler.step(state, quadratic_closure(params))
+    for got, want in zip(params, expected):
+        torch.testing.assert_close(got, want)
+
+
+def test_sghmc_hand_computed_two_steps():
+    eta, alpha = 0.01, 0.1
+    params = [torch.tensor([2.0])]
+    sampler = SGHMC(lr=eta, alpha=alpha, generator=torch.Generator().manual_seed(3))
+    gen = torch.Generator().manual_seed(3)
+    state = sampler.init(params)
+    sigma = math.sqrt(2 * alpha * eta)
+    theta, v = 2.0, 0.0
+    for _ in range(2):
+        z = torch.randn(1, generator=gen).item()
+        v = (1 - alpha) * v - eta * theta + sigma * z
+        theta = theta + v
+        sampler.step(state, quadratic_closure(params))
+    assert params[0].item() == pytest.approx(theta, rel=1e-5)
+    assert state.buffers["momentum"][0].item() == pytest.approx(v, rel=1e-5)
+
+
+def test_sgd_hand_computed_update():
+    params = [torch.tensor([1.0, -3.0])]
+    state = SGD(lr=0.1).init(params)
+    SGD(lr=0.1).step(state, quadratic_closure(params, scale=2.0))
+    torch.testing.assert_close(params[0], torch.tensor([0.8, -2.4]))
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9, 0.99])
+def test_noise_free_sghmc_is_torch_sgd_with_momentum(momentum):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3))
+    twin = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3))
+    twin.load_state_dict(model.state_dict())
+    x, y = torch.randn(32, 5), torch.randint(0, 3, (32,))
+    lr = 0.05
+
+    def loss(net):
+        return torch.nn.functional.cross_entropy(net(x), y, reduction="sum")
+
+    params = list(model.parameters())
+
+    def closure():
+        with torch.enable_grad():
+            value = loss(model)
+            return value.detach(), list(torch.autograd.grad(value, params))
+
+    sampler = SGHMC(lr=lr, alpha=1 - momentum)
+    state = sampler.init(params)
+    reference = torch.optim.SGD(twin.parameters(), lr=lr, momentum=momentum)
+    for _ in range(20):
+        sampler.step(state, closure, noise=False)
+        reference.zero_grad()
+        loss(twin).backward()
+        reference.step()
+    for ours, theirs in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(ours, theirs)
+
+
+@pytest.mark.parametrize(
+    "make", [lambda g, fe: SGLD(0.01, foreach=fe, generator=g),
+             lambda g, fe: SGHMC(0.01, alpha=0.2, foreach=fe, generator=g),
+             lambda g, fe: SGD(0.01, momentum=0.5, foreach=fe, generator=g)],
+    ids=["sgld", "sghmc", "sgd"],
+)
+def test_foreach_equals_loop(make):
+    torch.manual_seed(1)
+    shapes = [(3, 4), (4,), (2, 2, 2)]
+    a = [torch.randn(s) for s in shapes]
+    b = [p.clone() for p in a]
+    fast = make(torch.Generator().manual_seed(7), True)
+    slow = make(torch.Generator().manual_seed(7), False)
+    state_a, state_b = fast.init(a), slow.init(b)
+    for t in range(5):
+        fast.step(state_a, quadratic_closure(a), lr_scale=1 / (t + 1))
+        slow.step(state_b, quadratic_closure(b), lr_scale=1 / (t + 1))
+    for pa, pb in zip(a, b):
+        torch.testing.assert_close(pa, pb)
+
+
+def test_same_seed_same_chain_and_different_seed_differs():
+    def chain(seed):
+        params = two_params()
+        sampler = SGHMC(0.01, generator=torch.Generator().manual_seed(seed))
+        state = sampler.init(params)
+        for _ in range(10):
+            sampler.step(state, quadratic_closure(params))
+        return torch.cat([p.flatten() for p in params])
+
+    assert torch.equal(chain(0), chain(0))
+    assert not torch.equal(chain(0), chain(1))
+
+
+def test_noise_flag_switches_off_injected_noise():
+    params = two_params()
+    sampler = SGLD(0.01, generator=torch.Generator().manual_seed(0))
+    sampler.step(sampler.init(params), quadratic_closure(params), noise=False)
+    for got, p in zip(params, two_params()):
+        torch.testing.assert_close(got, p * (1 - 0.005))
+
+
+@pytest.mark.parametrize(
+    "build, key",
+    [(lambda: SGLD(lr=-1.0), "lr"), (lambda: SGHMC(lr=0.1, alpha=0.0), "alpha"),
+     (lambda: SGHMC(lr=0.0), "lr"), (lambda: SGD(lr=0.1, momentum=1.0), "momentum")],
+)
+def test_bad_hyperparameters_raise_value_error_naming_the_key(build, key):
+    with pytest.raises(ValueError, match=key):
+        build()
+
+
+def test_sgld_samples_a_gaussian():
+    """Small-step SGLD on U = ½θ²/σ² recovers the variance σ² (the target exp(-U))."""
+    sigma2 = 4.0
+    params = [torch.zeros(2000)]
+    sampler = SGLD(0.01, generator=torch.Generator().manual_seed(0))
+    state = sampler.init(params)
+    for _ in range(3000):
+        sampler.step(state, quadratic_closure(params, scale=1 / sigma2))
+    assert params[0].var().item() == pytest.approx(sigma2, rel=0.1)

@@ -1,0 +1,168 @@
+import math
+
+import pytest
+import torch
+
+from bdl.metrics import (
+    ClassificationAverage,
+    RegressionAverage,
+    accuracy,
+    agreement,
+    brier,
+    ece,
+    nll,
+    rmse,
+    total_variation,
+)
+
+PROBS = torch.tensor([[0.7, 0.2, 0.1], [0.1, 0.6, 0.3], [0.3, 0.3, 0.4]])
+LABELS = torch.tensor([0, 2, 2])
+
+
+def test_accuracy_nll_brier_by_hand():
+    assert accuracy(PROBS, LABELS) == pytest.approx(2 / 3)
+    assert nll(PROBS, LABELS) == pytest.approx(-(math.log(0.7) + math.log(0.3) + math.log(0.4)) / 3)
+    # (0.09 + 0.04 + 0.01) + (0.01 + 0.36 + 0.49) + (0.09 + 0.09 + 0.36)
+    assert brier(PROBS, LABELS) == pytest.approx(1.54 / 3)
+
+
+def test_nll_is_finite_for_zero_probability():
+    probs = torch.tensor([[1.0, 0.0], [0.5, 0.5]])
+    assert nll(probs, torch.tensor([1, 0])) == pytest.approx((-math.log(1e-12) + math.log(2)) / 2)
+
+
+def test_ece_by_hand():
+    # Two bins: (0, .5] holds conf 0.4 (correct); (.5, 1] holds 0.7 (correct) and 0.6 (wrong).
+    assert ece(PROBS, LABELS, bins=2) == pytest.approx(1 / 3 * 0.6 + 2 / 3 * 0.15)
+
+
+def test_ece_calibrated_and_overconfident():
+    probs = torch.tensor([[0.8, 0.2]]).repeat(10, 1)
+    labels = torch.tensor([0] * 8 + [1] * 2)
+    assert ece(probs, labels) == pytest.approx(0.0, abs=1e-6)
+    overconfident = torch.tensor([[0.99, 0.01]]).repeat(10, 1)
+    assert ece(overconfident, torch.tensor([0, 1] * 5)) == pytest.approx(0.49)
+    certain = torch.eye(3)
+    assert ece(certain, torch.arange(3)) == pytest.approx(0.0)
+
+
+def test_agreement_and_total_variation_by_hand():
+    probs = torch.tensor([[0.7, 0.3], [0.4, 0.6]])
+    ref = torch.tensor([[0.6, 0.4], [0.8, 0.2]])
+    assert agreement(probs, ref) == pytest.approx(0.5)
+    assert total_variation(probs, ref) == pytest.approx((0.1 + 0.4) / 2)
+
+
+def test_agreement_and_total_variation_identities():
+    torch.manual_seed(0)
+    p = torch.distributions.Dirichlet(torch.ones(5)).sample((50,))
+    q = torch.distributions.Dirichlet(torch.ones(5)).sample((50,))
+    assert agreement(p, p) == 1.0
+    assert total_variation(p, p) == 0.0
+    assert 0.0 <= total_variation(p, q) <= 1.0
+    assert total_variation(p, q) == pytest.approx(total_variation(q, p))
+    assert total_variation(torch.eye(3), torch.eye(3).roll(1, 0)) == pytest.approx(1.0)
+
+
+def test_reference_shape_mismatch_is_explained():
+    with pytest.raises(ValueError, match="test points"):
+        agreement(torch.full((4, 3), 1 / 3), torch.full((5, 3), 1 / 3))
+    with pytest.raises(ValueError, match="classes"):
+        total_variation(torch.full((4, 3), 1 / 3), torch.full((4, 2), 0.5))
+    with pytest.raises(ValueError, match="labels"):
+        accuracy(PROBS, torch.tensor([0, 1]))
+
+
+def test_rmse_by_hand():
+    assert rmse(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 4.0, 3.0])) == pytest.approx(
+        math.sqrt(4 / 3)
+    )
+
+
+def test_classification_average_matches_stacked_mean():
+    torch.manual_seed(1)
+    samples = [torch.distributions.Dirichlet(torch.ones(4)).sample((6,)) for _ in range(5)]
+    average = ClassificationAverage()
+    for s in samples:
+        average.update(s)
+    assert average.count == 5
+    expected = torch.stack(samples).double().mean(0)
+    torch.testing.assert_close(average.predictive(), expected)
+    labels = torch.randint(0, 4, (6,))
+    metrics = average.metrics(labels)
+    assert set(metrics) == {"test_accuracy", "test_nll", "test_ece", "test_brier"}
+    assert metrics["test_nll"] == pytest.approx(nll(expected, labels))
+    assert all(isinstance(v, float) for v in metrics.values())
+
+
+def test_averages_need_a_sample():
+    with pytest.raises(ValueError, match="no samples"):
+        ClassificationAverage().metrics(LABELS)
+    with pytest.raises(ValueError, match="no samples"):
+        RegressionAverage(torch.zeros(3)).metrics()
+
+
+def _normal_pdf(y, mean, var):
+    return math.exp(-0.5 * (y - mean) ** 2 / var) / math.sqrt(2 * math.pi * var)
+
+
+def test_regression_average_single_sample_is_gaussian_in_original_units():
+    # Standardised target 1.0 with mean 10, std 2 is 12; predicted N(0.5, 0.25) is N(11, 1).
+    average = RegressionAverage(torch.tensor([1.0]), target_mean=10.0, target_std=2.0)
+    average.update(torch.tensor([[0.5, 0.25]]))
+    torch.testing.assert_close(
+        average.predictive(), torch.tensor([[11.0, 1.0]], dtype=torch.float64)
+    )
+    metrics = average.metrics()
+    assert metrics["test_rmse"] == pytest.approx(1.0)
+    assert metrics["test_ll"] == pytest.approx(-0.5 * math.log(2 * math.pi) - 0.5)
+    # Same prediction scored in standardised units differs by exactly log(std).
+    standardised = RegressionAverage(torch.tensor([1.0]))
+    standardised.update(torch.tensor([[0.5, 0.25]]))
+    assert standardised.metrics()["test_ll"] - math.log(2.0) == pytest.approx(metrics["test_ll"])
+
+
+def test_regression_average_two_samples_is_mixture():
+    y = torch.tensor([0.0, 1.0, -2.0])
+    samples = [
+        torch.tensor([[0.1, 0.5], [0.8, 1.0], [-1.0, 0.3]]),
+        torch.tensor([[-0.3, 0.2], [1.5, 0.4], [-2.5, 2.0]]),
+    ]
+    average = RegressionAverage(y, target_mean=3.0, target_std=0.5)
+    for s in samples:
+        average.update(s)
+    assert average.count == 2
+    lls, means, variances, targets = [], [], [], []
+    for i in range(3):
+        mu = [float(s[i, 0]) * 0.5 + 3.0 for s in samples]
+        var = [float(s[i, 1]) * 0.25 for s in samples]
+        t = float(y[i]) * 0.5 + 3.0
+        lls.append(math.log(sum(_normal_pdf(t, m, v) for m, v in zip(mu, var, strict=True)) / 2))
+        means.append(sum(mu) / 2)
+        variances.append(sum(var) / 2 + sum((m - means[-1]) ** 2 for m in mu) / 2)
+        targets.append(t)
+    expected = torch.tensor([means, variances], dtype=torch.float64).T
+    torch.testing.assert_close(average.predictive(), expected)
+    metrics = average.metrics(y)
+    assert metrics["test_ll"] == pytest.approx(sum(lls) / 3)
+    assert metrics["test_rmse"] == pytest.approx(
+        math.sqrt(sum((m - t) ** 2 for m, t in zip(means, targets, strict=True)) / 3)
+    )
+
+
+def test_regression_average_log_likelihood_does_not_underflow():
+    # Densities ~exp(-5e5) underflow even in float64; the running log-sum-exp must not.
+    average = RegressionAverage(torch.tensor([0.0]))
+    average.update(torch.tensor([[10.0, 1e-4]]))
+    average.update(torch.tensor([[10.0, 1e-4]]))
+    expected = -0.5 * math.log(2 * math.pi * 1e-4) - 0.5 * 100 / 1e-4
+    assert average.metrics()["test_ll"] == pytest.approx(expected)
+
+
+def test_regression_average_rejects_other_targets():
+    average = RegressionAverage(torch.tensor([0.0, 1.0]))
+    average.update(torch.tensor([[0.0, 1.0], [1.0, 1.0]]))
+    with pytest.raises(ValueError, match="standardised"):
+        average.metrics(torch.tensor([5.0, 6.0]))
+    with pytest.raises(ValueError, match="shape"):
+        average.update(torch.zeros(3, 2))

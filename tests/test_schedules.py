@@ -1,0 +1,41 @@
+import math
+
+import pytest
+
+from bdl.schedules import Constant, Cyclical, Polynomial
+
+
+def test_constant_collects_every_thin_epochs_after_burn_in():
+    schedule = Constant(total_steps=100, steps_per_epoch=10)
+    assert schedule(57) == 1.0 and not schedule.explores(3)
+    kept = [e for e in range(10) if schedule.collects(e, burn_in=4, thin=2)]
+    assert kept == [5, 7, 9]
+
+
+def test_polynomial_is_welling_teh_decay():
+    schedule = Polynomial(total_steps=10_000, steps_per_epoch=100, b=100.0, gamma=0.55)
+    assert schedule(0) == 1.0
+    # a (b + t)^-γ divided by its value at t = 0
+    assert schedule(900) == pytest.approx((100 + 900) ** -0.55 / 100**-0.55)
+
+
+@pytest.mark.parametrize("gamma", [0.5, 1.2])
+def test_polynomial_rejects_gamma_outside_half_open_interval(gamma):
+    with pytest.raises(ValueError, match="gamma"):
+        Polynomial(100, 10, gamma=gamma)
+
+
+def test_cyclical_cosine_cycles_exploration_and_collection():
+    schedule = Cyclical(total_steps=400, steps_per_epoch=10, cycles=4, exploration=0.5)
+    assert schedule.cycle_length == 100
+    assert schedule(0) == 1.0 and schedule(100) == 1.0
+    assert schedule(50) == pytest.approx(0.5 * (math.cos(math.pi * 0.5) + 1))
+    assert schedule.explores(49) and not schedule.explores(50)
+    kept = [e for e in range(40) if schedule.collects(e, burn_in=0, thin=1)]
+    assert kept == [9, 19, 29, 39]  # the last epoch of each cycle
+    assert [e for e in range(40) if schedule.collects(e, burn_in=15, thin=1)] == [19, 29, 39]
+
+
+def test_cyclical_keeps_several_samples_per_cycle():
+    schedule = Cyclical(400, 10, cycles=2, exploration=0.5, samples_per_cycle=3)
+    assert [e for e in range(40) if schedule.collects(e, 0, 1)] == [17, 18, 19, 37, 38, 39]
