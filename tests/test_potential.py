@@ -19,7 +19,9 @@ def test_minibatch_estimate_scales_likelihood_by_n_over_batch_and_divides_by_t()
     x, y = torch.randn(10, 3), torch.randint(0, 2, (10,))
     nll = torch.nn.functional.cross_entropy(potential.model(x), y, reduction="sum")
     params = torch.cat([p.flatten() for p in potential.model.parameters()])
-    neg_log_prior = 0.5 * params.square().sum() / 4 + 0.5 * params.numel() * math.log(2 * math.pi * 4)
+    neg_log_prior = 0.5 * params.square().sum() / 4 + 0.5 * params.numel() * math.log(
+        2 * math.pi * 4
+    )
     expected = (1000 / 10 * nll + neg_log_prior) / 0.5
     value, grads = potential.closure(x, y)()
     assert value.item() == pytest.approx(expected.item(), rel=1e-5)
@@ -32,9 +34,7 @@ def test_full_closure_equals_one_big_batch_in_float64():
     potential = make_potential(num_data=30)
     x, y = torch.randn(30, 3), torch.randint(0, 2, (30,))
     whole, whole_grads = potential.closure(x, y)()
-    chunked, chunked_grads = potential.full_closure(
-        lambda: zip(x.split(7), y.split(7))
-    )()
+    chunked, chunked_grads = potential.full_closure(lambda: zip(x.split(7), y.split(7)))()
     assert chunked.dtype == torch.float64
     assert chunked.item() == pytest.approx(whole.item(), rel=1e-6)
     for a, b in zip(whole_grads, chunked_grads):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 
 import hydra
@@ -15,8 +14,6 @@ from bdl.data import DataError
 from bdl.run import DivergedError, run
 from bdl.store import StoreError
 
-log = logging.getLogger("bdl")
-
 # Mistakes a user can make: reported as one line, without a traceback.
 USER_ERRORS = (ValueError, DataError, StoreError, DivergedError, InstantiationException)
 
@@ -26,7 +23,8 @@ def _app(cfg: DictConfig) -> float | None:
     try:
         metrics = run(cfg, HydraConfig.get().runtime.output_dir)
     except USER_ERRORS as error:
-        log.error("%s", error)
+        if isinstance(error, InstantiationException) and isinstance(error.__cause__, USER_ERRORS):
+            error = error.__cause__  # the constructor's own message names the key
         # SystemExit passes through Hydra's error handler, which would print a stack trace.
         raise SystemExit(f"bdl-run: error: {error}") from None
     headline = metrics.get("test_accuracy", metrics.get("test_rmse"))

@@ -73,8 +73,11 @@ def validate(cfg: Any) -> None:
         ("thin", cfg.thin >= 1, "thin=1 or more epochs"),
         ("temperature", cfg.temperature > 0, "a positive temperature (1 = Bayes posterior)"),
         ("log_every", cfg.log_every >= 1, "log_every=1 or more epochs"),
-        ("wandb.mode", cfg.wandb.mode in ("disabled", "offline", "online"),
-         "wandb.mode=disabled, offline or online"),
+        (
+            "wandb.mode",
+            cfg.wandb.mode in ("disabled", "offline", "online"),
+            "wandb.mode=disabled, offline or online",
+        ),
     ]
     for key, ok, fix in checks:
         if not ok:

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 
 class Categorical(nn.Module):
-    """Softmax classification: :math:`\\log p(y\\mid x,\\theta) = \\log\\mathrm{softmax}(f(x))_y`."""
+    r"""Softmax classification: :math:`\log p(y\mid x,\theta) = \log\mathrm{softmax}(f(x))_y`."""
 
     task = "classification"
 

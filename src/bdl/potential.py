@@ -68,7 +68,9 @@ class Potential:
         return lr_per_datum / self.num_data
 
     def log_prior(self) -> Tensor:
-        return self.prior.log_prob(dict(self.model.named_parameters())) + self.likelihood.log_prior()
+        return (
+            self.prior.log_prob(dict(self.model.named_parameters())) + self.likelihood.log_prior()
+        )
 
     def __call__(self, x: Tensor, y: Tensor) -> Tensor:
         """``U_T`` at the current parameters from the minibatch ``(x, y)``."""

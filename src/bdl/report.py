@@ -78,6 +78,7 @@ DEFAULT_EXCLUDE = (
     "*.num_workers",
     "wandb.*",
     "logger.*",
+    "log_every",
 )
 
 _IMPL_KEYS = ("_target_", "*._target_", "_partial_", "*._partial_")
@@ -126,6 +127,8 @@ def find_runs(paths: Iterable[str | Path]) -> list[Path]:
             here = Path(dirpath)
             if _is_run(here):
                 found.add(here.resolve())
+                # A run's sample store can hold thousands of files and never a run.
+                dirnames[:] = [d for d in dirnames if d != "samples"]
     return sorted(found, key=_natural_key)
 
 
@@ -234,8 +237,10 @@ def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
     """One row per run below ``paths``: choice columns, flattened config, metrics, ``run_dir``.
 
     Runs whose files cannot be read are skipped with a :class:`RunSkippedWarning` (a sweep with
-    one crashed job should still be reportable). Which columns are metrics, config keys and
-    Hydra choices is recorded in ``df.attrs`` for :func:`varying_keys` and :func:`summarize`.
+    one crashed job should still be reportable). A config key named like a metric (``epochs``
+    is both) becomes ``config.<key>`` so that neither hides the other. Which columns are
+    metrics, config keys and Hydra choices is recorded in ``df.attrs`` for
+    :func:`varying_keys` and :func:`summarize`.
     """
 
     def warn(message: str) -> None:
@@ -292,22 +297,33 @@ def varying_keys(df: pd.DataFrame, exclude: Iterable[str] = DEFAULT_EXCLUDE) -> 
     ]
 
 
+def _constant_within(df: pd.DataFrame, group_keys: list[str], key: str) -> bool:
+    return bool(
+        df.groupby(group_keys, dropna=False, sort=False)[key].nunique(dropna=False).max() <= 1
+    )
+
+
 def _default_by(df: pd.DataFrame) -> list[str]:
-    """Varying keys minus seed, less keys implied by the choice (or ``_target_``) columns.
+    """Varying keys minus seed, less keys implied by the choices or by the seed.
 
     Two samplers come with different default hyper-parameters; listing every one of them as a
-    column would split nothing further and only widen the table. A key swept *within* a choice
-    still varies inside its groups and is kept.
+    column would split nothing further and only widen the table, so keys constant within each
+    choice (or ``_target_``) group go. Likewise a key that only follows the seed (a run name
+    like ``sghmc-3``) would put every seed in a group of its own, so when seeds are reused
+    across runs, keys constant within each (choice, seed) group go too. A key swept *within*
+    those groups still varies inside them and is kept.
     """
     keys = [k for k in varying_keys(df) if k != "seed"]
     choices = set(_choice_columns(df))
     primary = [k for k in keys if k in choices] or [
         k for k in keys if k == "_target_" or str(k).endswith("._target_")
     ]
-    if not primary:
-        return keys
-    groups = df.groupby(primary, dropna=False, sort=False)
-    return [k for k in keys if k in primary or groups[k].nunique(dropna=False).max() > 1]
+    if primary:
+        keys = [k for k in keys if k in primary or not _constant_within(df, primary, k)]
+    if "seed" in df.columns and df["seed"].nunique(dropna=False) < len(df):
+        replicate = [*primary, "seed"]
+        keys = [k for k in keys if k in primary or not _constant_within(df, replicate, k)]
+    return keys
 
 
 def summarize(
@@ -486,6 +502,12 @@ def main(argv: list[str] | None = None) -> int:
             _err(f"unknown metric(s) {', '.join(unknown)}; available: {', '.join(metric_cols)}")
             return 2
     if args.by:
+        # A config key that shares its name with a metric (``epochs``) is stored as
+        # ``config.<key>``; grouping by the plain name means the config key.
+        args.by = [
+            f"config.{k}" if k in metric_cols and f"config.{k}" in df.columns else k
+            for k in args.by
+        ]
         unknown = [k for k in args.by if k not in df.columns or k == "run_dir"]
         if unknown:
             keys = [c for c in df.columns if c not in metric_cols and c != "run_dir"]

@@ -145,7 +145,9 @@ class Run:
         return state, total
 
     def _collect(self, epoch: int) -> None:
-        self.average.update(predict(self.potential.model, self.potential.likelihood, self.x_test).cpu())
+        self.average.update(
+            predict(self.potential.model, self.potential.likelihood, self.x_test).cpu()
+        )
         self.store.add(named_parameters(self.potential), epoch=epoch)
 
     def execute(self) -> dict[str, float]:
@@ -163,9 +165,10 @@ class Run:
                 mean_potential = total.item() / self.steps_per_epoch
                 if not math.isfinite(mean_potential):
                     raise DivergedError(
-                        f"the chain diverged in epoch {epoch + 1} (U = {mean_potential}); the "
-                        f"{len(self.store)} samples taken before are kept in {self.store.directory}. "
-                        "Lower sampler.lr or raise the friction (sampler.alpha)."
+                        f"the chain diverged in epoch {epoch + 1} (U = {mean_potential}); "
+                        f"the {len(self.store)} samples taken before are kept in "
+                        f"{self.store.directory}. Lower sampler.lr or raise the friction "
+                        "(sampler.alpha)."
                     )
                 if self.sampler.injects_noise and self.schedule.collects(
                     epoch, cfg.burn_in, cfg.thin

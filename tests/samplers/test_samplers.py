@@ -24,7 +24,9 @@ def two_params():
 
 def draws(seed, params):
     """The standard normals a sampler seeded with `seed` will draw for `params`."""
-    flat = torch.randn(sum(p.numel() for p in params), generator=torch.Generator().manual_seed(seed))
+    flat = torch.randn(
+        sum(p.numel() for p in params), generator=torch.Generator().manual_seed(seed)
+    )
     return [z.view_as(p) for z, p in zip(flat.split([p.numel() for p in params]), params)]
 
 
@@ -95,9 +97,12 @@ def test_noise_free_sghmc_is_torch_sgd_with_momentum(momentum):
 
 
 @pytest.mark.parametrize(
-    "make", [lambda g, fe: SGLD(0.01, foreach=fe, generator=g),
-             lambda g, fe: SGHMC(0.01, alpha=0.2, foreach=fe, generator=g),
-             lambda g, fe: SGD(0.01, momentum=0.5, foreach=fe, generator=g)],
+    "make",
+    [
+        lambda g, fe: SGLD(0.01, foreach=fe, generator=g),
+        lambda g, fe: SGHMC(0.01, alpha=0.2, foreach=fe, generator=g),
+        lambda g, fe: SGD(0.01, momentum=0.5, foreach=fe, generator=g),
+    ],
     ids=["sgld", "sghmc", "sgd"],
 )
 def test_foreach_equals_loop(make):
@@ -138,8 +143,12 @@ def test_noise_flag_switches_off_injected_noise():
 
 @pytest.mark.parametrize(
     "build, key",
-    [(lambda: SGLD(lr=-1.0), "lr"), (lambda: SGHMC(lr=0.1, alpha=0.0), "alpha"),
-     (lambda: SGHMC(lr=0.0), "lr"), (lambda: SGD(lr=0.1, momentum=1.0), "momentum")],
+    [
+        (lambda: SGLD(lr=-1.0), "lr"),
+        (lambda: SGHMC(lr=0.1, alpha=0.0), "alpha"),
+        (lambda: SGHMC(lr=0.0), "lr"),
+        (lambda: SGD(lr=0.1, momentum=1.0), "momentum"),
+    ],
 )
 def test_bad_hyperparameters_raise_value_error_naming_the_key(build, key):
     with pytest.raises(ValueError, match=key):

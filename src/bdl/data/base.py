@@ -128,3 +128,11 @@ def same_path(a: Path, b: Path) -> bool:
         return a.resolve() == b.resolve()
     except OSError:
         return False
+
+
+def cause_summary(err: BaseException) -> str:
+    """The first line of an underlying error, minus torchvision's advice to pass download=True
+    (our users set ``dataset.download`` instead, which the DataError message already says)."""
+    text = str(err).strip()
+    line = text.splitlines()[0] if text else type(err).__name__
+    return line.split(" You can use download=True")[0].rstrip(". ") or type(err).__name__

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torchvision.datasets import CIFAR10
 
-from .base import DataError, Dataset, cache_dir, data_root, same_path
+from .base import DataError, Dataset, cache_dir, cause_summary, data_root, same_path
 
 __all__ = ["MEAN", "STD", "load"]
 
@@ -79,18 +79,18 @@ def _locate(root: Path, download: bool) -> tuple[Path, bool]:
 
 
 def _error_message(root: Path, where: Path, cause: BaseException) -> str:
-    text = str(cause).strip()
-    first_line = text.splitlines()[0] if text else type(cause).__name__
-    folder = where / CIFAR10.base_folder
+    in_root = root / CIFAR10.base_folder
+    in_cache = where / CIFAR10.base_folder
+    places = f"{in_root}/" if same_path(root, where) else f"{in_root}/ (or {in_cache}/)"
     msg = (
-        f"CIFAR-10 could not be loaded ({first_line}). Expected the files {', '.join(_FILES)} "
-        f"of the original python version in {folder}/, or the tarball {CIFAR10.filename} in "
-        f"{root}/. Put them there, or set BDL_DATA_DIR / dataset.root to a folder containing "
-        f"{CIFAR10.base_folder}/ or {CIFAR10.filename}, or allow dataset.download=true with "
-        "network access."
+        f"CIFAR-10 could not be loaded ({cause_summary(cause)}). Expected the files "
+        f"{', '.join(_FILES)} of the original python version in {places}, or the tarball "
+        f"{CIFAR10.filename} in {root}/. Put them there, or set BDL_DATA_DIR / dataset.root to "
+        f"a folder containing {CIFAR10.base_folder}/ or {CIFAR10.filename}, or allow "
+        "dataset.download=true with network access."
     )
-    if folder.is_dir() and not same_path(root, where):
-        msg += f" If {folder} is a damaged extraction, delete it so it is rebuilt."
+    if in_cache.is_dir() and not same_path(root, where):
+        msg += f" If {in_cache} is a damaged extraction, delete it so it is rebuilt."
     return msg
 
 

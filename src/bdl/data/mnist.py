@@ -9,6 +9,7 @@ parsing keeps us on the code path everybody else's MNIST numbers come from.
 
 from __future__ import annotations
 
+import numbers
 import os
 from pathlib import Path
 from urllib.error import URLError
@@ -17,7 +18,15 @@ import torch
 from torchvision.datasets import MNIST
 from torchvision.datasets.utils import check_integrity
 
-from .base import DataError, Dataset, cache_dir, copy_atomic, data_root, same_path
+from .base import (
+    DataError,
+    Dataset,
+    cache_dir,
+    cause_summary,
+    copy_atomic,
+    data_root,
+    same_path,
+)
 
 __all__ = ["load"]
 
@@ -32,9 +41,9 @@ def _stage(root: Path, download: bool) -> tuple[Path, bool, list[Path]]:
     """Pick the root torchvision should read and whether it may call its ``download()``.
 
     Returns ``(root_for_torchvision, download_flag, corrupt_sources)``. The download flag is
-    forced on when every archive is staged and md5-verified, because then torchvision's
-    "download" is only an offline extraction; that makes ``download=False`` work with a data
-    folder holding just the ``.gz`` files, which is the common offline setup.
+    forced on when torchvision's "download" would only be an offline extraction; that makes
+    ``download=False`` work with a data folder holding just the ``.gz`` files, which is the
+    common offline setup. Damaged sources are never staged, so fixing them fixes the next run.
     """
     raw = root / "MNIST" / "raw"
     if all((raw / _stem(name)).is_file() for name, _ in MNIST.resources):
@@ -44,10 +53,11 @@ def _stage(root: Path, download: bool) -> tuple[Path, bool, list[Path]]:
     cache = cache_dir()
     staged = cache / "MNIST" / "raw"
     corrupt: list[Path] = []
-    ready = True
+    all_extracted = all_archives = True
     for name, md5 in MNIST.resources:
         dst = staged / name
-        if (staged / _stem(name)).is_file() or check_integrity(str(dst), md5):
+        all_extracted &= (staged / _stem(name)).is_file()
+        if check_integrity(str(dst), md5):
             continue
         src = raw / name
         if src.is_file() and not same_path(src, dst):
@@ -63,17 +73,18 @@ def _stage(root: Path, download: bool) -> tuple[Path, bool, list[Path]]:
             corrupt.append(src)
         elif src.is_file():
             corrupt.append(src)
-        ready = False
-    return cache, (True if ready else download), corrupt
+        all_archives = False
+    # With every archive verified (or everything extracted) torchvision's download() needs no
+    # network, so it may run even when the caller asked for download=False.
+    return cache, (True if all_archives or all_extracted else download), corrupt
 
 
 def _error_message(root: Path, staged_root: Path, corrupt: list[Path], cause: BaseException) -> str:
     names = ", ".join(name for name, _ in MNIST.resources)
     raw = root / "MNIST" / "raw"
-    first_line = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
     msg = (
-        f"MNIST could not be loaded ({first_line}). Expected the original files {names} in "
-        f"{raw}/ (copies are staged and extracted in {staged_root / 'MNIST' / 'raw'}/)."
+        f"MNIST could not be loaded ({cause_summary(cause)}). Expected the original files "
+        f"{names} in {raw}/ (copies are staged and extracted in {staged_root / 'MNIST' / 'raw'}/)."
     )
     if corrupt:
         msg += " These failed torchvision's md5 check: " + ", ".join(map(str, corrupt)) + "."
@@ -94,7 +105,11 @@ def load(
     every run sees the same training set. Pixels are scaled to [0, 1] straight from ``.data``
     rather than through per-item transforms, which would be needlessly slow for full-batch use.
     """
-    if not isinstance(validation, int) or not 0 <= validation < NUM_TRAIN_TOTAL:
+    if (
+        isinstance(validation, bool)
+        or not isinstance(validation, numbers.Integral)
+        or not 0 <= validation < NUM_TRAIN_TOTAL
+    ):
         raise DataError(
             f"dataset.validation={validation!r} is invalid for MNIST: it must be an integer in "
             f"[0, {NUM_TRAIN_TOTAL}) (the number of training images held out)."
@@ -109,7 +124,7 @@ def load(
     except (RuntimeError, URLError, OSError, ValueError, EOFError) as err:
         raise DataError(_error_message(base, cache_dir(), corrupt, err)) from err
 
-    n = NUM_TRAIN_TOTAL - validation
+    n = NUM_TRAIN_TOTAL - int(validation)
     if x_all.shape[0] != NUM_TRAIN_TOTAL or tuple(x_all.shape[1:]) != (28, 28):
         raise DataError(
             f"MNIST training images in {where / 'MNIST' / 'raw'} have shape "

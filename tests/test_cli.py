@@ -1,0 +1,174 @@
+"""`bdl-run` and `bdl-report` as a user runs them: in a subprocess, from the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+TINY_MNIST = ["dataset.validation=59000", "epochs=3", "burn_in=1", "batch_size=100"]
+TINY_BOSTON = ["dataset=boston", "epochs=4", "burn_in=1", "thin=1"]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> dict[str, str]:
+    """The user's environment with every cache in a temporary folder, real data if present."""
+    if not os.environ.get("BDL_DATA_DIR"):
+        pytest.skip("needs real data: set BDL_DATA_DIR to a folder with MNIST/raw/ and uci/")
+    cache = tmp_path_factory.mktemp("cache")
+    return {
+        **os.environ,
+        "BDL_CACHE_DIR": str(cache),
+        "XDG_CACHE_HOME": str(cache),
+        "OMP_NUM_THREADS": "1",
+        "HYDRA_FULL_ERROR": "0",
+    }
+
+
+def bdl(*args: str, env: dict[str, str], cwd: Path, module: str = "bdl.cli"):
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_tiny_run_writes_every_output(env, tmp_path):
+    run_dir = tmp_path / "run"
+    result = bdl(*TINY_MNIST, f"hydra.run.dir={run_dir}", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    for key in [
+        "test_accuracy",
+        "test_nll",
+        "test_ece",
+        "test_brier",
+        "num_samples",
+        "epochs",
+        "grad_evals",
+        "wall_time_s",
+    ]:
+        assert key in metrics
+    assert metrics["num_samples"] == 2 and metrics["grad_evals"] == 30
+    assert metrics["test_accuracy"] > 0.5
+    assert (run_dir / ".hydra" / "config.yaml").is_file()
+    assert len((run_dir / "curve.csv").read_text().splitlines()) == 1 + 3
+    predictive = load_file(run_dir / "predictive.safetensors")
+    assert predictive["predictive"].shape == (10000, 10)
+    manifest = json.loads((run_dir / "samples" / "manifest.json").read_text())
+    assert [entry["epoch"] for entry in manifest] == [1, 2]
+    sample = load_file(run_dir / "samples" / manifest[0]["file"])
+    assert sample["layers.0.weight"].shape == (100, 784)
+
+
+def test_same_seed_same_samples_and_reference_metrics(env, tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    assert bdl(*TINY_MNIST, f"hydra.run.dir={first}", env=env, cwd=tmp_path).returncode == 0
+    result = bdl(
+        *TINY_MNIST, f"hydra.run.dir={second}", f"reference={first}", env=env, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    for name in ["sample_00000.safetensors", "sample_00001.safetensors"]:
+        a, b = load_file(first / "samples" / name), load_file(second / "samples" / name)
+        assert all((a[k] == b[k]).all() for k in a)
+    metrics = json.loads((second / "metrics.json").read_text())
+    assert metrics["agreement"] == 1.0 and metrics["total_variation"] < 1e-6
+
+
+def test_regression_run_reports_rmse_and_log_likelihood(env, tmp_path):
+    run_dir = tmp_path / "run"
+    result = bdl(*TINY_BOSTON, f"hydra.run.dir={run_dir}", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert {"test_rmse", "test_ll"} <= metrics.keys()
+    predictive = load_file(run_dir / "predictive.safetensors")
+    assert predictive["predictive"].shape == (51, 2)
+
+
+def test_multirun_then_report(env, tmp_path):
+    sweep = tmp_path / "sweep"
+    result = bdl(
+        "-m", *TINY_BOSTON, "sampler=sgd,sghmc", f"hydra.sweep.dir={sweep}", env=env, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    report = bdl(str(sweep), env=env, cwd=tmp_path, module="bdl.report")
+    assert report.returncode == 0, report.stderr
+    lines = [line for line in report.stdout.splitlines() if line.startswith("|")]
+    assert len(lines) == 4  # header, rule, sgd, sghmc
+    assert "sgd" in report.stdout and "sghmc" in report.stdout and "test_rmse" in report.stdout
+
+
+def test_wandb_offline_needs_no_account_or_network(env, tmp_path):
+    run_dir = tmp_path / "run"
+    offline = {**env, "WANDB_API_KEY": "", "WANDB_SILENT": "true"}
+    result = bdl(
+        *TINY_BOSTON, "wandb.mode=offline", f"hydra.run.dir={run_dir}", env=offline, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert list((run_dir / "wandb").glob("offline-run-*"))
+
+
+@pytest.mark.parametrize(
+    "override, named",
+    [
+        ("sampler=nope", "sampler"),
+        ("epochs=-1", "epochs"),
+        ("batch_size=0", "batch_size"),
+        ("seed=abc", "seed"),
+        ("device=tpu", "device"),
+        ("epoch=3", "epoch"),
+        ("sampler.lr=-0.1", "sampler.lr"),
+    ],
+)
+def test_bad_input_fails_with_one_message_and_no_traceback(env, tmp_path, override, named):
+    result = bdl(
+        *TINY_BOSTON[1:], override, f"hydra.run.dir={tmp_path / 'run'}", env=env, cwd=tmp_path
+    )
+    assert result.returncode != 0
+    assert named in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_bad_split_and_missing_data_name_the_fix(env, tmp_path):
+    result = bdl(
+        *TINY_BOSTON, "dataset.split=99", f"hydra.run.dir={tmp_path / 'a'}", env=env, cwd=tmp_path
+    )
+    assert result.returncode != 0 and "dataset.split" in result.stderr
+    assert "Traceback" not in result.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    fresh_cache = {**env, "BDL_CACHE_DIR": str(empty), "XDG_CACHE_HOME": str(empty)}
+    result = bdl(
+        *TINY_MNIST,
+        f"dataset.root={empty}",
+        "dataset.download=false",
+        f"hydra.run.dir={tmp_path / 'b'}",
+        env=fresh_cache,
+        cwd=tmp_path,
+    )
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "train-images-idx3-ubyte" in result.stderr and "BDL_DATA_DIR" in result.stderr
+
+
+def test_diverged_chain_stops_cleanly_and_keeps_what_was_written(env, tmp_path):
+    run_dir = tmp_path / "run"
+    result = bdl(
+        *TINY_BOSTON,
+        "epochs=30",
+        "sampler.lr=1e6",
+        f"hydra.run.dir={run_dir}",
+        env=env,
+        cwd=tmp_path,
+    )
+    assert result.returncode != 0
+    assert "diverged" in result.stderr and "sampler.lr" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert (run_dir / "curve.csv").is_file()

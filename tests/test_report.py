@@ -1,0 +1,260 @@
+"""bdl-report must find every run of a sweep, group by what was swept and average over seeds."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bdl.report import (
+    RunSkippedWarning,
+    find_runs,
+    load_runs,
+    main,
+    summarize,
+    to_markdown,
+    varying_keys,
+)
+
+SAMPLERS = {
+    "sghmc": ("bdl.samplers.sghmc.SGHMC", 0.1, {0: 0.90, 1: 0.92}),
+    "sgld": ("bdl.samplers.sgld.SGLD", 0.01, {0: 0.80, 1: 0.84}),
+}
+
+CONFIG = """\
+sampler:
+  _target_: {target}
+  _partial_: true
+  lr: {lr}
+dataset:
+  name: mnist
+  root: {root}
+model:
+  hidden: [64, 64]
+seed: {seed}
+epochs: 10
+out: ${{hydra:runtime.output_dir}}
+tag: ${{dataset.name}}-{seed}
+"""
+
+HYDRA = """\
+hydra:
+  run:
+    dir: outputs/${{now:%Y-%m-%d}}
+  job:
+    name: run
+  output_subdir: .hydra
+  runtime:
+    output_dir: {out}
+    choices:
+      sampler: {sampler}
+      dataset: mnist
+      hydra/env: default
+      hydra/callbacks: null
+"""
+
+
+def _write_run(directory: Path, sampler: str, seed: int, hydra_yaml: bool = True) -> None:
+    target, lr, accs = SAMPLERS[sampler]
+    (directory / ".hydra").mkdir(parents=True)
+    (directory / ".hydra" / "config.yaml").write_text(
+        CONFIG.format(target=target, lr=lr, root=directory / "data", seed=seed)
+    )
+    if hydra_yaml:
+        (directory / ".hydra" / "hydra.yaml").write_text(
+            HYDRA.format(out=directory, sampler=sampler)
+        )
+    metrics = {
+        "test_accuracy": accs[seed],
+        "test_nll": 0.5 + seed,
+        "num_samples": 10,
+        "epochs": 10,
+        "wall_time_s": 123456.0,
+    }
+    (directory / "metrics.json").write_text(json.dumps(metrics))
+
+
+@pytest.fixture
+def sweep(tmp_path) -> Path:
+    """A Hydra multirun tree: 2 samplers x 2 seeds, jobs 0..3 one level below the date dirs."""
+    root = tmp_path / "multirun"
+    job = 0
+    for sampler in SAMPLERS:
+        for seed in (0, 1):
+            _write_run(root / "2024-01-01" / "12-00-00" / str(job), sampler, seed)
+            job += 1
+    (root / "2024-01-01" / "12-00-00" / "multirun.yaml").write_text("{}\n")
+    return root
+
+
+def test_find_runs(sweep, tmp_path):
+    runs = find_runs([sweep])
+    assert [r.name for r in runs] == ["0", "1", "2", "3"]
+    assert all(r.is_absolute() for r in runs)
+    # Overlapping inputs are deduplicated; a metrics.json file stands for its run.
+    job0 = sweep / "2024-01-01" / "12-00-00" / "0"
+    assert find_runs([sweep, job0, job0 / "metrics.json", tmp_path / "missing"]) == runs
+
+
+def test_find_runs_sorts_numerically(tmp_path):
+    for job in (10, 2, 1):
+        _write_run(tmp_path / str(job), "sgld", 0)
+    assert [r.name for r in find_runs([tmp_path])] == ["1", "2", "10"]
+
+
+def test_load_runs(sweep):
+    df = load_runs([sweep])
+    assert len(df) == 4
+    assert df.columns[-1] == "run_dir"
+    assert list(df["sampler"]) == ["sghmc", "sghmc", "sgld", "sgld"]
+    assert list(df["dataset"]) == ["mnist"] * 4
+    assert "hydra/env" not in df.columns
+    assert df.loc[0, "sampler._target_"] == "bdl.samplers.sghmc.SGHMC"
+    assert df.loc[2, "sampler.lr"] == 0.01
+    assert df.loc[1, "seed"] == 1
+    assert df.loc[0, "model.hidden"] == "[64, 64]"
+    assert df.loc[1, "tag"] == "mnist-1"  # resolvable interpolations are resolved...
+    assert df.loc[0, "out"] == "${hydra:runtime.output_dir}"  # ...Hydra-only ones kept as text
+    assert df.loc[3, "test_accuracy"] == 0.84
+    assert df.loc[0, "epochs"] == 10 and df.loc[0, "config.epochs"] == 10  # no name clash
+
+
+def test_varying_keys(sweep):
+    df = load_runs([sweep])
+    keys = varying_keys(df)
+    # seed, dataset.root, out (its text is identical), _target_/_partial_ and metrics are no axes.
+    assert keys == ["sampler", "sampler.lr", "tag"]
+    assert "seed" in varying_keys(df, exclude=())
+
+
+def test_summarize(sweep):
+    summary = summarize(load_runs([sweep]))
+    # sampler.lr and tag are implied by the sampler choice or by the seed: not extra groups.
+    assert list(summary.columns[:2]) == ["sampler", "n_runs"]
+    summary = summary.set_index("sampler")
+    assert summary.loc["sghmc", "n_runs"] == 2
+    assert summary.loc["sghmc", "test_accuracy_mean"] == pytest.approx(0.91)
+    assert summary.loc["sghmc", "test_accuracy_std"] == pytest.approx(0.02 / math.sqrt(2))
+    assert summary.loc["sgld", "test_accuracy_mean"] == pytest.approx(0.82)
+    assert summary.loc["sgld", "test_nll_std"] == pytest.approx(math.sqrt(0.5))
+
+
+def test_summarize_explicit_groups(sweep):
+    df = load_runs([sweep])
+    per_run = summarize(df, by=["sampler", "seed"], metrics=["test_accuracy"])
+    assert len(per_run) == 4 and (per_run["n_runs"] == 1).all()
+    assert per_run["test_accuracy_std"].isna().all()
+    assert "test_nll_mean" not in per_run.columns
+    everything = summarize(df, by=[])
+    assert len(everything) == 1 and everything.loc[0, "n_runs"] == 4
+    with pytest.raises(ValueError, match="nope"):
+        summarize(df, by=["nope"])
+
+
+def test_target_grouping_without_hydra_choices(tmp_path):
+    for job, (sampler, seed) in enumerate([("sghmc", 0), ("sghmc", 1), ("sgld", 0)]):
+        _write_run(tmp_path / str(job), sampler, seed, hydra_yaml=False)
+    df = load_runs([tmp_path])
+    assert "sampler" not in df.columns
+    summary = summarize(df)
+    assert list(summary.columns[:2]) == ["sampler._target_", "n_runs"]
+    assert set(summary["sampler._target_"]) == {t for t, _, _ in SAMPLERS.values()}
+
+
+def test_markdown(sweep):
+    df = load_runs([sweep])
+    text = to_markdown(summarize(df))
+    lines = text.splitlines()
+    assert len(lines) == 4
+    assert lines[0].split("|")[1].strip() == "sampler"
+    assert [c.strip() for c in lines[0].strip("|").split("|")] == [
+        "sampler",
+        "n_runs",
+        "test_accuracy",
+        "test_nll",
+        "num_samples",
+        "epochs",
+        "wall_time_s",
+    ]
+    assert set(lines[1]) <= set("|-: ")
+    assert "0.91 ± 0.01414" in text
+    assert "123500 ± 0" in text and "e+" not in text  # 4 significant digits, no exponent
+    assert "sghmc" in lines[2] and "sgld" in lines[3]
+    # A group of one run shows its value alone.
+    single = to_markdown(summarize(df, by=["sampler", "seed"], metrics=["test_accuracy"]))
+    assert "|           0.9 |" in single and "±" not in single
+
+
+def test_markdown_escapes_pipes():
+    summary = pd.DataFrame({"name": ["a|b"], "n_runs": [1], "x_mean": [1.0], "x_std": [math.nan]})
+    text = to_markdown(summary)
+    assert r"a\|b" in text and text.splitlines()[0].count("|") == 4
+
+
+def test_broken_run_is_skipped(sweep):
+    (sweep / "2024-01-01" / "12-00-00" / "1" / "metrics.json").write_text("{trunc")
+    with pytest.warns(RunSkippedWarning, match="12-00-00/1"):
+        df = load_runs([sweep])
+    assert len(df) == 3
+
+
+def test_main_writes_csvs(sweep, capsys):
+    assert main([str(sweep)]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("| sampler")
+    assert "0.91 ± 0.01414" in out
+    runs = pd.read_csv(sweep / "report.csv")
+    summary = pd.read_csv(sweep / "report_summary.csv")
+    assert len(runs) == 4 and "run_dir" in runs.columns
+    assert list(summary["sampler"]) == ["sghmc", "sgld"]
+    assert "report.csv" in err
+
+
+def test_main_options(sweep, tmp_path, capsys):
+    target = tmp_path / "out" / "summary.csv"
+    code = main(
+        [str(sweep), "--by", "sampler", "seed", "--metrics", "test_nll", "--csv", str(target)]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "test_accuracy" not in out and "seed" in out
+    assert len(pd.read_csv(target)) == 4
+    assert (sweep / "report.csv").is_file()
+
+
+def test_main_by_config_key_named_like_a_metric(sweep, capsys):
+    assert main([str(sweep), "--by", "epochs"]) == 0
+    assert capsys.readouterr().out.startswith("| config.epochs | n_runs |")
+
+
+def test_sample_directories_are_not_searched(sweep):
+    job0 = sweep / "2024-01-01" / "12-00-00" / "0"
+    _write_run(job0 / "samples" / "decoy", "sgld", 0)
+    assert len(find_runs([sweep])) == 4
+
+
+def test_main_unknown_by_key(sweep, capsys):
+    assert main([str(sweep), "--by", "optimizer"]) == 2
+    err = capsys.readouterr().err
+    assert "optimizer" in err and "sampler.lr" in err and "Traceback" not in err
+
+
+def test_main_unknown_metric(sweep, capsys):
+    assert main([str(sweep), "--metrics", "test_rmse"]) == 2
+    assert "test_accuracy" in capsys.readouterr().err
+
+
+def test_main_no_runs(tmp_path, capsys):
+    assert main([str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert str(tmp_path) in err and "metrics.json" in err and ".hydra/config.yaml" in err
+    assert not (tmp_path / "report.csv").exists()
+
+
+def test_main_usage_error_returns_code(capsys):
+    assert main([]) == 2
+    assert "usage" in capsys.readouterr().err
