@@ -99,12 +99,13 @@ class Run:
         )
 
         self.batch_size = min(cfg.batch_size, data.num_train)
-        self.steps_per_epoch = data.num_train // self.batch_size
         self.data_generator = torch.Generator(to).manual_seed(cfg.seed)
         noise_generator = torch.Generator(to).manual_seed(cfg.seed + 1)
         self.sampler = instantiate(cfg.sampler)(
             lr=self.potential.step_size(cfg.sampler.lr), generator=noise_generator
         )
+        # A full-batch kernel (HMC) takes one step per epoch; batch_size is then its chunk size.
+        self.steps_per_epoch = 1 if self.sampler.full_batch else data.num_train // self.batch_size
         self.schedule = instantiate(cfg.schedule)(
             total_steps=cfg.epochs * self.steps_per_epoch, steps_per_epoch=self.steps_per_epoch
         )
@@ -124,22 +125,35 @@ class Run:
             self.device,
         )
 
-    def _epoch(self, epoch: int, state: Any) -> tuple[Any, Tensor]:
-        """One pass over the training data; returns the state and the summed potential."""
-        total = torch.zeros((), device=self.device)
+    def _train_chunks(self):
+        chunks = self.x_train.split(self.batch_size), self.y_train.split(self.batch_size)
+        return zip(*chunks, strict=True)
+
+    def _closures(self):
+        """One epoch's closures: one per random minibatch, or one full-data closure."""
+        if self.sampler.full_batch:
+            yield self.potential.full_closure(self._train_chunks)
+            return
         batches = minibatches(
             self.data.num_train, self.batch_size, self.data_generator, self.device
         )
-        for i, index in enumerate(batches):
+        for index in batches:
             x, y = self.x_train[index], self.y_train[index]
             if self.augment:
                 x = random_crop_flip(x, self.data_generator)
+            yield self.potential.closure(x, y)
+
+    def _epoch(self, epoch: int, state: Any) -> tuple[Any, Tensor]:
+        """One pass over the training data; returns the state and the summed potential."""
+        total = torch.zeros((), device=self.device, dtype=torch.float64)
+        for i, closure in enumerate(self._closures()):
             t = epoch * self.steps_per_epoch + i
             state = self.sampler.step(
                 state,
-                self.potential.closure(x, y),
+                closure,
                 lr_scale=self.schedule(t),
                 noise=not self.schedule.explores(t),
+                tune=epoch < self.cfg.burn_in,
             )
             total += state.info["potential"]
         return state, total
@@ -197,8 +211,8 @@ class Run:
                         if self.average.count
                         else "burn-in",
                     )
-        if not self.sampler.injects_noise:
-            self._collect(cfg.epochs - 1)  # optimisers report their final model
+        for _ in self.sampler.final_samples(state):
+            self._collect(cfg.epochs - 1)
         metrics = self._metrics(state, time.perf_counter() - start)
         if wandb_run is not None:
             wandb_run.summary.update(metrics)

@@ -13,7 +13,13 @@ share one interface:
 stochastic-gradient methods, the full-data potential for Metropolis-corrected ones (those set
 ``full_batch = True``; they may call it many times per step and restore rejected positions).
 ``lr_scale`` is the schedule's multiplier on the base step size at this step; ``noise=False``
-switches off injected noise (the exploration phase of cyclical schedules).
+switches off injected noise (the exploration phase of cyclical schedules); ``tune=True`` during
+burn-in lets a kernel adapt its own hyperparameters (HMC's step size, a noise estimate), and only
+then, so that the chain that is sampled afterwards is a fixed Markov kernel.
+
+After the last step the runner collects :meth:`Sampler.final_samples`: nothing for Markov chains
+(their samples are the states kept during the run), the final point for optimisers, draws from
+the fitted distribution for variational methods.
 
 Everything a kernel carries between steps (momenta, preconditioners, variational parameters)
 lives in ``state.buffers`` as lists of tensors shaped like ``params``; ``state.info`` holds
@@ -26,6 +32,7 @@ from its seed.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -53,7 +60,7 @@ class Sampler(ABC):
     """
 
     full_batch = False
-    injects_noise = True
+    injects_noise = True  # False: an optimiser, whose states are not posterior samples
 
     def __init__(
         self, lr: float, *, foreach: bool = True, generator: torch.Generator | None = None
@@ -69,7 +76,12 @@ class Sampler(ABC):
 
     @torch.no_grad()
     def step(
-        self, state: SamplerState, closure: Closure, lr_scale: float = 1.0, noise: bool = True
+        self,
+        state: SamplerState,
+        closure: Closure,
+        lr_scale: float = 1.0,
+        noise: bool = True,
+        tune: bool = False,
     ) -> SamplerState:
         potential, grads = closure()
         update = self._update_foreach if self.foreach else self._update_loop
@@ -78,6 +90,11 @@ class Sampler(ABC):
         state.step += 1
         state.info["potential"] = potential
         return state
+
+    def final_samples(self, state: SamplerState) -> Iterator[None]:
+        """Write each end-of-run sample into ``state.params`` in place and yield after each."""
+        if not self.injects_noise:
+            yield
 
     @abstractmethod
     def _update_foreach(
