@@ -70,6 +70,7 @@ class Sampler(ABC):
         self.lr = lr
         self.foreach = foreach
         self.generator = generator
+        self._noise_buffer: Tensor | None = None
 
     def init(self, params: list[Tensor]) -> SamplerState:
         return SamplerState(params=list(params))
@@ -110,10 +111,14 @@ class Sampler(ABC):
         """Standard normal draws shaped like ``tensors``, from one call to the generator.
 
         One flat draw split into views costs a single kernel launch however many tensors there
-        are, and gives the foreach and loop updates the very same noise.
+        are, and gives the foreach and loop updates the very same noise. The flat buffer is
+        reused across steps: a fresh allocation of that size costs the allocator page faults
+        that took longer than drawing the numbers.
         """
         numels = [t.numel() for t in tensors]
-        flat = torch.randn(
-            sum(numels), generator=self.generator, device=tensors[0].device, dtype=tensors[0].dtype
-        )
-        return [z.view_as(t) for z, t in zip(flat.split(numels), tensors, strict=True)]
+        total, like = sum(numels), tensors[0]
+        buffer = self._noise_buffer
+        if buffer is None or buffer.numel() != total or buffer.device != like.device:
+            buffer = self._noise_buffer = torch.empty(total, device=like.device, dtype=like.dtype)
+        buffer.normal_(generator=self.generator)
+        return [z.view_as(t) for z, t in zip(buffer.split(numels), tensors, strict=True)]
