@@ -86,6 +86,13 @@ class Run:
         self.x_train, self.y_train = data.x_train.to(to), data.y_train.to(to)
         self.x_test, self.y_test = data.x_test.to(to), data.y_test.to(to)
         self.augment = bool(cfg.dataset.get("augment", False))
+        expected = (data.x_test.shape[0], data.out_features)
+        if self.reference is not None and tuple(self.reference.shape) != expected:
+            raise ConfigError(
+                f"reference={cfg.reference} holds predictions of shape "
+                f"{tuple(self.reference.shape)}, but this test set needs {expected}: "
+                "point reference= at a run on the same dataset"
+            )
 
         model = instantiate(cfg.model)(input_shape=data.input_shape, out_features=data.out_features)
         if data.task == "classification":
