@@ -86,6 +86,8 @@ class Run:
         self.x_train, self.y_train = data.x_train.to(to), data.y_train.to(to)
         self.x_test, self.y_test = data.x_test.to(to), data.y_test.to(to)
         self.augment = bool(cfg.dataset.get("augment", False))
+        if self.reference is not None and data.task != "classification":
+            raise ConfigError("reference= compares class probabilities: classification only")
         expected = (data.x_test.shape[0], data.out_features)
         if self.reference is not None and tuple(self.reference.shape) != expected:
             raise ConfigError(
@@ -237,8 +239,6 @@ class Run:
         metrics = self.average.metrics(self.y_test.cpu())
         predictive = self.average.predictive()
         if self.reference is not None:
-            if self.data.task != "classification":
-                raise ConfigError("reference= compares class probabilities: classification only")
             metrics["agreement"] = agreement(predictive, self.reference)
             metrics["total_variation"] = total_variation(predictive, self.reference)
         metrics.update(
