@@ -32,8 +32,9 @@ from bdl.store import SampleStore, load_reference, save_predictive
 log = logging.getLogger("bdl")
 
 
-# Keys of the dataset configs read by the runner and the model configs, not by the loaders.
-RUNNER_DATASET_KEYS = ("mlp", "augment")
+# Keys of the dataset configs read by the runner and the model and prior configs, not by the
+# loaders.
+RUNNER_DATASET_KEYS = ("mlp", "augment", "prior_scale")
 
 
 class DivergedError(RuntimeError):
