@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 export BDL_DATA_DIR ?= $(abspath ../shared/data)
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-slow lint format bench reproduce-chen-mnist reproduce-uci-boston
+.PHONY: help install run test test-slow lint format bench reproduce-chen-mnist reproduce-uci-boston check \
+	reproduce-izmailov-mnist
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-22s %s\n", $$1, $$2}'
@@ -35,8 +36,10 @@ format: install ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff check --fix src tests scripts
 	$(BIN)/ruff format src tests scripts
 
-bench: install ## SGHMC epoch vs a bare PyTorch SGD-momentum loop on MNIST, same process
+bench: install ## bdl vs bare PyTorch, same process: SGHMC vs SGD-momentum epoch; BBB vs SGD step
 	$(BIN)/python scripts/bench.py
+	$(BIN)/python scripts/bench_bbb.py
+	$(BIN)/python scripts/bench_hmc.py
 
 reproduce-chen-mnist: install ## Chen et al. 2014 MNIST: SGD, SGD+momentum, SGLD, SGHMC x 2 seeds
 	$(BIN)/bdl-run -m experiment=chen2014_mnist sampler=sgd,sgd_momentum,sgld,sghmc seed=0,1 \
@@ -47,3 +50,18 @@ reproduce-uci-boston: install ## SGHMC on the 20 standard Boston splits
 	$(BIN)/bdl-run -m experiment=uci_sghmc dataset=boston \
 		dataset.split=$$(seq -s, 0 19) hydra.sweep.dir=multirun/uci_boston
 	$(BIN)/bdl-report multirun/uci_boston --by dataset sampler
+
+check: install ## bdl-check: every sampler against known posteriors (table, CSV, figures)
+	$(BIN)/bdl-check --out outputs/check
+
+IZMAILOV := multirun/izmailov_mnist
+reproduce-izmailov-mnist: install ## Izmailov et al.'s table shape on 5k MNIST: HMC vs SG-MCMC
+	OMP_NUM_THREADS=1 $(BIN)/bdl-run experiment=izmailov_mnist sampler=hmc epochs=150 burn_in=30 thin=1 \
+		batch_size=5000 hydra.run.dir=$(IZMAILOV)/hmc
+	OMP_NUM_THREADS=1 $(BIN)/bdl-run -m experiment=izmailov_mnist sampler=sgld,sghmc,psgld,sgd \
+		reference=$(abspath $(IZMAILOV))/hmc hydra.sweep.dir=$(IZMAILOV)/sg
+	OMP_NUM_THREADS=1 $(BIN)/bdl-run experiment=izmailov_mnist sampler=sghmc schedule=cyclical \
+		schedule.cycles=12 schedule.samples_per_cycle=3 reference=$(abspath $(IZMAILOV))/hmc \
+		hydra.run.dir=$(IZMAILOV)/csghmc
+	$(BIN)/bdl-report $(IZMAILOV) --by sampler schedule \
+		--metrics test_accuracy test_nll agreement total_variation accept_rate num_samples

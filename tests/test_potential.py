@@ -1,11 +1,16 @@
+import csv
 import math
 
 import pytest
 import torch
+from hydra import compose, initialize_config_module
 
+import bdl.config  # noqa: F401  (registers the root schema)
 from bdl.likelihoods import Categorical, Gaussian
-from bdl.potential import Potential
+from bdl.potential import MeanField, Potential, _LocalNoise
+from bdl.priors import GammaHierarchical, ScaleMixture
 from bdl.priors import Gaussian as GaussianPrior
+from bdl.run import run
 
 
 def make_potential(temperature=1.0, num_data=1000):
@@ -64,3 +69,185 @@ def test_gaussian_likelihood_and_its_precision_prior():
     assert fixed.predict(mean)[:, 1].tolist() == pytest.approx([0.25, 0.25])
     with pytest.raises(ValueError, match="noise_std"):
         Gaussian(noise_std=-1.0)
+
+
+# --- prior weight, Gibbs hooks and the variational (mean-field) closure -----------------------
+
+
+def test_prior_weight_scales_only_the_prior_term():
+    potential = make_potential(temperature=0.5)
+    x, y = torch.randn(10, 3), torch.randint(0, 2, (10,))
+    full, _ = potential.closure(x, y)()
+    none, _ = potential.closure(x, y, prior_weight=0.0)()
+    double, _ = potential.closure(x, y, prior_weight=2.0)()
+    prior_term = full - none
+    assert prior_term.item() == pytest.approx(-potential.log_prior().item() / 0.5, rel=1e-5)
+    assert (double - none).item() == pytest.approx(2 * prior_term.item(), rel=1e-5)
+
+
+def test_gibbs_step_resamples_prior_and_noise_precisions_and_traces_them():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    likelihood = Gaussian(gibbs=True)
+    potential = Potential(model, likelihood, GammaHierarchical(), num_data=20)
+    assert set(potential.hyperparameters()) == {
+        "precision/weight",
+        "precision/bias",
+        "noise_precision",
+    }
+    x, y = torch.randn(20, 3), torch.randn(20)
+    before = {k: v.clone() for k, v in potential.hyperparameters().items()}
+    potential.gibbs_step(torch.Generator().manual_seed(0), lambda: zip(x.split(8), y.split(8)))
+    after = potential.hyperparameters()
+    assert all(not torch.equal(before[k], after[k]) for k in before)
+    with pytest.raises(ValueError, match="training set"):
+        potential.gibbs_step(torch.Generator())
+
+
+def mlp_potential(prior, temperature=1.0, num_data=50, seed=0):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)
+    ).double()
+    return Potential(model, Categorical(), prior, num_data, temperature)
+
+
+def mean_field(potential, seed, **kwargs):
+    generator = torch.Generator().manual_seed(seed)
+    mean = [p.detach().clone() for p in potential.params]
+    std = [0.05 + 0.3 * torch.rand(p.shape, generator=generator, dtype=p.dtype) for p in mean]
+    return MeanField(mean, std, **kwargs)
+
+
+def estimates(closure, q, draws, seed):
+    """Monte Carlo draws of the closure's value and flattened gradient at ``q``."""
+    q.generator = torch.Generator().manual_seed(seed)
+    values, grads = [], []
+    for _ in range(draws):
+        value, grad = closure(q)
+        values.append(value)
+        grads.append(torch.cat([g.flatten() for g in grad]))
+    return torch.stack(values), torch.stack(grads)
+
+
+def assert_same_expectation(a, b, sigmas=4.5):
+    """Means of two independent Monte Carlo samples agree within ``sigmas`` standard errors."""
+    error = (a.var(0) / a.shape[0] + b.var(0) / b.shape[0]).sqrt() + 1e-12
+    z = (a.mean(0) - b.mean(0)).abs() / error
+    assert z.max().item() < sigmas, z.max().item()
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5])
+def test_closed_form_kl_matches_torch_and_its_gradient(temperature):
+    """Value at prior weight 1 minus prior weight 0 (same draws) is CE/T − H; at T = 1 the KL."""
+    potential = mlp_potential(GaussianPrior(0.8), temperature)
+    x, y = torch.randn(6, 4, dtype=torch.float64), torch.randint(0, 3, (6,))
+    q = mean_field(potential, seed=1, local_reparam=False)
+    mean = [m.clone().requires_grad_() for m in q.mean]
+    std = [s.clone().requires_grad_() for s in q.std]
+    prior = torch.distributions.Normal(0.0, torch.tensor(0.8, dtype=torch.float64))
+    cross_entropy = sum(
+        (
+            torch.distributions.Normal(m, s).entropy()
+            + torch.distributions.kl_divergence(torch.distributions.Normal(m, s), prior)
+        ).sum()
+        for m, s in zip(mean, std)
+    )
+    entropy = sum(torch.distributions.Normal(m, s).entropy().sum() for m, s in zip(mean, std))
+    expected = cross_entropy / temperature - entropy
+    expected_grads = torch.autograd.grad(expected, mean + std)
+    generator = torch.Generator()
+    (with_kl, grads), (without, grads_0) = (
+        potential.closure(x, y, weight)(MeanField(q.mean, q.std, generator.manual_seed(5), False))
+        for weight in (1.0, 0.0)
+    )
+    assert (with_kl - without).item() == pytest.approx(expected.item(), rel=1e-9)
+    for g, g0, e in zip(grads, grads_0, expected_grads):
+        torch.testing.assert_close(g - g0, e)
+
+
+def test_closed_form_kl_agrees_with_monte_carlo_kl_in_expectation():
+    potential = mlp_potential(GaussianPrior(0.8))
+    x, y = torch.randn(6, 4, dtype=torch.float64), torch.randint(0, 3, (6,))
+    closure = potential.closure(x, y)
+    analytic = estimates(closure, mean_field(potential, 1, local_reparam=False), 600, seed=2)
+    monte_carlo = estimates(
+        closure, mean_field(potential, 1, local_reparam=False, analytic_kl=False), 600, seed=3
+    )
+    for a, b in zip(analytic, monte_carlo):
+        assert_same_expectation(a, b)
+
+
+@pytest.mark.parametrize("prior", [GaussianPrior(0.8), ScaleMixture()], ids=["closed", "mc"])
+def test_local_reparameterisation_agrees_with_weight_draws_in_expectation(prior):
+    potential = mlp_potential(prior)
+    x, y = torch.randn(6, 4, dtype=torch.float64), torch.randint(0, 3, (6,))
+    closure = potential.closure(x, y)
+    local = estimates(closure, mean_field(potential, 1, local_reparam=True), 600, seed=2)
+    weights = estimates(closure, mean_field(potential, 1, local_reparam=False), 600, seed=3)
+    for a, b in zip(local, weights):
+        assert_same_expectation(a, b)
+    # the point of the trick: a smaller variance of the likelihood's gradient
+    assert local[1].var(0).sum() < weights[1].var(0).sum()
+
+
+def test_variational_closure_at_zero_variance_is_the_plain_potential():
+    potential = mlp_potential(GaussianPrior(0.8))
+    x, y = torch.randn(6, 4, dtype=torch.float64), torch.randint(0, 3, (6,))
+    plain, plain_grads = potential.closure(x, y, prior_weight=0.0)()
+    q = MeanField(
+        [p.detach() for p in potential.params],
+        [torch.full_like(p, 1e-12) for p in potential.params],
+        torch.Generator().manual_seed(0),
+    )
+    value, grads = potential.closure(x, y, prior_weight=0.0)(q)
+    assert value.item() == pytest.approx(plain.item(), rel=1e-9)
+    for g, p in zip(grads, plain_grads):
+        torch.testing.assert_close(g, p)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_local_reparameterisation_backward_is_the_derivative(bias):
+    generator = torch.Generator().manual_seed(0)
+
+    def draw(*shape):
+        return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+    x = draw(5, 4).requires_grad_()
+    std_weight = (0.1 + draw(3, 4).abs()).requires_grad_()
+    std_bias = (0.1 + draw(3).abs()).requires_grad_() if bias else None
+    noise = draw(5, 3)
+    inputs = (x, std_weight, std_bias, noise)
+    assert torch.autograd.gradcheck(lambda *a: _LocalNoise.apply(*a), inputs)
+
+
+def test_runner_gibbs_steps_in_any_sampler_are_traced(data_dir, isolated_cache, tmp_path):
+    overrides = [
+        f"dataset.root={data_dir}",
+        "dataset=boston",
+        "sampler=sgld",
+        "prior=ard",
+        "likelihood.gibbs=true",
+        "gibbs_every=3",
+        "epochs=3",
+        "burn_in=1",
+    ]
+    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+        cfg = compose("config", overrides=overrides)
+    run(cfg, tmp_path)
+    with (tmp_path / "curve.csv").open() as file:
+        rows = list(csv.DictReader(file))
+    columns = ["precision/layers.0.weight", "precision/layers.2.bias", "noise_precision"]
+    for column in columns:
+        values = [float(row[column]) for row in rows]
+        assert len(set(values)) == len(values) and all(v > 0 for v in values)
+
+
+def test_gibbs_sampled_noise_precision_is_not_a_parameter():
+    likelihood = Gaussian(gibbs=True)
+    assert list(likelihood.parameters()) == []
+    assert likelihood.log_prior().item() == 0.0
+    assert set(likelihood.hyperparameters()) == {"noise_precision"}
+    assert Gaussian(noise_std=0.5).hyperparameters() == {}
+    with pytest.raises(ValueError, match="noise_std"):
+        Gaussian(noise_std=0.5, gibbs=True)

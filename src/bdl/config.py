@@ -32,6 +32,7 @@ class LikelihoodConfig:
     noise_std: float | None = None
     prior_shape: float = 1.0
     prior_rate: float = 1.0
+    gibbs: bool = False  # resample the noise precision by Gibbs steps instead of with the sampler
 
 
 @dataclass
@@ -52,6 +53,12 @@ class RunConfig:
     temperature: float = 1.0
     reference: str | None = None  # run directory or probabilities file to compare against
     log_every: int = 10  # epochs between progress lines
+    # sampler steps between Gibbs updates of the hyperparameters (Gamma-distributed precisions of
+    # the prior and of the regression noise); None: once per epoch, at its end
+    gibbs_every: int | None = None
+    init_from: str | None = None  # run directory whose last sample is the starting point
+    pruning: bool = False  # write the signal-to-noise pruning curve (pruning.csv, pruning.png)
+    pruning_samples: int = 10  # samples in the pruning curve's model average (bounds its cost)
     likelihood: LikelihoodConfig = field(default_factory=LikelihoodConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     dataset: Any = None
@@ -73,6 +80,12 @@ def validate(cfg: Any) -> None:
         ("thin", cfg.thin >= 1, "thin=1 or more epochs"),
         ("temperature", cfg.temperature > 0, "a positive temperature (1 = Bayes posterior)"),
         ("log_every", cfg.log_every >= 1, "log_every=1 or more epochs"),
+        (
+            "gibbs_every",
+            cfg.gibbs_every is None or cfg.gibbs_every >= 1,
+            "gibbs_every=1 or more steps, or null for once per epoch",
+        ),
+        ("pruning_samples", cfg.pruning_samples >= 1, "pruning_samples=1 or more"),
         (
             "wandb.mode",
             cfg.wandb.mode in ("disabled", "offline", "online"),

@@ -2,19 +2,45 @@ r"""Likelihoods :math:`\log p(y \mid f(x), \phi)`, summed over a batch.
 
 Each is an ``nn.Module`` whose parameters :math:`\phi` (if any) are sampled with the network's,
 and whose ``log_prior`` is :math:`\log p(\phi)`. ``predict`` turns network outputs into the
-predictive distribution of one posterior sample.
+predictive distribution of one posterior sample. A likelihood whose hyperparameters have a
+conjugate conditional (the Gaussian's noise precision) may instead resample them by Gibbs steps
+(:meth:`Likelihood.gibbs_step`), which :meth:`bdl.potential.Potential.gibbs_step` drives with the
+network's outputs on the whole training set.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 
-class Categorical(nn.Module):
+class Likelihood(nn.Module):
+    """Base class: no hyperparameters of its own unless a subclass says so."""
+
+    task: str
+    gibbs = False  # True: gibbs_step needs a pass over the training set
+
+    def log_prior(self) -> Tensor:
+        return torch.zeros(())
+
+    def gibbs_step(
+        self,
+        outputs: Iterable[tuple[Tensor, Tensor]],
+        generator: torch.Generator,
+        temperature: float = 1.0,
+    ) -> None:
+        """Resample the hyperparameters given ``(f(x), y)`` chunks of the whole training set."""
+
+    def hyperparameters(self) -> dict[str, Tensor]:
+        """Current hyperparameter values by trace name (extra columns of ``curve.csv``)."""
+        return {}
+
+
+class Categorical(Likelihood):
     r"""Softmax classification: :math:`\log p(y\mid x,\theta) = \log\mathrm{softmax}(f(x))_y`."""
 
     task = "classification"
@@ -22,20 +48,27 @@ class Categorical(nn.Module):
     def forward(self, logits: Tensor, y: Tensor) -> Tensor:
         return -F.cross_entropy(logits, y, reduction="sum")
 
-    def log_prior(self) -> Tensor:
-        return torch.zeros(())
-
     def predict(self, logits: Tensor) -> Tensor:
         """Class probabilities, shape ``(n, classes)``."""
         return logits.softmax(-1)
 
 
-class Gaussian(nn.Module):
+class Gaussian(Likelihood):
     r"""Regression :math:`y \sim \mathcal{N}(f(x), \tau^{-1})` with noise precision :math:`\tau`.
 
-    With ``noise_std`` set, :math:`\tau = 1/\sigma^2` is fixed. Otherwise :math:`s = \log\tau` is
-    a parameter sampled with the network, with prior :math:`\tau \sim \mathrm{Gamma}(a, b)`
-    (shape, rate), i.e. :math:`\log p(s) = a s - b e^{s} + \mathrm{const}` including the Jacobian.
+    With ``noise_std`` set, :math:`\tau = 1/\sigma^2` is fixed. Otherwise :math:`\tau` has the prior
+    :math:`\mathrm{Gamma}(a, b)` (shape, rate; seed 004: "σ₀ ~ Gamma") and is sampled in one of two
+    ways:
+
+    - by default :math:`s = \log\tau` is a parameter moved by the sampler with the network, with
+      :math:`\log p(s) = a s - b e^{s} + \mathrm{const}` including the Jacobian;
+    - with ``gibbs=True`` it is resampled from its conjugate conditional given the residuals
+      :math:`r_i = y_i - f(x_i)` of all :math:`N` training points (as the weight precisions of
+      :class:`bdl.priors.GammaHierarchical`; at temperature :math:`T`, shape and rate as there),
+
+      .. math:: \tau \mid \theta, \mathcal{D} \sim
+                \mathrm{Gamma}\big(a + N/2,\ b + \textstyle\sum_i r_i^2/2\big).
+
     Targets are in standardised units, so the default Gamma(1, 1) puts the noise near the targets'
     own scale.
     """
@@ -43,18 +76,29 @@ class Gaussian(nn.Module):
     task = "regression"
 
     def __init__(
-        self, noise_std: float | None = None, prior_shape: float = 1.0, prior_rate: float = 1.0
+        self,
+        noise_std: float | None = None,
+        prior_shape: float = 1.0,
+        prior_rate: float = 1.0,
+        gibbs: bool = False,
     ) -> None:
         super().__init__()
         if noise_std is not None and not noise_std > 0:
             raise ValueError(f"likelihood.noise_std must be positive, got {noise_std}")
         if not (prior_shape > 0 and prior_rate > 0):
             raise ValueError("likelihood.prior_shape and likelihood.prior_rate must be positive")
+        if gibbs and noise_std is not None:
+            raise ValueError(
+                "likelihood.gibbs=true resamples the noise precision, so it needs "
+                f"likelihood.noise_std=null (got {noise_std})"
+            )
         self.prior_shape = prior_shape
         self.prior_rate = prior_rate
+        self.gibbs = gibbs
+        self.sampled = noise_std is None
         initial = -2 * math.log(noise_std) if noise_std is not None else 0.0
         log_precision = torch.tensor(initial)
-        if noise_std is None:
+        if self.sampled and not gibbs:
             self.log_precision = nn.Parameter(log_precision)
         else:
             self.register_buffer("log_precision", log_precision)
@@ -69,6 +113,28 @@ class Gaussian(nn.Module):
             return torch.zeros(())
         s = self.log_precision
         return self.prior_shape * s - self.prior_rate * s.exp()
+
+    @torch.no_grad()
+    def gibbs_step(
+        self,
+        outputs: Iterable[tuple[Tensor, Tensor]],
+        generator: torch.Generator,
+        temperature: float = 1.0,
+    ) -> None:
+        if not self.gibbs:
+            return
+        count, squares = 0, torch.zeros((), dtype=torch.float64, device=self.log_precision.device)
+        for mean, y in outputs:
+            count += y.shape[0]
+            squares += (y - mean.squeeze(-1)).double().square().sum()
+        shape = (self.prior_shape - 1 + 0.5 * count) / temperature + 1
+        rate = (self.prior_rate + 0.5 * squares) / temperature
+        concentration = torch.full_like(self.log_precision, shape)
+        tau = torch._standard_gamma(concentration, generator=generator) / rate
+        self.log_precision.copy_(tau.log())
+
+    def hyperparameters(self) -> dict[str, Tensor]:
+        return {"noise_precision": self.log_precision.detach().exp()} if self.sampled else {}
 
     def predict(self, mean: Tensor) -> Tensor:
         """Predictive mean and variance of one sample, shape ``(n, 2)``."""

@@ -1,42 +1,362 @@
 r"""Priors :math:`p(\theta)` over a network's named parameters.
 
-A prior is a ``torch.nn.Module``-free object with ``log_prob(params) -> Tensor``, where ``params``
-maps parameter names (``"layers.0.weight"``) to tensors; autograd supplies its gradient, so a new
-prior is one method.
+A prior maps parameter names (``"layers.0.weight"``) to tensors and returns ``log_prob(params)``;
+autograd through :class:`bdl.potential.Potential` supplies its gradient, so a new prior is one
+method. Seed 004 ("Bayesian deep learning: priors") lays out the families written here:
+
+- **per weight, per layer** — :class:`Gaussian`, :class:`Laplace`, :class:`StudentT` and
+  :class:`ScaleMixture` are i.i.d. over the elements of a tensor, with a scale that may differ per
+  layer (``layers``, fnmatch patterns on parameter names) and may shrink with the layer's fan-in
+  :math:`H` (``fan_in``: :math:`\sigma^2/H`, Neal's scaling under which a wide network tends to a
+  Gaussian process);
+- **hierarchical** — :class:`GammaHierarchical` puts a Gamma hyperprior on the precision of each
+  parameter tensor and :class:`ARD` on the precision of each input unit (MacKay's automatic
+  relevance determination). Their precisions are state of the prior, on the run's device, resampled
+  by the conjugate Gibbs step of seed 002 (:meth:`Prior.gibbs_step`) between the sampler's updates.
+
+Priors whose parameters are, given their hyperparameters, Gaussian say so through
+:meth:`Prior.gaussian_std`, which lets variational methods use the closed-form KL divergence.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from fnmatch import fnmatch
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
+
+__all__ = [
+    "ARD",
+    "ElementwisePrior",
+    "Gaussian",
+    "GammaHierarchical",
+    "Laplace",
+    "Prior",
+    "ScaleMixture",
+    "StudentT",
+]
 
 
 class Prior:
-    """Base class: ``log_prob`` of a dict of named parameters, up to an additive constant."""
+    """Base class: ``log_prob`` of a dict of named parameters, up to an additive constant.
 
-    def log_prob(self, params: dict[str, Tensor]) -> Tensor:
+    The hooks below default to a prior without hyperparameters: nothing to bind, resample or trace.
+    """
+
+    def bind(self, params: Mapping[str, Tensor]) -> None:
+        """Meet the model's named parameters once, before the first ``log_prob``: resolve per-layer
+        settings, check they name real parameters, and allocate hyperparameter state on their
+        device."""
+
+    def log_prob(self, params: Mapping[str, Tensor]) -> Tensor:
+        raise NotImplementedError
+
+    def gibbs_step(
+        self, params: Mapping[str, Tensor], generator: torch.Generator, temperature: float = 1.0
+    ) -> None:
+        """Resample the hyperparameters from their conditional given ``params`` (if any)."""
+
+    def hyperparameters(self) -> dict[str, Tensor]:
+        """Current hyperparameter values by trace name (the extra columns of ``curve.csv``)."""
+        return {}
+
+    def gaussian_std(self, name: str, param: Tensor) -> Tensor | float | None:
+        """If ``param`` is ``N(0, σ²)`` elementwise given the hyperparameters: σ, broadcastable
+        to ``param``; ``None`` otherwise."""
+        return None
+
+
+class ElementwisePrior(Prior):
+    r"""An i.i.d. location-scale prior :math:`p(\theta_j) = f(\theta_j / s) / s` on each tensor.
+
+    Args:
+        scale: the default scale :math:`s`.
+        layers: per-layer scales, ``{fnmatch pattern on the parameter name: scale}``; the first
+            matching pattern wins (e.g. ``{"*.bias": 10.0, "layers.4.*": 0.1}``).
+        fan_in: divide the scale of every weight tensor (two or more dimensions) by
+            :math:`\sqrt{H}`, :math:`H` the fan-in of its layer (input features times kernel
+            size), so that the variance is :math:`s^2/H` (seed 004, "Normal prior"; Neal 1996).
+            Biases keep :math:`s`: they feed one unit whatever the width.
+    """
+
+    def __init__(
+        self, scale: float = 1.0, layers: Mapping[str, float] | None = None, fan_in: bool = False
+    ) -> None:
+        if not scale > 0:
+            raise ValueError(f"prior.scale must be positive, got {scale}")
+        self.layers = {str(k): float(v) for k, v in (layers or {}).items()}
+        for pattern, value in self.layers.items():
+            if not value > 0:
+                raise ValueError(f"prior.layers[{pattern!r}] must be a positive scale, got {value}")
+        self.scale = scale
+        self.fan_in = fan_in
+        self._scales: dict[str, float] = {}
+
+    def bind(self, params: Mapping[str, Tensor]) -> None:
+        for pattern in self.layers:
+            if not any(fnmatch(name, pattern) for name in params):
+                raise ValueError(
+                    f"prior.layers pattern {pattern!r} matches no parameter; the parameters are "
+                    + ", ".join(params)
+                )
+        self._scales = {name: self.scale_of(name, p) for name, p in params.items()}
+
+    def scale_of(self, name: str, param: Tensor) -> float:
+        """The scale :math:`s` of the tensor ``name``: its layer's, over :math:`\\sqrt{H}`."""
+        if name in self._scales:
+            return self._scales[name]
+        scale = next((s for p, s in self.layers.items() if fnmatch(name, p)), self.scale)
+        if self.fan_in and param.ndim >= 2:
+            scale /= math.sqrt(math.prod(param.shape[1:]))
+        return scale
+
+    def log_prob(self, params: Mapping[str, Tensor]) -> Tensor:
+        return torch.stack(
+            [self.log_density(p, self.scale_of(name, p)).sum() for name, p in params.items()]
+        ).sum()
+
+    def log_density(self, theta: Tensor, scale: float) -> Tensor:
+        """Elementwise :math:`\\log p(\\theta_j)` at scale ``scale``."""
         raise NotImplementedError
 
 
-class Gaussian(Prior):
-    r"""Isotropic Gaussian :math:`\theta_j \sim \mathcal{N}(0, \sigma^2)` on every parameter.
+class Gaussian(ElementwisePrior):
+    r"""Gaussian :math:`\theta_j \sim \mathcal{N}(0, \sigma^2)`, ``scale`` :math:`= \sigma`.
 
     :math:`\log p(\theta) = -\lVert\theta\rVert^2 / 2\sigma^2 - \tfrac{D}{2}\log 2\pi\sigma^2`
-    (seed 000, §2.1, step 1). Its gradient :math:`-\theta/\sigma^2` is weight decay
+    per tensor (seed 000, §2.1, step 1). Its gradient :math:`-\theta/\sigma^2` is weight decay
     :math:`1/\sigma^2` on the scale of ``U`` (seed 001, "MAP as weight decay").
     """
 
-    def __init__(self, scale: float = 1.0) -> None:
-        if not scale > 0:
-            raise ValueError(f"prior scale must be positive, got {scale}")
-        self.scale = scale
+    def __init__(
+        self, scale: float = 1.0, layers: Mapping[str, float] | None = None, fan_in: bool = False
+    ) -> None:
+        super().__init__(scale, layers, fan_in)
+        self._cache: dict[tuple, tuple[Tensor, float]] = {}
 
-    def log_prob(self, params: dict[str, Tensor]) -> Tensor:
+    def log_prob(self, params: Mapping[str, Tensor]) -> Tensor:
+        # One fused norm over all tensors: this prior is evaluated at every step of every run.
         tensors = list(params.values())
-        squared_norm = torch.stack(torch._foreach_norm(tensors)).square().sum()
-        dim = sum(t.numel() for t in tensors)
-        return -0.5 * squared_norm / self.scale**2 - 0.5 * dim * math.log(
-            2 * math.pi * self.scale**2
+        squared = torch.stack(torch._foreach_norm(tensors)).square()
+        inverse, constant = self._terms(params, squared)
+        return -0.5 * (squared * inverse).sum() - 0.5 * constant
+
+    def _terms(self, params: Mapping[str, Tensor], like: Tensor) -> tuple[Tensor, float]:
+        """The precisions ``1/s²`` per tensor (as a tensor ``like``) and the normalising constant,
+        cached per layout."""
+        key = (like.dtype, like.device, *((name, p.shape) for name, p in params.items()))
+        if key not in self._cache:
+            variances = [self.scale_of(name, p) ** 2 for name, p in params.items()]
+            inverse = torch.tensor([1 / v for v in variances], dtype=like.dtype, device=like.device)
+            constant = sum(
+                p.numel() * math.log(2 * math.pi * v)
+                for p, v in zip(params.values(), variances, strict=True)
+            )
+            self._cache[key] = inverse, constant
+        return self._cache[key]
+
+    def log_density(self, theta: Tensor, scale: float) -> Tensor:
+        return -0.5 * (theta / scale).square() - 0.5 * math.log(2 * math.pi * scale**2)
+
+    def gaussian_std(self, name: str, param: Tensor) -> float:
+        return self.scale_of(name, param)
+
+
+class Laplace(ElementwisePrior):
+    r"""Laplace :math:`p(\theta_j) = e^{-|\theta_j|/b} / 2b`, ``scale`` :math:`= b`: the MAP is
+    L1-regularised (sparse) where the Gaussian's is L2 (seed 004, "On Bayesian classification
+    with Laplace priors")."""
+
+    def log_density(self, theta: Tensor, scale: float) -> Tensor:
+        return -theta.abs() / scale - math.log(2 * scale)
+
+
+class StudentT(ElementwisePrior):
+    r"""Student-t with ``df`` :math:`= \nu` degrees of freedom and scale :math:`s`, heavy-tailed:
+
+    .. math::
+
+        \log p(\theta_j) = \log\frac{\Gamma(\frac{\nu+1}{2})}{\Gamma(\frac{\nu}{2})\sqrt{\nu\pi}\,s}
+            - \frac{\nu+1}{2}\log\Big(1 + \frac{\theta_j^2}{\nu s^2}\Big),
+
+    the marginal of :math:`\theta_j \sim \mathcal{N}(0, \tau^2)` under the inverse-Gamma hyperprior
+    :math:`\tau^2 \sim \Gamma^{-1}(\nu/2, \nu s^2/2)` (seed 004, "Hierarchical priors").
+    """
+
+    def __init__(
+        self,
+        df: float = 3.0,
+        scale: float = 1.0,
+        layers: Mapping[str, float] | None = None,
+        fan_in: bool = False,
+    ) -> None:
+        super().__init__(scale, layers, fan_in)
+        if not df > 0:
+            raise ValueError(f"prior.df (degrees of freedom) must be positive, got {df}")
+        self.df = df
+
+    def log_density(self, theta: Tensor, scale: float) -> Tensor:
+        nu = self.df
+        normaliser = math.lgamma((nu + 1) / 2) - math.lgamma(nu / 2)
+        constant = normaliser - 0.5 * math.log(nu * math.pi * scale**2)
+        return constant - 0.5 * (nu + 1) * torch.log1p((theta / scale).square() / nu)
+
+
+class ScaleMixture(ElementwisePrior):
+    r"""Blundell et al. (2015)'s scale mixture of two Gaussians (seed 000, §2.2):
+
+    .. math::
+
+        p(\theta_j) = \pi\,\mathcal{N}(\theta_j; 0, \sigma_1^2) + (1 - \pi)\,\mathcal{N}(\theta_j;
+        0, \sigma_2^2),\qquad \sigma_1 > \sigma_2,\ \sigma_2 \ll 1,
+
+    a wide component that lets weights be large and a narrow one that pulls the rest to zero.
+    Following the paper, the widths are given as ``neg_log_sigma1`` :math:`= -\ln\sigma_1` and
+    ``neg_log_sigma2`` :math:`= -\ln\sigma_2` (natural logarithms; the paper searched
+    :math:`\{0, 1, 2\}` and :math:`\{6, 7, 8\}`, i.e. :math:`\sigma_1 = 1` and
+    :math:`\sigma_2 = e^{-6} \approx 0.0025` at the defaults). ``scale`` (and ``layers``,
+    ``fan_in``) multiply both widths.
+    """
+
+    def __init__(
+        self,
+        pi: float = 0.5,
+        neg_log_sigma1: float = 0.0,
+        neg_log_sigma2: float = 6.0,
+        scale: float = 1.0,
+        layers: Mapping[str, float] | None = None,
+        fan_in: bool = False,
+    ) -> None:
+        super().__init__(scale, layers, fan_in)
+        if not 0 < pi < 1:
+            raise ValueError(f"prior.pi (the wide component's weight) must be in (0, 1), got {pi}")
+        self.pi = pi
+        self.sigma1 = math.exp(-neg_log_sigma1)
+        self.sigma2 = math.exp(-neg_log_sigma2)
+
+    def log_density(self, theta: Tensor, scale: float) -> Tensor:
+        # log p = log c2 N2 + softplus(log c1 N1 - log c2 N2): the log-sum-exp of the two
+        # components in one softplus of a quadratic in θ, the cheapest form to differentiate
+        # (the Monte Carlo KL of Bayes by Backprop evaluates it on every weight at every step).
+        (log_c1, half_prec1), (log_c2, half_prec2) = (
+            (
+                math.log(weight) - 0.5 * math.log(2 * math.pi * (scale * sigma) ** 2),
+                0.5 / (scale * sigma) ** 2,
+            )
+            for weight, sigma in ((self.pi, self.sigma1), (1 - self.pi, self.sigma2))
         )
+        square = theta.square()
+        difference = square.mul(half_prec2 - half_prec1).add_(log_c1 - log_c2)
+        return F.softplus(difference).add_(square.mul_(-half_prec2)).add_(log_c2)
+
+
+class GammaHierarchical(Prior):
+    r"""Gaussian weights with a Gamma hyperprior on the precision of each parameter group:
+
+    .. math::
+
+        \theta_g \mid \lambda_g \sim \mathcal{N}(0, \lambda_g^{-1} I), \qquad
+        \lambda_g \sim \mathrm{Gamma}(\alpha, \beta)\ \ \text{(shape, rate)},
+
+    one group per parameter tensor, so each layer's weights and biases separately, as in Chen et
+    al. (2014)'s MNIST code (``hyperupdater = 'gibbs-sep'``; seed 002). ``log_prob`` is
+    :math:`\log p(\theta \mid \lambda)` at the current precisions; :meth:`gibbs_step` draws them
+    from their conjugate conditional (seed 002)
+
+    .. math::
+
+        \lambda_g \mid \theta_g \sim \mathrm{Gamma}\big(\alpha + n_g/2,\ \beta +
+        \lVert\theta_g\rVert^2/2\big),
+
+    :math:`n_g` the size of the group. At temperature :math:`T` the target is the joint density to
+    the power :math:`1/T`, whose conditional is Gamma with shape
+    :math:`(\alpha - 1 + n_g/2)/T + 1` and rate :math:`(\beta + \lVert\theta_g\rVert^2/2)/T`.
+
+    Args:
+        alpha, beta: the hyperprior's shape :math:`\alpha` and rate :math:`\beta` (Chen et al.:
+            Gamma(1, 1)).
+        precision: the initial :math:`\lambda` (Chen et al.'s initial weight decay 2·10⁻⁵ per datum
+            at N = 50 000 is :math:`\lambda = 1`).
+    """
+
+    def __init__(self, alpha: float = 1.0, beta: float = 1.0, precision: float = 1.0) -> None:
+        for key, value in (("alpha", alpha), ("beta", beta), ("precision", precision)):
+            if not value > 0:
+                raise ValueError(f"prior.{key} must be positive, got {value}")
+        self.alpha = alpha
+        self.beta = beta
+        self.initial_precision = precision
+        self.precisions: dict[str, Tensor] = {}
+
+    def group_dims(self, param: Tensor) -> tuple[int, ...]:
+        """The dimensions a group extends over; one precision per index of the others."""
+        return tuple(range(param.ndim))
+
+    def bind(self, params: Mapping[str, Tensor]) -> None:
+        for name, p in params.items():
+            self._precision(name, p)
+
+    def _precision(self, name: str, param: Tensor) -> Tensor:
+        if name not in self.precisions:
+            shape = [1 if d in self.group_dims(param) else n for d, n in enumerate(param.shape)]
+            self.precisions[name] = torch.full(
+                shape, self.initial_precision, dtype=param.dtype, device=param.device
+            )
+        return self.precisions[name]
+
+    def log_prob(self, params: Mapping[str, Tensor]) -> Tensor:
+        total = []
+        for name, p in params.items():
+            precision = self._precision(name, p)
+            size = p.numel() // precision.numel()
+            squares = p.square().sum(self.group_dims(p), keepdim=True)
+            total.append(
+                (
+                    0.5 * size * (precision.log() - math.log(2 * math.pi))
+                    - 0.5 * precision * squares
+                ).sum()
+            )
+        return torch.stack(total).sum()
+
+    @torch.no_grad()
+    def gibbs_step(
+        self, params: Mapping[str, Tensor], generator: torch.Generator, temperature: float = 1.0
+    ) -> None:
+        for name, p in params.items():
+            precision = self._precision(name, p)
+            size = p.numel() // precision.numel()
+            squares = p.square().sum(self.group_dims(p), keepdim=True)
+            shape = torch.full_like(precision, (self.alpha - 1 + 0.5 * size) / temperature + 1)
+            rate = (self.beta + 0.5 * squares) / temperature
+            precision.copy_(torch._standard_gamma(shape, generator=generator) / rate)
+
+    def hyperparameters(self) -> dict[str, Tensor]:
+        return {f"precision/{name}": lam.mean() for name, lam in self.precisions.items()}
+
+    def gaussian_std(self, name: str, param: Tensor) -> Tensor:
+        return self._precision(name, param).rsqrt()
+
+
+class ARD(GammaHierarchical):
+    r"""Automatic relevance determination (MacKay 1994; seed 004, "Hierarchical priors:
+    structure"): one Gamma-distributed precision per *input unit* of each weight tensor,
+
+    .. math::
+
+        W_{ij} \mid \lambda_j \sim \mathcal{N}(0, \lambda_j^{-1}), \qquad
+        \lambda_j \sim \mathrm{Gamma}(\alpha, \beta),
+
+    so that an input whose outgoing weights are all small is switched off as a whole. Biases (and
+    other one-dimensional tensors) keep one precision each. The Gibbs step is
+    :class:`GammaHierarchical`'s with groups the columns :math:`W_{:,j}` (for a convolution, input
+    channel :math:`j` across output channels and kernel positions); ``curve.csv`` traces the mean
+    precision of each tensor.
+    """
+
+    def group_dims(self, param: Tensor) -> tuple[int, ...]:
+        if param.ndim < 2:
+            return super().group_dims(param)
+        return tuple(d for d in range(param.ndim) if d != 1)

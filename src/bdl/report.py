@@ -450,6 +450,49 @@ def to_markdown(summary: pd.DataFrame) -> str:
     return "\n".join([line(header), rule, *(line(r) for r in body)])
 
 
+PRUNING_FILE = "pruning.csv"
+
+
+def _weights(count: int) -> str:
+    """A weight count as Blundell et al.'s Table 1 writes it: 2.4m, 600k, 48k."""
+    if count >= 1_000_000:
+        return f"{count / 1e6:.1f}m"
+    return f"{count / 1e3:.0f}k" if count >= 10_000 else str(count)
+
+
+def pruning_table(run_dir: str | Path) -> str:
+    """A run's ``pruning.csv`` in the layout of seed 000's Table 1 (Blundell et al. 2015):
+    proportion removed, number of weights kept, test error (or RMSE for regression)."""
+    curve = pd.read_csv(Path(run_dir) / PRUNING_FILE)
+    metric = curve.columns[2]
+    error = metric == "test_error"
+    header = ["Proportion removed", "# Weights", "Test Error" if error else "Test RMSE"]
+    body = [
+        [
+            f"{100 * row.fraction_removed:g}%",
+            _weights(int(row.weights_kept)),
+            f"{100 * row[metric]:.2f}%" if error else _sig(float(row[metric])),
+        ]
+        for _, row in curve.iterrows()
+    ]
+    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
+    lines = [header, ["-" * w for w in widths], *body]
+    return "\n".join(
+        "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+        for cells in lines
+    )
+
+
+def _print_pruning(paths: list[str]) -> int:
+    found = sorted({f.parent for p in paths for f in Path(p).rglob(PRUNING_FILE)}, key=_natural_key)
+    if not found:
+        _err(f"no {PRUNING_FILE} under {', '.join(paths)}: run bdl-run with pruning=true")
+        return 2
+    for run_dir in found:
+        print(f"{run_dir}\n\n{pruning_table(run_dir)}\n")
+    return 0
+
+
 # --------------------------------------------------------------------------- command line
 
 
@@ -469,6 +512,11 @@ def _parser() -> argparse.ArgumentParser:
         help="summary CSV path (default: PATH/report_summary.csv for the first PATH)",
     )
     parser.add_argument("--metrics", nargs="+", metavar="M", help="metrics to show (default: all)")
+    parser.add_argument(
+        "--pruning",
+        action="store_true",
+        help=f"print each run's {PRUNING_FILE} as Blundell et al.'s Table 1 (bdl-run pruning=true)",
+    )
     return parser
 
 
@@ -483,6 +531,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # --help or a usage error argparse already reported
         return e.code if isinstance(e.code, int) else 2
 
+    if args.pruning:
+        return _print_pruning(args.paths)
     for p in args.paths:
         if not Path(p).exists():
             _err(f"warning: {p} does not exist")

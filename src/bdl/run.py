@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +22,19 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from bdl import likelihoods
+from bdl import likelihoods, pruning
 from bdl.config import ConfigError, validate
 from bdl.data import Dataset
 from bdl.data.augment import random_crop_flip
-from bdl.metrics import ClassificationAverage, RegressionAverage, agreement, total_variation
+from bdl.metrics import (
+    ClassificationAverage,
+    RegressionAverage,
+    accuracy,
+    agreement,
+    total_variation,
+)
 from bdl.potential import Potential
-from bdl.store import SampleStore, load_reference, save_predictive
+from bdl.store import SampleStore, StoreError, load_reference, load_samples, save_predictive
 
 log = logging.getLogger("bdl")
 
@@ -69,6 +76,28 @@ def named_parameters(potential: Potential) -> dict[str, Tensor]:
     return named
 
 
+@torch.no_grad()
+def load_initial(potential: Potential, run_directory: str) -> None:
+    """Start from the last sample of an earlier run (``init_from=``), e.g. MFVI's mean from an SGD
+    solution (Izmailov et al. 2021). The network's parameters must match by name and shape."""
+    samples = Path(run_directory) / "samples"
+    last = deque((sample for sample, _ in load_samples(samples)), maxlen=1)
+    if not last:
+        raise StoreError(f"init_from={run_directory}: {samples} holds no samples to start from")
+    last = last[0]
+    live = named_parameters(potential)
+    model = dict(potential.model.named_parameters())
+    wrong = [n for n, p in model.items() if n not in last or last[n].shape != p.shape]
+    if wrong:
+        raise ConfigError(
+            f"init_from={run_directory} has no parameters matching this run's {', '.join(wrong)}: "
+            "point it at a run of the same model on the same dataset"
+        )
+    for name, p in live.items():
+        if name in last:
+            p.copy_(last[name])
+
+
 class Run:
     """One experiment, built from a composed config, writing into ``directory``."""
 
@@ -107,22 +136,28 @@ class Run:
         self.potential = Potential(
             model.to(to), likelihood.to(to), instantiate(cfg.prior), data.num_train, cfg.temperature
         )
+        if cfg.init_from:
+            load_initial(self.potential, cfg.init_from)
 
         self.batch_size = min(cfg.batch_size, data.num_train)
         self.data_generator = torch.Generator(to).manual_seed(cfg.seed)
         noise_generator = torch.Generator(to).manual_seed(cfg.seed + 1)
-        self.sampler = instantiate(cfg.sampler)(
-            lr=self.potential.step_size(cfg.sampler.lr), generator=noise_generator
+        self.gibbs_generator = torch.Generator(to).manual_seed(cfg.seed + 2)
+        factory = instantiate(cfg.sampler)
+        lr = cfg.sampler.lr
+        self.sampler = factory(
+            lr=self.potential.step_size(lr) if factory.func.lr_per_datum else lr,
+            generator=noise_generator,
         )
         # A full-batch kernel (HMC) takes one step per epoch; batch_size is then its chunk size.
         self.steps_per_epoch = 1 if self.sampler.full_batch else data.num_train // self.batch_size
+        self.gibbs_every = cfg.gibbs_every or self.steps_per_epoch
         self.schedule = instantiate(cfg.schedule)(
             total_steps=cfg.epochs * self.steps_per_epoch, steps_per_epoch=self.steps_per_epoch
         )
         self.store = SampleStore(directory / "samples")
         log.info(
-            "%s on %s: N=%d, n=%d, T=%g, %d steps/epoch, lr %g per datum = step %.3g on U, "
-            "%d parameters, device %s",
+            "%s on %s: N=%d, n=%d, T=%g, %d steps/epoch, lr %g%s, %d parameters, device %s",
             type(self.sampler).__name__,
             data.name,
             data.num_train,
@@ -130,7 +165,7 @@ class Run:
             cfg.temperature,
             self.steps_per_epoch,
             cfg.sampler.lr,
-            self.sampler.lr,
+            f" per datum = step {self.sampler.lr:.3g} on U" if factory.func.lr_per_datum else "",
             sum(p.numel() for p in self.potential.params),
             self.device,
         )
@@ -147,15 +182,16 @@ class Run:
         batches = minibatches(
             self.data.num_train, self.batch_size, self.data_generator, self.device
         )
-        for index in batches:
+        for i, index in enumerate(batches):
             x, y = self.x_train[index], self.y_train[index]
             if self.augment:
                 x = random_crop_flip(x, self.data_generator)
-            yield self.potential.closure(x, y)
+            yield self.potential.closure(x, y, self.sampler.prior_weight(i, self.steps_per_epoch))
 
     def _epoch(self, epoch: int, state: Any) -> tuple[Any, Tensor]:
         """One pass over the training data; returns the state and the summed potential."""
         total = torch.zeros((), device=self.device, dtype=torch.float64)
+        accepted, tests = torch.zeros((), device=self.device, dtype=torch.float64), 0
         for i, closure in enumerate(self._closures()):
             t = epoch * self.steps_per_epoch + i
             state = self.sampler.step(
@@ -166,6 +202,14 @@ class Run:
                 tune=epoch < self.cfg.burn_in,
             )
             total += state.info["potential"]
+            if "accepted" in state.info:  # this step made a Metropolis test
+                accepted += state.info["accepted"].double().mean()
+                tests += 1
+            if (t + 1) % self.gibbs_every == 0:
+                self.potential.gibbs_step(self.gibbs_generator, self._train_chunks)
+                if self.potential.hyperparameters():  # U changed: a kernel's cached ∇U is stale
+                    state.buffers.pop("grad", None)
+        self.accept_rate = accepted.item() / tests if tests else None
         return state, total
 
     def _collect(self, epoch: int) -> None:
@@ -179,6 +223,8 @@ class Run:
         state = self.sampler.init(self.potential.params)
         curve_path = self.directory / "curve.csv"
         fields = ["epoch", "potential", "lr_scale", "num_samples", "test_metric", "wall_time_s"]
+        fields += ["accept_rate", *self.potential.hyperparameters()]
+        self.sampling_accept_rates: list[float] = []
         wandb_run = _start_wandb(cfg, self.directory)
         start = time.perf_counter()
         with curve_path.open("w", newline="") as curve_file:
@@ -205,7 +251,11 @@ class Run:
                     "num_samples": self.average.count,
                     "test_metric": self._headline() if self.average.count else "",
                     "wall_time_s": round(time.perf_counter() - start, 3),
+                    "accept_rate": "" if self.accept_rate is None else self.accept_rate,
                 }
+                if self.accept_rate is not None and epoch >= cfg.burn_in:
+                    self.sampling_accept_rates.append(self.accept_rate)
+                row.update({k: v.item() for k, v in self.potential.hyperparameters().items()})
                 curve.writerow(row)
                 if wandb_run is not None:
                     wandb_run.log(row)
@@ -224,6 +274,8 @@ class Run:
         for _ in self.sampler.final_samples(state):
             self._collect(cfg.epochs - 1)
         metrics = self._metrics(state, time.perf_counter() - start)
+        if cfg.pruning:
+            self._pruning(state)
         if wandb_run is not None:
             wandb_run.summary.update(metrics)
             wandb_run.finish()
@@ -245,14 +297,56 @@ class Run:
         metrics.update(
             num_samples=self.average.count,
             epochs=self.cfg.epochs,
-            grad_evals=state.step,
+            grad_evals=state.grad_evals,
             wall_time_s=round(wall_time, 3),
         )
+        if self.sampling_accept_rates:
+            rates = self.sampling_accept_rates
+            metrics["accept_rate"] = sum(rates) / len(rates)
         targets = self.data.y_test * self.data.target_std + self.data.target_mean
         save_predictive(self.directory / "predictive.safetensors", predictive, targets=targets)
         (self.directory / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         log.info("metrics: %s", json.dumps(metrics))
         return metrics
+
+    def _pruning(self, state: Any) -> None:
+        """``pruning.csv`` and ``pruning.png``: the model average's test metric as the weights
+        with the lowest signal-to-noise ratio are removed (:mod:`bdl.pruning`)."""
+        live = named_parameters(self.potential)
+        moments = self.sampler.posterior_moments(state)
+        if moments is not None:
+            moments = tuple(dict(zip(live, m, strict=True)) for m in moments)
+        y = self.y_test.cpu()
+        if self.data.task == "classification":
+            metric = "test_error"
+
+            def score(predictions: list[Tensor]) -> float:
+                return 1 - accuracy(torch.stack(predictions).double().mean(0), y)
+
+        else:
+            metric = "test_rmse"
+
+            def score(predictions: list[Tensor]) -> float:
+                average = RegressionAverage(y, self.data.target_mean, self.data.target_std)
+                for prediction in predictions:
+                    average.update(prediction)
+                return average.metrics()["test_rmse"]
+
+        rows = pruning.curve_from_store(
+            self.store.directory,
+            live,
+            [name for name, _ in self.potential.model.named_parameters()],
+            moments,
+            lambda: predict(self.potential.model, self.potential.likelihood, self.x_test).cpu(),
+            score,
+            self.cfg.pruning_samples,
+        )
+        path = pruning.write_curve(self.directory, rows, metric)
+        log.info(
+            "pruning curve in %s: %s",
+            path,
+            ", ".join(f"{r['fraction_removed']:.0%} {r['score']:.4f}" for r in rows),
+        )
 
 
 def _start_wandb(cfg: DictConfig, directory: Path):

@@ -96,13 +96,17 @@ def _error_message(root: Path, staged_root: Path, corrupt: list[Path], cause: Ba
 
 
 def load(
-    root: str | os.PathLike | None = None, validation: int = 10000, download: bool = True
+    root: str | os.PathLike | None = None,
+    validation: int = 10000,
+    download: bool = True,
+    pixel_divisor: float = 255.0,
 ) -> Dataset:
     """Load MNIST with the last ``validation`` training images held out.
 
     Holding out the tail (50k train by default) follows Chen et al. (2014), whose SGHMC MNIST
     results the experiments are compared against; the held-out images are simply dropped so
-    every run sees the same training set. Pixels are scaled to [0, 1] straight from ``.data``
+    every run sees the same training set. Pixels are divided by ``pixel_divisor``: 255 gives
+    [0, 1]; Blundell et al. (2015) divided by 126. They are scaled straight from ``.data``
     rather than through per-item transforms, which would be needlessly slow for full-batch use.
     """
     if (
@@ -114,6 +118,8 @@ def load(
             f"dataset.validation={validation!r} is invalid for MNIST: it must be an integer in "
             f"[0, {NUM_TRAIN_TOTAL}) (the number of training images held out)."
         )
+    if not pixel_divisor > 0:
+        raise DataError(f"dataset.pixel_divisor must be positive, got {pixel_divisor!r}")
     base = data_root(root)
     where, tv_download, corrupt = _stage(base, download)
     try:
@@ -134,13 +140,13 @@ def load(
     return Dataset(
         name="mnist",
         task="classification",
-        x_train=_to_float(x_all[:n]),
+        x_train=_to_float(x_all[:n], pixel_divisor),
         y_train=y_all[:n].to(torch.int64).clone(),
-        x_test=_to_float(x_test),
+        x_test=_to_float(x_test, pixel_divisor),
         y_test=y_test.to(torch.int64).clone(),
         num_classes=10,
     )
 
 
-def _to_float(images: torch.Tensor) -> torch.Tensor:
-    return images.to(torch.float32).div_(255.0).unsqueeze(1).contiguous()
+def _to_float(images: torch.Tensor, divisor: float) -> torch.Tensor:
+    return images.to(torch.float32).div_(divisor).unsqueeze(1).contiguous()

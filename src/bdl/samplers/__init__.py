@@ -1,8 +1,26 @@
 """Samplers: one file per algorithm, all following the contract in :mod:`bdl.samplers.base`."""
 
 from bdl.samplers.base import Sampler, SamplerState
+from bdl.samplers.csgd import ConstantSGD
+from bdl.samplers.hmc import HMC
+from bdl.samplers.mala import MALA
+from bdl.samplers.naive_sghmc import NaiveSGHMC
+from bdl.samplers.psgld import PSGLD
+from bdl.samplers.rwmh import RWMH
 from bdl.samplers.sgd import SGD
 from bdl.samplers.sghmc import SGHMC
 from bdl.samplers.sgld import SGLD
 
-__all__ = ["SGD", "SGHMC", "SGLD", "Sampler", "SamplerState"]
+__all__ = [
+    "HMC",
+    "MALA",
+    "PSGLD",
+    "RWMH",
+    "SGD",
+    "SGHMC",
+    "SGLD",
+    "ConstantSGD",
+    "NaiveSGHMC",
+    "Sampler",
+    "SamplerState",
+]

@@ -22,7 +22,10 @@ After the last step the runner collects :meth:`Sampler.final_samples`: nothing f
 the fitted distribution for variational methods.
 
 Everything a kernel carries between steps (momenta, preconditioners, variational parameters)
-lives in ``state.buffers`` as lists of tensors shaped like ``params``; ``state.info`` holds
+lives in ``state.buffers`` as lists of tensors shaped like ``params`` — including, for the
+Metropolis kernels, ``∇U`` at the current position (``state.buffers["grad"]``, with ``U`` in
+``state.info["potential"]``), so that whatever changes ``U`` other than through the parameters (a
+Gibbs update of prior hyperparameters) must drop that entry; ``state.info`` holds
 diagnostics as tensors, so that no step forces a device synchronisation. Updates have a
 ``torch._foreach_*`` implementation and a plain per-tensor loop twin (``foreach=False``) that the
 tests hold equal; noise comes from the sampler's own ``torch.Generator``, so a run is reproducible
@@ -47,6 +50,7 @@ class SamplerState:
     buffers: dict[str, list[Tensor]] = field(default_factory=dict)
     step: int = 0
     info: dict[str, Tensor] = field(default_factory=dict)
+    grad_evals: int = 0  # closure calls: one per step for SG methods, L + 1 or so for HMC
 
 
 class Sampler(ABC):
@@ -60,7 +64,8 @@ class Sampler(ABC):
     """
 
     full_batch = False
-    injects_noise = True  # False: an optimiser, whose states are not posterior samples
+    injects_noise = True  # False: an optimiser or VI, whose states are not posterior samples
+    lr_per_datum = True  # False: `lr` is not converted by Potential.step_size (Adam-based VI)
 
     def __init__(
         self, lr: float, *, foreach: bool = True, generator: torch.Generator | None = None
@@ -85,6 +90,7 @@ class Sampler(ABC):
         tune: bool = False,
     ) -> SamplerState:
         potential, grads = closure()
+        state.grad_evals += 1
         update = self._update_foreach if self.foreach else self._update_loop
         step_size = self.lr * lr_scale
         update(state, grads, step_size, noise and self.injects_noise)
@@ -96,6 +102,17 @@ class Sampler(ABC):
         """Write each end-of-run sample into ``state.params`` in place and yield after each."""
         if not self.injects_noise:
             yield
+
+    def prior_weight(self, batch: int, num_batches: int) -> float:
+        """The weight of the prior term in the closure of minibatch ``batch`` (0-based) of the
+        ``num_batches`` of an epoch (:class:`bdl.potential.Potential`): 1, which makes every step's
+        potential an unbiased estimate; variational methods may spread the KL term unevenly."""
+        return 1.0
+
+    def posterior_moments(self, state: SamplerState) -> tuple[list[Tensor], list[Tensor]] | None:
+        """Mean and standard deviation of the fitted distribution (variational methods), aligned
+        with ``state.params``; ``None`` for chains, whose moments come from their samples."""
+        return None
 
     @abstractmethod
     def _update_foreach(

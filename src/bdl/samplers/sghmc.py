@@ -11,8 +11,17 @@ eq. (15) with :math:`v = \eta\, p`:
 
 :math:`\eta` is the learning rate (step size squared, :math:`\epsilon^2`, in Hamiltonian
 units), :math:`\alpha = \epsilon C` the friction ("momentum decay" in Chen et al.'s code) and
-:math:`\hat\beta = \epsilon \hat B / 2` the estimate of the gradient-noise contribution (taken as
-0 here, Chen et al.'s recommendation for small :math:`\eta`).
+:math:`\hat\beta = \tfrac12\eta\hat V` the part of the required noise that the minibatch
+gradients already bring, :math:`\hat V` being an estimate of :math:`\mathrm{Var}[\nabla\tilde U]`
+(Chen et al.'s code: ``beta = V * eta * 0.5``; their :math:`\hat B = \tfrac12\epsilon\hat V` in
+Hamiltonian units). ``grad_var`` sets :math:`\hat V`: a number (Chen et al.'s toy: the known
+:math:`V = 4`), ``"online"`` for an elementwise estimate from the minibatch gradients of burn-in
+(:mod:`bdl.samplers.gradient_noise`, frozen afterwards), or 0 (the default), Chen et al.'s
+recommendation for small :math:`\eta`. Where :math:`\hat\beta > \alpha` the gradient noise alone
+exceeds what the friction dissipates and no noise is injected (the chain is then too hot: lower
+``lr`` or raise ``alpha``).
+
+Cyclical SGHMC (cSGHMC, Zhang et al. 2020) is this update under ``schedule=cyclical``.
 
 **Mapping onto SGD with momentum.** Without its injected noise the update is exactly PyTorch's
 heavy-ball SGD, ``torch.optim.SGD(lr=η, momentum=1 − α)``: :math:`v` is ``-lr * buf``. Chen et
@@ -27,7 +36,9 @@ import math
 import torch
 from torch import Tensor
 
+from bdl.potential import Closure
 from bdl.samplers.base import Sampler, SamplerState
+from bdl.samplers.gradient_noise import observing
 
 
 class SGHMC(Sampler):
@@ -37,6 +48,7 @@ class SGHMC(Sampler):
         self,
         lr: float,
         alpha: float = 0.01,
+        grad_var: float | str = 0.0,
         *,
         foreach: bool = True,
         generator: torch.Generator | None = None,
@@ -44,15 +56,43 @@ class SGHMC(Sampler):
         super().__init__(lr, foreach=foreach, generator=generator)
         if not 0 < alpha <= 1:
             raise ValueError(f"sampler.alpha (friction) must be in (0, 1], got {alpha}")
+        self.online = grad_var == "online"
+        if not self.online and not (isinstance(grad_var, int | float) and grad_var >= 0):
+            raise ValueError(f"sampler.grad_var must be a variance ≥ 0 or 'online', got {grad_var}")
         self.alpha = alpha
+        self.grad_var = 0.0 if self.online else float(grad_var)
 
     def init(self, params: list[Tensor]) -> SamplerState:
         state = super().init(params)
         state.buffers["momentum"] = [torch.zeros_like(p) for p in params]
         return state
 
+    def step(
+        self,
+        state: SamplerState,
+        closure: Closure,
+        lr_scale: float = 1.0,
+        noise: bool = True,
+        tune: bool = False,
+    ) -> SamplerState:
+        if tune and self.online:
+            closure = observing(state, closure, self.foreach)
+        return super().step(state, closure, lr_scale, noise, tune)
+
     def _noise_std(self, eta: float) -> float:
-        return math.sqrt(2 * self.alpha * eta)
+        return math.sqrt(2 * eta * max(self.alpha - 0.5 * eta * self.grad_var, 0.0))
+
+    def _online_noise_std(self, state: SamplerState, eta: float) -> list[Tensor] | None:
+        """Elementwise :math:`\\sqrt{2\\eta\\,\\max(\\alpha - \\hat\\beta, 0)}`, or None
+        without an online estimate (yet)."""
+        if not self.online or "grad_var" not in state.buffers:
+            return None
+        std = torch._foreach_mul(state.buffers["grad_var"], -0.5 * eta)
+        torch._foreach_add_(std, self.alpha)
+        torch._foreach_clamp_min_(std, 0.0)
+        torch._foreach_mul_(std, 2 * eta)
+        torch._foreach_sqrt_(std)
+        return std
 
     def _update_foreach(
         self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
@@ -61,7 +101,11 @@ class SGHMC(Sampler):
         torch._foreach_mul_(v, 1 - self.alpha)
         torch._foreach_add_(v, grads, alpha=-step_size)
         if noise:
-            torch._foreach_add_(v, self.gaussian_like(v), alpha=self._noise_std(step_size))
+            std = self._online_noise_std(state, step_size)
+            if std is None:
+                torch._foreach_add_(v, self.gaussian_like(v), alpha=self._noise_std(step_size))
+            else:
+                torch._foreach_addcmul_(v, self.gaussian_like(v), std)
         torch._foreach_add_(state.params, v)
 
     def _update_loop(
@@ -69,8 +113,12 @@ class SGHMC(Sampler):
     ) -> None:
         v = state.buffers["momentum"]
         draws = self.gaussian_like(v) if noise else [None] * len(v)
-        for theta, v_i, g, z in zip(state.params, v, grads, draws, strict=True):
+        variances = state.buffers.get("grad_var") if self.online else None
+        for i, (theta, v_i, g, z) in enumerate(zip(state.params, v, grads, draws, strict=True)):
             v_i.mul_(1 - self.alpha).add_(g, alpha=-step_size)
-            if z is not None:
+            if z is not None and variances is not None:
+                beta = 0.5 * step_size * variances[i]
+                v_i.addcmul_(z, (self.alpha - beta).clamp_(min=0).mul_(2 * step_size).sqrt_())
+            elif z is not None:
                 v_i.add_(z, alpha=self._noise_std(step_size))
             theta.add_(v_i)

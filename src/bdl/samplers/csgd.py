@@ -1,0 +1,142 @@
+r"""Constant SGD as approximate Bayesian inference (Mandt, Hoffman & Blei, JMLR 2017).
+
+SGD with a constant step is a Markov chain whose stationary distribution, near a mode where the
+loss is quadratic and the gradient noise constant, is Gaussian (an Ornstein–Uhlenbeck process,
+seed 000, eqs. 33–35). Choosing the step to minimise the KL divergence from that Gaussian to the
+posterior makes the iterates approximate posterior samples, with no noise injected at all: the
+minibatch noise is the noise.
+
+**Mandt et al.'s result** (seed 000, eqs. 36–38), for SGD :math:`\theta \leftarrow \theta -
+\varepsilon\,\hat g` on the per-datum average loss, with minibatch gradient :math:`\hat g` of
+covariance :math:`BB^\top/n` (:math:`BB^\top` the per-example gradient covariance, :math:`n` the
+minibatch size, :math:`D` the dimension, :math:`N` the dataset size):
+
+.. math::
+
+    \varepsilon^* = 2\,\frac{n}{N}\,\frac{D}{\mathrm{Tr}(BB^\top)}, \qquad
+    H^*_{kk} = \frac{2n}{N\,(BB^\top)_{kk}} \quad \text{(diagonal preconditioner)}.
+
+**In our units.** Our potential is :math:`U = N\times` that loss, so :math:`\nabla\tilde U = N\hat
+g` and a step :math:`h` on :math:`U` is :math:`\varepsilon = hN`. The spread of minibatch
+gradients of :math:`U` that we can measure is :math:`V = \mathrm{Var}[\nabla\tilde U] =
+N^2 BB^\top/n` elementwise, i.e. :math:`(BB^\top)_{kk} = nV_k/N^2`. Substituting,
+
+.. math::
+
+    h^* = \frac{\varepsilon^*}{N} = \frac{2D}{\sum_k V_k}, \qquad
+    h_k = \frac{H^*_{kk}}{N} = \frac{2}{V_k},
+
+free of :math:`n` and :math:`N`. It is the Langevin condition in disguise: :math:`\theta \leftarrow
+\theta - h\nabla U + h\xi`, :math:`\mathrm{Var}\,\xi = V`, is SGLD with step :math:`s = 2h` when its
+noise :math:`h^2 V` equals :math:`s`, i.e. :math:`h = 2/V`. ``U`` already carries the temperature,
+so the same formula targets :math:`\exp(-U/T)`.
+
+**Procedure.** While ``tune=True`` (burn-in) the kernel is plain SGD with step ``lr`` (times the
+schedule's multiplier), reaching the mode's neighbourhood, while :math:`V` is estimated from the
+spread of its minibatch gradients (:mod:`bdl.samplers.gradient_noise`). At the first step after
+burn-in it fixes :math:`h^*` (``preconditioner: scalar``) or :math:`h_k` (``diagonal``) and keeps
+them for the rest of the run; the schedule's multiplier still applies. Coordinates whose gradient
+has (almost) no minibatch noise — the input weights of always-black MNIST pixels, driven by the
+prior alone — cannot be sampled by constant SGD (:math:`H^*` is infinite there); their variance is
+floored at ``variance_floor`` times the mean of :math:`V` so that their step stays finite.
+
+The iterates are samples (``injects_noise`` is left True: the runner collects them), although the
+kernel injects no noise of its own; it is approximate, exact only for a Gaussian posterior with
+constant gradient noise and in the small-step limit.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from bdl.potential import Closure
+from bdl.samplers.base import Sampler, SamplerState
+from bdl.samplers.gradient_noise import observing
+
+PRECONDITIONERS = ("scalar", "diagonal")
+
+
+class ConstantSGD(Sampler):
+    """Constant SGD with Mandt et al.'s optimal step (``scalar``) or diagonal preconditioner."""
+
+    def __init__(
+        self,
+        lr: float,
+        preconditioner: str = "scalar",
+        variance_floor: float = 1e-3,
+        *,
+        foreach: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(lr, foreach=foreach, generator=generator)
+        if preconditioner not in PRECONDITIONERS:
+            raise ValueError(
+                f"sampler.preconditioner must be one of {PRECONDITIONERS}, got {preconditioner!r}"
+            )
+        if not 0 < variance_floor <= 1:
+            raise ValueError(f"sampler.variance_floor must be in (0, 1], got {variance_floor}")
+        self.preconditioner = preconditioner
+        self.variance_floor = variance_floor
+
+    def step(
+        self,
+        state: SamplerState,
+        closure: Closure,
+        lr_scale: float = 1.0,
+        noise: bool = True,
+        tune: bool = False,
+    ) -> SamplerState:
+        if tune:
+            closure = observing(state, closure, self.foreach)
+        elif "preconditioner" not in state.buffers:
+            self._fit(state)
+        return super().step(state, closure, lr_scale, noise, tune)
+
+    @torch.no_grad()
+    def _fit(self, state: SamplerState) -> None:
+        """Fix the steps from the burn-in estimate, stored relative to ``lr`` so that the
+        update is ``θ ← θ − lr·lr_scale·P ⊙ ∇Ũ`` in both phases."""
+        if "grad_var" not in state.buffers:
+            raise ValueError(
+                "csgd estimates the gradient noise during burn-in: set burn_in ≥ 1 epoch"
+            )
+        variances = state.buffers["grad_var"]
+        total = sum(v.sum() for v in variances).item()
+        dim = sum(v.numel() for v in variances)
+        if not total > 0:
+            raise ValueError(
+                "csgd found no gradient noise during burn-in: it needs minibatch gradients "
+                "(batch_size < number of training points)"
+            )
+        if self.preconditioner == "scalar":
+            step = 2 * dim / total
+            state.buffers["preconditioner"] = [
+                torch.full_like(v, step / self.lr) for v in variances
+            ]
+        else:
+            floor = self.variance_floor * total / dim
+            state.buffers["preconditioner"] = [
+                v.clamp(min=floor).reciprocal_().mul_(2 / self.lr) for v in variances
+            ]
+        state.info["step_size"] = torch.tensor(2 * dim / total)
+
+    def _update_foreach(
+        self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
+    ) -> None:
+        if "preconditioner" in state.buffers:
+            torch._foreach_addcmul_(
+                state.params, state.buffers["preconditioner"], grads, value=-step_size
+            )
+        else:
+            torch._foreach_add_(state.params, grads, alpha=-step_size)
+
+    def _update_loop(
+        self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
+    ) -> None:
+        scales = state.buffers.get("preconditioner", [None] * len(grads))
+        for theta, g, scale in zip(state.params, grads, scales, strict=True):
+            if scale is None:
+                theta.add_(g, alpha=-step_size)
+            else:
+                theta.addcmul_(scale, g, value=-step_size)

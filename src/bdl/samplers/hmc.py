@@ -1,0 +1,142 @@
+r"""Hamiltonian Monte Carlo on the full-data potential (Duane et al. 1987; Neal 2011).
+
+Seed 000, §3.3.4. Each iteration
+
+1. refreshes the momentum, :math:`p' = \alpha p + (1 - \alpha^2)^{1/2} r`,
+   :math:`r \sim \mathcal N(0, I)` (eq. 41; ``refresh`` :math:`=\alpha`; 0 draws a fresh
+   momentum, the standard algorithm),
+2. runs :math:`L` leapfrog steps of size :math:`\epsilon` (eqs. 18–20) from :math:`(q, p')` to
+   :math:`(q^*, p^*)`,
+3. accepts :math:`q^*` with probability
+   :math:`\min[1, \exp(-U(q^*) + U(q) - K(p^*) + K(p'))]` (eq. 29), :math:`K = \tfrac12\lVert
+   p\rVert^2`; on rejection :math:`q` is kept and the momentum negated (Neal 2011, §5.3: with
+   partial refresh the proposal's momentum flip is undone on acceptance and kept on rejection,
+   so that the chain on :math:`(q, p)` stays reversible).
+
+``lr`` is :math:`\epsilon^2` (see :mod:`bdl.samplers.metropolis`), so the per-datum
+``sampler.lr`` is :math:`\epsilon^2 N`. ``num_steps`` gives :math:`L`; ``trajectory_length``
+:math:`\tau` gives :math:`L = \lceil\tau/\epsilon\rceil` instead, which keeps the trajectory's
+length when the step size is adapted or scheduled. The kernel is ``full_batch``: the runner
+passes a closure that accumulates the full-data ``U`` (in float64) and its gradient chunk by
+chunk (:meth:`bdl.potential.Potential.full_closure`), so memory is that of one chunk and one
+leapfrog step costs one pass over the data.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from bdl.potential import Closure
+from bdl.samplers.metropolis import (
+    LeapfrogUpdate,
+    MetropolisSampler,
+    MetropolisState,
+    drift,
+    kick,
+    kinetic_energy,
+    metropolis_test,
+    select_,
+)
+
+
+class HMC(LeapfrogUpdate, MetropolisSampler):
+    """HMC with :math:`\\epsilon^2 =` ``lr`` and ``num_steps`` (or ``trajectory_length``).
+
+    Args:
+        lr: :math:`\\epsilon^2` on the scale of ``U``.
+        num_steps: :math:`L`, leapfrog steps per iteration (``None`` with ``trajectory_length``).
+        trajectory_length: :math:`\\tau`; :math:`L = \\lceil\\tau/\\epsilon\\rceil`.
+        refresh: :math:`\\alpha \\in [0, 1)` of the partial momentum refresh (0: resample).
+        adapt: dual-averaging adaptation of :math:`\\epsilon` during burn-in.
+        target_accept: the acceptance rate the adaptation aims at.
+    """
+
+    def __init__(
+        self,
+        lr: float,
+        num_steps: int | None = 50,
+        trajectory_length: float | None = None,
+        refresh: float = 0.0,
+        adapt: bool = True,
+        target_accept: float = 0.8,
+        *,
+        foreach: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(
+            lr, adapt=adapt, target_accept=target_accept, foreach=foreach, generator=generator
+        )
+        if (num_steps is None) == (trajectory_length is None):
+            raise ValueError(
+                "give exactly one of sampler.num_steps and sampler.trajectory_length "
+                f"(got {num_steps} and {trajectory_length}): set the other to null"
+            )
+        if num_steps is not None and num_steps < 1:
+            raise ValueError(f"sampler.num_steps must be ≥ 1, got {num_steps}")
+        if trajectory_length is not None and not trajectory_length > 0:
+            raise ValueError(f"sampler.trajectory_length must be positive, got {trajectory_length}")
+        if not 0 <= refresh < 1:
+            raise ValueError(f"sampler.refresh must be in [0, 1), got {refresh}")
+        self.num_steps = num_steps
+        self.trajectory_length = trajectory_length
+        self.refresh = refresh
+
+    def init(self, params: list[Tensor]) -> MetropolisState:
+        state = super().init(params)
+        state.buffers["momentum"] = [torch.zeros_like(p) for p in params]
+        return state
+
+    def _leapfrog_steps(self, epsilon: float) -> int:
+        if self.num_steps is not None:
+            return self.num_steps
+        return max(1, math.ceil(self.trajectory_length / epsilon))
+
+    def _refresh_momentum(self, momenta: list[Tensor]) -> None:
+        draws = self.gaussian_like(momenta)
+        if self.refresh == 0:
+            torch._foreach_copy_(momenta, draws)
+        else:
+            torch._foreach_mul_(momenta, self.refresh)
+            torch._foreach_add_(momenta, draws, alpha=math.sqrt(1 - self.refresh**2))
+
+    @torch.no_grad()
+    def step(
+        self,
+        state: MetropolisState,
+        closure: Closure,
+        lr_scale: float = 1.0,
+        noise: bool = True,
+        tune: bool = False,
+    ) -> MetropolisState:
+        epsilon = self._scale(state, lr_scale, tune)
+        num_steps = self._leapfrog_steps(epsilon)
+        start = self._current(state, closure)
+        start_u, grads = start
+        momenta = state.buffers["momentum"]
+        self._refresh_momentum(momenta)
+        start_params = [q.clone() for q in state.params]
+        start_momenta = [p.clone() for p in momenta] if self.refresh > 0 else None
+        start_energy = start_u.double() + kinetic_energy(momenta, start_u.shape)
+
+        kick(momenta, grads, epsilon / 2, self.foreach)
+        drift(state.params, momenta, epsilon, self.foreach)
+        update = self._update_foreach if self.foreach else self._update_loop
+        for _ in range(num_steps - 1):
+            _, grads = closure()
+            update(state, grads, epsilon, noise)
+        end_u, grads = closure()
+        kick(momenta, grads, epsilon / 2, self.foreach)
+        state.grad_evals += num_steps
+
+        end_energy = end_u.double() + kinetic_energy(momenta, end_u.shape)
+        accept = metropolis_test(state, start_energy - end_energy, self.generator)
+        select_(accept, state.params, start_params)
+        if start_momenta is not None:
+            torch._foreach_neg_(start_momenta)
+            select_(accept, momenta, start_momenta)
+        self._finish(state, accept, start, (end_u, grads), tune)
+        state.info["step_size"] = torch.tensor(epsilon)
+        return state

@@ -1,0 +1,54 @@
+r"""Langevin Monte Carlo / the Metropolis-adjusted Langevin algorithm (Rossky et al. 1978;
+Roberts & Tweedie 1996).
+
+Seed 000, §4.2.2: HMC with a single leapfrog step, :math:`L = 1`. From a fresh momentum
+:math:`p \sim \mathcal N(0, I)`,
+
+.. math::
+
+    q^* &= q - \frac{\epsilon^2}{2}\nabla U(q) + \epsilon p                        && (42)\\
+    p^* &= p - \frac{\epsilon}{2}\nabla U(q) - \frac{\epsilon}{2}\nabla U(q^*)      && (43)
+
+accepted with probability :math:`\min[1, \exp(-(U(q^*) - U(q)) - \tfrac12\sum_i(p_i^{*2} -
+p_i^2))]` (eq. 44). With ``lr`` :math:`=\epsilon^2`, eq. (42) is SGLD's update (seed 000, eq. 39)
+and the kinetic-energy difference is the Hastings correction for its asymmetric Gaussian
+proposal: ``mala`` at ``lr`` is ``sgld`` at ``lr`` made exact by a Metropolis test.
+
+``approximate=True`` runs on minibatch closures and tests on the minibatch estimate of
+:math:`U` at both ends (seed 001, "approximate stochastic Langevin Monte Carlo": practical but not
+guaranteed to converge to the posterior). It costs two minibatch gradients per step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bdl.samplers.hmc import HMC
+
+
+class MALA(HMC):
+    """HMC with :math:`L = 1` and a fresh momentum each iteration; ``lr`` is :math:`\\epsilon^2`.
+
+    The default ``target_accept`` 0.574 is the optimal acceptance rate of MALA in high dimension
+    (Roberts & Rosenthal 1998).
+    """
+
+    def __init__(
+        self,
+        lr: float,
+        approximate: bool = False,
+        adapt: bool = True,
+        target_accept: float = 0.574,
+        *,
+        foreach: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(
+            lr,
+            num_steps=1,
+            adapt=adapt,
+            target_accept=target_accept,
+            foreach=foreach,
+            generator=generator,
+        )
+        self.approximate = approximate

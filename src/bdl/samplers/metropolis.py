@@ -1,0 +1,240 @@
+r"""Metropolis–Hastings machinery shared by ``hmc``, ``mala``, ``rwmh`` and ``naive_sghmc``.
+
+**The test.** A proposal :math:`x'` from the current :math:`x` is accepted with probability
+:math:`\min[1, \exp(\log r)]` (seed 000, eq. 11); for Hamiltonian proposals
+:math:`\log r = H(q, p) - H(q^*, p^*)` with :math:`H = U + \tfrac12\lVert p\rVert^2`
+(eqs. 14–15, 29). Energies are computed in float64: on a network the potential is of order
+:math:`10^5` and the differences that decide the test are of order one. A NaN or infinite energy
+(a diverged trajectory) is a rejection, so a bad step size shows up as a low acceptance rate, never
+as a crashed chain.
+
+**The leapfrog** (eqs. 18–20), with :math:`\epsilon` the step and :math:`L` the number of steps,
+is written as a half kick, :math:`L - 1` fused "kick ε, drift ε" steps and a closing half kick,
+so that it evaluates :math:`\nabla U` exactly :math:`L` times:
+
+.. math::
+
+    p \leftarrow p - \tfrac{\epsilon}{2}\nabla U(q),\quad
+    q \leftarrow q + \epsilon p,\quad
+    p \leftarrow p - \tfrac{\epsilon}{2}\nabla U(q).
+
+**Step-size units.** Every kernel here takes ``lr`` as :math:`\epsilon^2`, the squared leapfrog
+step, which is the step of Langevin dynamics: one leapfrog step from a fresh momentum is
+:math:`q^* = q - \tfrac{\epsilon^2}{2}\nabla U + \epsilon p` (eq. 42), SGLD's update at
+``lr`` :math:`=\epsilon^2`. So ``mala`` at ``lr`` is ``sgld`` at ``lr`` plus a Metropolis test,
+``rwmh`` at ``lr`` proposes SGLD's noise :math:`\mathcal N(0, \mathrm{lr}\, I)` without the drift,
+and SGHMC's :math:`\eta` is the same :math:`\epsilon^2` (Chen et al. 2014, §3.3). The per-datum
+``sampler.lr`` of the configs is :math:`\epsilon^2 N`.
+
+**Independent chains.** A closure may return ``U`` with a batch shape ``(C,)`` for ``C`` chains
+stacked along the first dimension of every parameter tensor (the toy targets of
+:mod:`bdl.check` do); each chain then gets its own test, and kinetic energies are summed over
+the remaining dimensions only.
+
+**Step-size adaptation** (only when ``tune=True``, i.e. during burn-in, so that the sampled chain
+is a fixed Markov kernel): the dual averaging of Hoffman & Gelman (2014, JMLR, Alg. 5) drives the
+mean acceptance probability to ``target_accept`` by adapting :math:`\log\epsilon`; after burn-in
+the averaged iterate :math:`\bar\epsilon` is used. Its first iterations try steps up to ten times
+the initial one, so it needs tens of burn-in iterations (``experiment=hmc_mnist`` uses 50, as
+Izmailov et al. 2021); with only a few, set ``adapt=false``.
+
+**Cache.** Kernels keep :math:`(U, \nabla U)` at the current position (``state.info["potential"]``
+and ``state.buffers["grad"]``), so an iteration costs exactly its proposal's evaluations.
+Anything that changes ``U`` other than through the parameters (a Gibbs update of prior
+hyperparameters between steps) must drop the cache: ``state.buffers.pop("grad", None)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from bdl.potential import Closure
+from bdl.samplers.base import Sampler, SamplerState
+
+
+def kinetic_energy(momenta: list[Tensor], batch_shape: torch.Size) -> Tensor:
+    r""":math:`\tfrac12\lVert p\rVert^2` in float64, one value per chain of ``batch_shape``."""
+    return sum(0.5 * p.double().square().reshape(*batch_shape, -1).sum(-1) for p in momenta)
+
+
+def broadcast(mask: Tensor, like: Tensor) -> Tensor:
+    """``mask`` (one entry per chain) shaped to broadcast against a parameter tensor ``like``."""
+    return mask.reshape(mask.shape + (1,) * (like.dim() - mask.dim()))
+
+
+def select_(accept: Tensor, current: list[Tensor], previous: list[Tensor]) -> None:
+    """Keep ``current`` where ``accept`` holds and go back to ``previous`` elsewhere, in place."""
+    for now, before in zip(current, previous, strict=True):
+        now.copy_(torch.where(broadcast(accept, now), now, before))
+
+
+def kick(momenta: list[Tensor], grads: list[Tensor], scale: float, foreach: bool) -> None:
+    """:math:`p \\leftarrow p - s\\,\\nabla U`."""
+    if foreach:
+        torch._foreach_add_(momenta, grads, alpha=-scale)
+    else:
+        for p, g in zip(momenta, grads, strict=True):
+            p.add_(g, alpha=-scale)
+
+
+def drift(params: list[Tensor], momenta: list[Tensor], scale: float, foreach: bool) -> None:
+    """:math:`q \\leftarrow q + s\\,p`."""
+    if foreach:
+        torch._foreach_add_(params, momenta, alpha=scale)
+    else:
+        for q, p in zip(params, momenta, strict=True):
+            q.add_(p, alpha=scale)
+
+
+class LeapfrogUpdate:
+    """The interior leapfrog step as a sampler's elementwise update (``_update_foreach`` and its
+    loop twin): kick by ``step_size``, then drift by ``step_size``; ``noise`` plays no part."""
+
+    def _update_foreach(
+        self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
+    ) -> None:
+        momenta = state.buffers["momentum"]
+        torch._foreach_add_(momenta, grads, alpha=-step_size)
+        torch._foreach_add_(state.params, momenta, alpha=step_size)
+
+    def _update_loop(
+        self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
+    ) -> None:
+        for q, p, g in zip(state.params, state.buffers["momentum"], grads, strict=True):
+            p.add_(g, alpha=-step_size)
+            q.add_(p, alpha=step_size)
+
+
+def metropolis_test(
+    state: SamplerState, log_ratio: Tensor, generator: torch.Generator | None
+) -> Tensor:
+    """Accept with probability ``min(1, exp(log_ratio))``; records the diagnostics in
+    ``state.info`` (``accepted``, ``accept_prob``, ``energy_error`` = −log r) and returns the
+    boolean decision per chain."""
+    log_ratio = log_ratio.double()
+    uniform = torch.rand(
+        log_ratio.shape, generator=generator, device=log_ratio.device, dtype=torch.float64
+    )
+    accept = uniform.log() < log_ratio  # False for NaN: a diverged proposal is rejected
+    state.info["accepted"] = accept
+    state.info["accept_prob"] = torch.nan_to_num(log_ratio.clamp(max=0).exp(), nan=0.0)
+    state.info["energy_error"] = -log_ratio
+    return accept
+
+
+@dataclass
+class DualAveraging:
+    """Hoffman & Gelman (2014), Alg. 5, on the log of a multiplier ``x`` of the step size.
+
+    :math:`\\bar H_m = (1 - \\tfrac{1}{m + t_0})\\bar H_{m-1} + \\tfrac{1}{m+t_0}(\\delta - a_m)`,
+    :math:`\\log x_m = \\mu - \\tfrac{\\sqrt m}{\\gamma}\\bar H_m`,
+    :math:`\\log\\bar x_m = m^{-\\kappa}\\log x_m + (1 - m^{-\\kappa})\\log\\bar x_{m-1}`, with
+    their constants and :math:`\\mu = \\log 10` (propose steps larger than the initial one).
+    """
+
+    target: float
+    mu: float = math.log(10.0)
+    gamma: float = 0.05
+    t0: float = 10.0
+    kappa: float = 0.75
+    count: int = 0
+    h_bar: float = 0.0
+    log_x: float = 0.0
+    log_x_avg: float = 0.0
+
+    def update(self, accept_prob: float) -> None:
+        self.count += 1
+        m = self.count
+        weight = 1.0 / (m + self.t0)
+        self.h_bar = (1 - weight) * self.h_bar + weight * (self.target - accept_prob)
+        self.log_x = self.mu - math.sqrt(m) / self.gamma * self.h_bar
+        eta = m**-self.kappa
+        self.log_x_avg = eta * self.log_x + (1 - eta) * self.log_x_avg
+
+    def multiplier(self, tune: bool) -> float:
+        """The current iterate while tuning, the averaged one afterwards."""
+        return math.exp(self.log_x if tune else self.log_x_avg)
+
+
+@dataclass
+class MetropolisState(SamplerState):
+    adaptation: DualAveraging = field(default_factory=lambda: DualAveraging(target=0.8))
+
+
+class MetropolisSampler(Sampler):
+    """Base of the kernels with an exact (full-data) or approximate (minibatch) Metropolis test.
+
+    Args:
+        lr: :math:`\\epsilon^2` on the scale of ``U`` (see the module docstring).
+        adapt: adapt the step size by dual averaging while ``tune=True`` (burn-in).
+        target_accept: the mean acceptance probability the adaptation aims at.
+
+    Subclasses set ``approximate``: ``False`` makes the kernel ``full_batch`` (the runner passes
+    the full-data closure); ``True`` lets it run on minibatch closures, testing on the minibatch
+    estimate of ``U`` (seed 001, "approximate stochastic Langevin Monte Carlo": practical, but
+    biased — the test no longer makes the posterior invariant).
+
+    ``noise=False`` (the exploration phase of a cyclical schedule) is ignored: the proposal noise
+    of a Metropolis kernel is part of what makes it leave the posterior invariant.
+    """
+
+    approximate = False
+
+    def __init__(
+        self,
+        lr: float,
+        adapt: bool = True,
+        target_accept: float = 0.8,
+        *,
+        foreach: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(lr, foreach=foreach, generator=generator)
+        if not 0 < target_accept < 1:
+            raise ValueError(f"sampler.target_accept must be in (0, 1), got {target_accept}")
+        self.adapt = adapt
+        self.target_accept = target_accept
+
+    @property
+    def full_batch(self) -> bool:
+        return not self.approximate
+
+    def init(self, params: list[Tensor]) -> MetropolisState:
+        return MetropolisState(
+            params=list(params), adaptation=DualAveraging(target=self.target_accept)
+        )
+
+    def _scale(self, state: MetropolisState, lr_scale: float, tune: bool) -> float:
+        r"""This iteration's :math:`\epsilon = \sqrt{\mathrm{lr}\cdot\mathrm{lr\_scale}}\,x`."""
+        multiplier = state.adaptation.multiplier(tune) if self.adapt else 1.0
+        return math.sqrt(self.lr * lr_scale) * multiplier
+
+    def _current(self, state: MetropolisState, closure: Closure) -> tuple[Tensor, list[Tensor]]:
+        """``(U, ∇U)`` at the current position: cached, unless the test is on minibatches (each
+        step then brings another minibatch, whose ``U`` must be evaluated at both ends)."""
+        if not self.approximate and "grad" in state.buffers:
+            return state.info["potential"], state.buffers["grad"]
+        state.grad_evals += 1
+        return closure()
+
+    def _finish(
+        self,
+        state: MetropolisState,
+        accept: Tensor,
+        start: tuple[Tensor, list[Tensor]],
+        end: tuple[Tensor, list[Tensor]],
+        tune: bool,
+    ) -> None:
+        """Keep the end point's ``(U, ∇U)`` where accepted and the start's elsewhere (the
+        parameters themselves are restored by the caller), adapt, count the iteration."""
+        (start_u, start_grads), (end_u, end_grads) = start, end
+        select_(accept, end_grads, start_grads)
+        state.buffers["grad"] = end_grads
+        state.info["potential"] = torch.where(accept, end_u.double(), start_u.double())
+        if tune and self.adapt:
+            state.adaptation.update(state.info["accept_prob"].mean().item())
+        state.step += 1

@@ -1,0 +1,83 @@
+r"""Random-walk Metropolis (Metropolis et al. 1953).
+
+Seed 000, §3.1, and the Metropolis optimiser of seed 003: propose
+:math:`\theta^* \sim \mathcal N(\theta, \sigma^2 I)` and accept with probability
+:math:`\min[1, \exp(U(\theta) - U(\theta^*))]` (eq. 11; the Gaussian proposal is symmetric, so no
+Hastings correction). ``lr`` is the proposal variance :math:`\sigma^2`, the variance of SGLD's and
+MALA's noise at the same ``lr`` (:mod:`bdl.samplers.metropolis`); seed 003's
+``alpha = 0.02`` is a proposal standard deviation, ``lr = 4e-4``.
+
+The gradient the closure returns is not used (the runner's closures always compute it, so on a
+network each proposal costs a forward and a backward pass). ``approximate=True`` tests on the
+minibatch estimate of ``U`` instead (seed 001; biased).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from bdl.potential import Closure
+from bdl.samplers.base import SamplerState
+from bdl.samplers.metropolis import MetropolisSampler, MetropolisState, metropolis_test, select_
+
+
+class RWMH(MetropolisSampler):
+    """Gaussian random-walk Metropolis with proposal variance ``lr``.
+
+    The default ``target_accept`` 0.234 is the optimal acceptance rate in high dimension (Roberts,
+    Gelman & Gilks 1997); in one dimension it is about 0.44.
+    """
+
+    def __init__(
+        self,
+        lr: float,
+        approximate: bool = False,
+        adapt: bool = True,
+        target_accept: float = 0.234,
+        *,
+        foreach: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(
+            lr, adapt=adapt, target_accept=target_accept, foreach=foreach, generator=generator
+        )
+        self.approximate = approximate
+
+    @torch.no_grad()
+    def step(
+        self,
+        state: MetropolisState,
+        closure: Closure,
+        lr_scale: float = 1.0,
+        noise: bool = True,
+        tune: bool = False,
+    ) -> MetropolisState:
+        sigma = self._scale(state, lr_scale, tune)
+        start = self._current(state, closure)
+        start_params = [q.clone() for q in state.params]
+        update = self._update_foreach if self.foreach else self._update_loop
+        update(state, [], sigma**2, noise)
+        end = closure()
+        state.grad_evals += 1
+        accept = metropolis_test(state, start[0].double() - end[0].double(), self.generator)
+        select_(accept, state.params, start_params)
+        self._finish(state, accept, start, end, tune)
+        state.info["step_size"] = torch.tensor(sigma)
+        return state
+
+    def _update_foreach(
+        self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
+    ) -> None:
+        """The proposal: ``θ += N(0, step_size)``."""
+        torch._foreach_add_(
+            state.params, self.gaussian_like(state.params), alpha=math.sqrt(step_size)
+        )
+
+    def _update_loop(
+        self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
+    ) -> None:
+        for q, z in zip(state.params, self.gaussian_like(state.params), strict=True):
+            q.add_(z, alpha=math.sqrt(step_size))

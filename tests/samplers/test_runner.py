@@ -1,0 +1,79 @@
+"""The samplers of issue 3 in the runner, on 1,000 MNIST images: every new config instantiates
+and runs, full-batch HMC's predictive is a reference for an SG-MCMC run, and the cSGLD and
+cSGHMC presets keep one sample per cycle."""
+
+import pytest
+from hydra import compose, initialize_config_module
+
+import bdl.config  # noqa: F401  (registers the root schema)
+from bdl.run import Run
+
+TINY = ["dataset.validation=59000", "epochs=2", "burn_in=1", "batch_size=200"]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A runner for tiny MNIST runs, the MNIST cache in a temporary folder for this module."""
+    import os
+
+    if not os.environ.get("BDL_DATA_DIR"):
+        pytest.skip("needs real data: set BDL_DATA_DIR to a folder with MNIST/raw/")
+    cache = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BDL_CACHE_DIR", str(cache))
+        patch.setenv("XDG_CACHE_HOME", str(cache))
+
+        def make(overrides: list[str], directory) -> Run:
+            with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+                return Run(compose("config", overrides), directory)
+
+        yield make
+
+
+SAMPLERS = [
+    ("hmc", ["sampler.num_steps=3"]),
+    ("mala", []),
+    ("mala", ["sampler.approximate=true"]),
+    ("rwmh", []),
+    ("naive_sghmc", ["sampler.mh=true", "sampler.resample_every=5"]),
+    ("psgld", []),
+    ("csgd", ["sampler.preconditioner=diagonal"]),
+    ("sghmc", ["sampler.grad_var=online"]),
+]
+
+
+@pytest.mark.parametrize("sampler, extra", SAMPLERS, ids=[" ".join([s, *e]) for s, e in SAMPLERS])
+def test_every_config_runs(tiny_run, tmp_path, sampler, extra):
+    run = tiny_run([f"sampler={sampler}", *extra, *TINY], tmp_path)
+    metrics = run.execute()
+    assert metrics["num_samples"] == 1
+    assert run.steps_per_epoch == (1 if run.sampler.full_batch else 5)
+    assert ("accept_rate" in metrics) == (sampler in ("hmc", "mala", "rwmh", "naive_sghmc"))
+
+
+def test_hmc_predictive_is_a_reference_for_sgld(tiny_run, tmp_path):
+    tiny = ["dataset.validation=59000", "epochs=4", "burn_in=2", "batch_size=250"]
+    reference = tmp_path / "hmc"
+    metrics = tiny_run(["sampler=hmc", "sampler.num_steps=5", *tiny], reference).execute()
+    assert metrics["num_samples"] == 2 and metrics["grad_evals"] == 4 * 5 + 1
+    assert 0 <= metrics["accept_rate"] <= 1
+    curve = (reference / "curve.csv").read_text().splitlines()
+    assert "accept_rate" in curve[0] and len(curve) == 5
+    compared = tiny_run(["sampler=sgld", f"reference={reference}", *tiny], tmp_path / "sgld")
+    metrics = compared.execute()
+    assert 0 <= metrics["agreement"] <= 1 and 0 <= metrics["total_variation"] <= 1
+
+
+@pytest.mark.parametrize("preset", ["csgld", "csghmc"])
+def test_cyclical_presets_keep_one_sample_per_cycle(tiny_run, tmp_path, preset):
+    overrides = [
+        f"experiment={preset}",
+        "dataset.validation=59000",
+        "epochs=8",
+        "burn_in=0",
+        "batch_size=100",
+        "schedule.cycles=2",
+        "schedule.samples_per_cycle=1",
+    ]
+    metrics = tiny_run(overrides, tmp_path).execute()
+    assert metrics["num_samples"] == 2 and metrics["test_accuracy"] > 0.3

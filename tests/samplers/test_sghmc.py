@@ -1,0 +1,76 @@
+"""SGHMC's gradient-noise term β̂ = ½ηV̂ (Chen et al.): fixed by hand, online during burn-in
+only, foreach = loop, errors; and Chen et al.'s Fig. 1 setting, where it matters."""
+
+import math
+
+import pytest
+import torch
+
+from bdl.samplers import SGHMC
+
+
+def test_fixed_grad_var_lowers_the_injected_noise_by_hand(quadratic):
+    eta, alpha, v_hat = 0.01, 0.3, 4.0
+    params = [torch.tensor([1.0])]
+    sampler = SGHMC(eta, alpha=alpha, grad_var=v_hat, generator=torch.Generator().manual_seed(1))
+    replay = torch.Generator().manual_seed(1)
+    sigma = math.sqrt(2 * (alpha - 0.5 * eta * v_hat) * eta)
+    v = -eta * 1.0 + sigma * torch.randn(1, generator=replay).item()
+    sampler.step(sampler.init(params), quadratic(params))
+    assert params[0].item() == pytest.approx(1.0 + v, rel=1e-6)
+
+
+def test_noise_is_switched_off_where_beta_exceeds_alpha(quadratic):
+    params = [torch.tensor([1.0])]
+    sampler = SGHMC(0.1, alpha=0.01, grad_var=100.0, generator=torch.Generator().manual_seed(1))
+    sampler.step(sampler.init(params), quadratic(params))
+    assert params[0].item() == pytest.approx(1.0 - 0.1)
+
+
+def test_online_estimate_is_taken_during_burn_in_only(quadratic):
+    params = [torch.randn(3)]
+    sampler = SGHMC(0.01, alpha=0.1, grad_var="online", generator=torch.Generator().manual_seed(0))
+    state = sampler.init(params)
+    for _ in range(5):
+        sampler.step(state, quadratic(params), tune=True)
+    frozen = [v.clone() for v in state.buffers["grad_var"]]
+    for _ in range(5):
+        sampler.step(state, quadratic(params))
+    torch.testing.assert_close(state.buffers["grad_var"], frozen)
+
+
+def test_online_noise_is_elementwise_by_hand():
+    eta, alpha = 0.02, 0.5
+    params = [torch.zeros(2, dtype=torch.float64)]
+    sampler = SGHMC(eta, alpha=alpha, grad_var="online", generator=torch.Generator().manual_seed(3))
+    state = sampler.init(params)
+    state.buffers["grad_var"] = [torch.tensor([10.0, 60.0], dtype=torch.float64)]
+    replay = torch.Generator().manual_seed(3)
+    z = torch.randn(2, generator=replay, dtype=torch.float64)
+    beta = 0.5 * eta * torch.tensor([10.0, 60.0], dtype=torch.float64)
+    sampler.step(state, lambda: (torch.zeros(()), [torch.zeros(2, dtype=torch.float64)]))
+    expected = (2 * eta * (alpha - beta).clamp(min=0)).sqrt() * z
+    torch.testing.assert_close(params[0], expected)
+
+
+@pytest.mark.parametrize("grad_var", [0.0, 4.0, "online"])
+def test_foreach_equals_loop(quadratic, shapes, grad_var):
+    torch.manual_seed(1)
+    a = [torch.randn(s) for s in shapes]
+    b = [p.clone() for p in a]
+    fast = SGHMC(0.01, 0.2, grad_var=grad_var, generator=torch.Generator().manual_seed(7))
+    slow = SGHMC(
+        0.01, 0.2, grad_var=grad_var, foreach=False, generator=torch.Generator().manual_seed(7)
+    )
+    state_a, state_b = fast.init(a), slow.init(b)
+    for t in range(6):
+        fast.step(state_a, quadratic(a), tune=t < 3)
+        slow.step(state_b, quadratic(b), tune=t < 3)
+    for pa, pb in zip(a, b):
+        torch.testing.assert_close(pa, pb)
+
+
+@pytest.mark.parametrize("grad_var", [-1.0, "offline"])
+def test_bad_grad_var_names_the_key(grad_var):
+    with pytest.raises(ValueError, match="sampler.grad_var"):
+        SGHMC(0.01, grad_var=grad_var)

@@ -1,0 +1,113 @@
+"""Signal-to-noise pruning: exact fractions, the order, streaming moments, and pruning.csv from
+runs of a chain and of Bayes by Backprop."""
+
+import csv
+
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+
+import bdl.config  # noqa: F401  (registers the root schema)
+from bdl import report
+from bdl.pruning import (
+    FRACTIONS,
+    prune_masks,
+    pruning_curve,
+    running_moments,
+    signal_to_noise_order,
+)
+from bdl.run import run
+
+SHAPES = {"a": torch.Size([7, 13]), "b": torch.Size([13]), "c": torch.Size([3, 2, 5])}
+
+
+@pytest.mark.parametrize("fraction", FRACTIONS + (0.333, 1.0))
+def test_pruning_keeps_exactly_the_requested_fraction(fraction):
+    total = sum(s.numel() for s in SHAPES.values())
+    order = torch.randperm(total, generator=torch.Generator().manual_seed(0))
+    masks = prune_masks(order, SHAPES, fraction)
+    assert {n: m.shape for n, m in masks.items()} == SHAPES
+    kept = sum(int(m.sum()) for m in masks.values())
+    assert kept == total - round(fraction * total)
+    # exactly the first ones in the order are removed
+    flat = torch.cat([m.flatten() for m in masks.values()])
+    assert not flat[order[: total - kept]].any() and flat[order[total - kept :]].all()
+
+
+def test_order_is_by_signal_to_noise_then_magnitude():
+    mean = {"w": torch.tensor([1.0, -4.0, 0.5, 3.0, 0.0, -2.0])}
+    std = {"w": torch.tensor([1.0, 1.0, 0.1, 0.0, 0.0, 0.0])}
+    # ratios 1, 4, 5, inf, 0/0 -> 0, inf; the two infinite ones by |μ|: 2 before 3
+    assert signal_to_noise_order(mean, std).tolist() == [4, 0, 1, 2, 5, 3]
+
+
+def test_running_moments_match_torch():
+    samples = [{"w": torch.randn(4, 3), "b": torch.randn(3)} for _ in range(9)]
+    mean, std = running_moments(iter(samples), ["w", "b"])
+    for name in ("w", "b"):
+        stacked = torch.stack([s[name] for s in samples]).double()
+        torch.testing.assert_close(mean[name], stacked.mean(0))
+        torch.testing.assert_close(std[name], stacked.std(0, correction=0))
+    with pytest.raises(ValueError, match="no samples"):
+        running_moments(iter([]), ["w"])
+
+
+def test_curve_zeroes_the_pruned_weights_and_restores_the_live_ones():
+    live = {"w": torch.tensor([1.0, 2.0, 3.0, 4.0])}
+    samples = [{"w": torch.tensor([1.0, -2.0, 3.0, 0.5])}]
+    mean = {"w": torch.tensor([0.1, 2.0, 3.0, 4.0])}
+    std = {"w": torch.ones(4)}
+    seen = []
+    rows = pruning_curve(
+        live,
+        ["w"],
+        mean,
+        std,
+        samples,
+        predict=lambda: live["w"].clone(),
+        score=lambda predictions: seen.append(predictions[0]) or 0.0,
+        fractions=(0.0, 0.5),
+    )
+    assert [r["weights_kept"] for r in rows] == [4, 2]
+    torch.testing.assert_close(seen[1], torch.tensor([0.0, 0.0, 3.0, 0.5]))
+    torch.testing.assert_close(live["w"], torch.tensor([1.0, 2.0, 3.0, 4.0]))
+
+
+@pytest.mark.parametrize("sampler", ["sghmc", "bbb"])
+def test_runs_write_the_pruning_curve(sampler, data_dir, isolated_cache, tmp_path):
+    overrides = [
+        f"sampler={sampler}",
+        f"dataset.root={data_dir}",
+        "dataset.validation=59000",
+        "epochs=2",
+        "burn_in=0",
+        "batch_size=100",
+        "pruning=true",
+        "pruning_samples=2",
+        "sampler.num_samples=3" if sampler == "bbb" else "thin=1",
+    ]
+    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+        cfg = compose("config", overrides=overrides)
+    run(cfg, tmp_path)
+    with (tmp_path / "pruning.csv").open() as file:
+        rows = list(csv.DictReader(file))
+    assert [float(r["fraction_removed"]) for r in rows] == list(FRACTIONS)
+    kept = [int(r["weights_kept"]) for r in rows]
+    assert kept[0] == 79510 and kept == sorted(kept, reverse=True)
+    assert all(0 <= float(r["test_error"]) <= 1 for r in rows)
+    assert (tmp_path / "pruning.png").stat().st_size > 0
+
+
+def test_report_prints_the_curve_as_blundells_table_1(tmp_path, capsys):
+    run_dir = tmp_path / "multirun" / "0"
+    run_dir.mkdir(parents=True)
+    (run_dir / "pruning.csv").write_text(
+        "fraction_removed,weights_kept,test_error\n"
+        "0.0,2392800,0.0124\n0.5,1196400,0.0124\n0.95,119640,0.0129\n0.98,47856,0.0139\n"
+    )
+    assert report.main(["--pruning", str(tmp_path)]) == 0
+    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+    assert table[0].split("|")[1:4] == [" Proportion removed ", " # Weights ", " Test Error "]
+    assert [line.split("|")[2].strip() for line in table[2:]] == ["2.4m", "1.2m", "120k", "48k"]
+    assert table[-1].split("|")[3].strip() == "1.39%"
+    assert report.main(["--pruning", str(tmp_path / "nowhere")]) == 2
