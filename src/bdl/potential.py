@@ -46,12 +46,12 @@ Two extensions serve the methods of issue 4, and leave the above untouched at th
       \sigma_b^2\big),
 
   so its pre-activations are sampled directly, independently per example: the same expectation
-  with less variance, and without a weight draw (the one that matters for speed: drawing
-  :math:`\theta` costs as many normal variates as there are weights, the pre-activations only
-  batch × width). It assumes that each linear module is applied once per forward pass, as in an
-  MLP. The stochastic forward pass lives here rather than in the sampler because it is the
-  potential's model, likelihood and prior that it evaluates; the sampler only owns ``q``'s
-  parametrisation and update.
+  with much less variance. It trades a draw per weight for batch × width draws and a second
+  matrix product per layer (the variance's, forward and backward), so a step costs about twice the
+  matrix products of a weight draw's (``scripts/bench_bbb.py``). It assumes that each linear module
+  is applied once per forward pass, as in an MLP. The stochastic forward pass lives here rather
+  than in the sampler because it is the potential's model, likelihood and prior that it
+  evaluates; the sampler only owns ``q``'s parametrisation and update.
 """
 
 from __future__ import annotations

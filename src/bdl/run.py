@@ -269,7 +269,7 @@ class Run:
                         self.average.count,
                         f"{self._headline_name()} {row['test_metric']:.4f}"
                         if self.average.count
-                        else "burn-in",
+                        else ("burn-in" if self.sampler.injects_noise else "optimising"),
                     )
         for _ in self.sampler.final_samples(state):
             self._collect(cfg.epochs - 1)
