@@ -12,14 +12,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from hydra import compose, initialize_config_module
+from benchtools import composed, timed
 
-import bdl.config  # noqa: F401  (registers the root schema)
 from bdl.run import Run
 
 
@@ -34,16 +32,6 @@ def bare_sgd_epoch(model, optimizer, x_train, y_train, batch_size, generator):
         optimizer.step()
 
 
-def timed(fn) -> float:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -52,8 +40,7 @@ def main() -> None:
     args = parser.parse_args()
 
     overrides = ["sampler=sghmc", "dataset=mnist", f"device={args.device}", *args.set]
-    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
-        cfg = compose("config", overrides=overrides)
+    cfg = composed(overrides)
     with tempfile.TemporaryDirectory() as directory:
         run = Run(cfg, Path(directory))
         state = run.sampler.init(run.potential.params)

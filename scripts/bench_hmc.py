@@ -16,14 +16,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from hydra import compose, initialize_config_module
+from benchtools import composed, timed
 
-import bdl.config  # noqa: F401  (registers the root schema)
 from bdl.run import Run
 
 
@@ -32,16 +30,6 @@ def bare_full_pass(model, x_train, y_train, chunk_size) -> None:
     model.zero_grad(set_to_none=False)
     for x, y in zip(x_train.split(chunk_size), y_train.split(chunk_size), strict=True):
         F.cross_entropy(model(x), y, reduction="sum").backward()
-
-
-def timed(fn) -> float:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -54,8 +42,7 @@ def main() -> None:
     args = parser.parse_args()
 
     overrides = ["experiment=hmc_mnist", "sampler.num_steps=10", f"device={args.device}"]
-    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
-        cfg = compose("config", overrides=[*overrides, *args.set])
+    cfg = composed([*overrides, *args.set])
     with tempfile.TemporaryDirectory() as directory:
         run = Run(cfg, Path(directory))
         state = run.sampler.init(run.potential.params)
