@@ -10,13 +10,12 @@ figure of merit (goal <= 1.0: sampling costs no more than optimising).
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from benchtools import composed, timed
+from benchtools import alternating_medians, composed
 
 from bdl.run import Run
 
@@ -62,13 +61,8 @@ def main() -> None:
         def bare_epoch():
             bare_sgd_epoch(baseline, optimizer, run.x_train, run.y_train, run.batch_size, generator)
 
-        bdl_epoch(), bare_epoch()  # warm-up
-        bdl_times, bare_times = [], []
-        for _ in range(args.rounds):
-            bdl_times.append(timed(bdl_epoch))
-            bare_times.append(timed(bare_epoch))
+        bdl_median, bare_median = alternating_medians(bdl_epoch, bare_epoch, args.rounds)
 
-    bdl_median, bare_median = statistics.median(bdl_times), statistics.median(bare_times)
     print(
         f"device {run.device}, {run.steps_per_epoch} steps/epoch, batch {run.batch_size}, "
         f"{args.rounds} rounds, torch threads {torch.get_num_threads()}"

@@ -14,13 +14,12 @@ same in-memory tensors, alternating, so that machine noise hits both alike. The 
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from benchtools import composed, timed
+from benchtools import alternating_medians, composed
 
 from bdl.run import Run
 
@@ -64,13 +63,10 @@ def main() -> None:
         def bare_pass():
             bare_full_pass(baseline, run.x_train, run.y_train, run.batch_size)
 
-        hmc_iteration(), bare_pass()  # warm-up; fills HMC's cache of (U, ∇U)
-        hmc_times, bare_times = [], []
-        for _ in range(args.rounds):
-            hmc_times.append(timed(hmc_iteration) / steps)
-            bare_times.append(timed(bare_pass))
+        # The warm-up also fills HMC's cache of (U, ∇U).
+        iteration, bare_median = alternating_medians(hmc_iteration, bare_pass, args.rounds)
+        hmc_median = iteration / steps
 
-    hmc_median, bare_median = statistics.median(hmc_times), statistics.median(bare_times)
     print(
         f"device {run.device}, N = {run.data.num_train}, chunks of {run.batch_size}, "
         f"L = {steps}, {args.rounds} rounds, torch threads {torch.get_num_threads()}"

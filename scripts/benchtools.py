@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 
@@ -27,3 +28,16 @@ def timed(fn: Callable[[], object]) -> float:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     return time.perf_counter() - start
+
+
+def alternating_medians(
+    first: Callable[[], object], second: Callable[[], object], rounds: int
+) -> tuple[float, float]:
+    """Median seconds of ``first`` and ``second``, run alternately after one warm-up each, so
+    that machine noise hits both alike."""
+    first(), second()
+    first_times, second_times = [], []
+    for _ in range(rounds):
+        first_times.append(timed(first))
+        second_times.append(timed(second))
+    return statistics.median(first_times), statistics.median(second_times)

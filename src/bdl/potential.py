@@ -133,7 +133,9 @@ class Potential:
         self.num_data = num_data
         self.temperature = temperature
         self.params: list[Tensor] = list(model.parameters()) + list(likelihood.parameters())
-        prior.bind(dict(model.named_parameters()))
+        # Built once: the prior is evaluated at every step, and the parameters keep their identity.
+        self.model_params: dict[str, Tensor] = dict(model.named_parameters())
+        prior.bind(self.model_params)
         self._joint = _Joint(model, likelihood)
         self._names = [name for name, _ in self._joint.named_parameters()]
         self._noise: Tensor | None = None
@@ -147,9 +149,7 @@ class Potential:
         return lr_per_datum / self.num_data
 
     def log_prior(self) -> Tensor:
-        return (
-            self.prior.log_prob(dict(self.model.named_parameters())) + self.likelihood.log_prior()
-        )
+        return self.prior.log_prob(self.model_params) + self.likelihood.log_prior()
 
     def __call__(self, x: Tensor, y: Tensor, prior_weight: float = 1.0) -> Tensor:
         """``U_T`` at the current parameters from the minibatch ``(x, y)``."""
@@ -212,7 +212,7 @@ class Potential:
         ``batches`` yields the training set in chunks; it is needed (and only then read) when the
         likelihood's conditional depends on the data (the regression noise precision).
         """
-        self.prior.gibbs_step(dict(self.model.named_parameters()), generator, self.temperature)
+        self.prior.gibbs_step(self.model_params, generator, self.temperature)
         if self.likelihood.gibbs:
             if batches is None:
                 raise ValueError("the likelihood's Gibbs step needs the training set (batches=)")
@@ -281,7 +281,7 @@ class Potential:
     def _prior_stds(self) -> list[Tensor | float] | None:
         """The prior's standard deviations of the model's parameters if it is Gaussian given its
         hyperparameters, else None."""
-        stds = [self.prior.gaussian_std(name, p) for name, p in self.model.named_parameters()]
+        stds = [self.prior.gaussian_std(name, p) for name, p in self.model_params.items()]
         return None if any(s is None for s in stds) else stds
 
     def _linear_layers(self) -> dict[nn.Linear, tuple[int, int | None]]:
