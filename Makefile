@@ -55,11 +55,16 @@ check: install ## bdl-check: every sampler against known posteriors (table, CSV,
 	$(BIN)/bdl-check --out outputs/check
 
 IZMAILOV := multirun/izmailov_mnist
-reproduce-izmailov-mnist: install ## Izmailov et al.'s table shape on 5k MNIST: HMC vs SG-MCMC
+reproduce-izmailov-mnist: install ## Izmailov et al.'s table shape on 5k MNIST: HMC vs SG-MCMC, MFVI
 	OMP_NUM_THREADS=1 $(BIN)/bdl-run experiment=izmailov_mnist sampler=hmc epochs=150 burn_in=30 thin=1 \
 		batch_size=5000 hydra.run.dir=$(IZMAILOV)/hmc
-	OMP_NUM_THREADS=1 $(BIN)/bdl-run -m experiment=izmailov_mnist sampler=sgld,sghmc,psgld,sgd \
+	OMP_NUM_THREADS=1 $(BIN)/bdl-run -m experiment=izmailov_mnist sampler=sgld,sghmc,psgld \
 		reference=$(abspath $(IZMAILOV))/hmc hydra.sweep.dir=$(IZMAILOV)/sg
+	OMP_NUM_THREADS=1 $(BIN)/bdl-run experiment=izmailov_mnist sampler=sgd \
+		reference=$(abspath $(IZMAILOV))/hmc hydra.run.dir=$(IZMAILOV)/sgd
+	OMP_NUM_THREADS=1 $(BIN)/bdl-run experiment=izmailov_mnist sampler=mfvi schedule=cosine \
+		epochs=300 burn_in=0 init_from=$(IZMAILOV)/sgd reference=$(abspath $(IZMAILOV))/hmc \
+		hydra.run.dir=$(IZMAILOV)/mfvi
 	OMP_NUM_THREADS=1 $(BIN)/bdl-run experiment=izmailov_mnist sampler=sghmc schedule=cyclical \
 		schedule.cycles=12 schedule.samples_per_cycle=3 reference=$(abspath $(IZMAILOV))/hmc \
 		hydra.run.dir=$(IZMAILOV)/csghmc

@@ -13,16 +13,13 @@ reparameterisation trick and without (a weight draw per step), under the scale-m
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from hydra import compose, initialize_config_module
+from benchtools import alternating_medians, bare_model, composed
 
-import bdl.config  # noqa: F401  (registers the root schema)
 from bdl.run import Run
 
 VARIANTS = {
@@ -37,11 +34,6 @@ VARIANTS = {
         "sampler.local_reparam=false",
     ],
 }
-
-
-def synchronize() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
 
 
 def main() -> None:
@@ -59,12 +51,9 @@ def main() -> None:
         f"dataset.mlp.hidden=[{args.hidden},{args.hidden}]",
         f"device={args.device}",
     ]
-    with (
-        tempfile.TemporaryDirectory() as directory,
-        initialize_config_module(version_base="1.3", config_module="bdl.conf"),
-    ):
+    with tempfile.TemporaryDirectory() as directory:
         runs = {
-            name: Run(compose("config", overrides=base + extra), Path(directory) / str(i))
+            name: Run(composed(base + extra), Path(directory) / str(i))
             for i, (name, extra) in enumerate(VARIANTS.items())
         }
         first = next(iter(runs.values()))
@@ -75,14 +64,7 @@ def main() -> None:
             torch.randint(0, x.shape[0], (batch,), generator=generator, device=device)
             for _ in range(args.steps)
         ]
-
-        torch.manual_seed(0)
-        baseline = type(first.potential.model)(
-            input_shape=first.data.input_shape,
-            out_features=first.data.out_features,
-            hidden=[args.hidden, args.hidden],
-            activation="relu",
-        ).to(device)
+        baseline = bare_model(first)
         optimizer = torch.optim.SGD(baseline.parameters(), lr=1e-3)
 
         def sgd_steps() -> None:
@@ -94,30 +76,24 @@ def main() -> None:
 
         def bdl_steps(run: Run, state) -> None:
             for i in index:
-                closure = run.potential.closure(x[i], y[i])
-                run.sampler.step(state, closure)
+                run.sampler.step(state, run.potential.closure(x[i], y[i]))
 
-        states = {name: run.sampler.init(run.potential.params) for name, run in runs.items()}
-        timings: dict[str, list[float]] = {"sgd": [], **{name: [] for name in runs}}
-        for round_ in range(args.rounds + 1):  # the first round warms up and is not counted
-            for name, fn in [("sgd", sgd_steps)] + [
-                (name, lambda r=run, s=states[name]: bdl_steps(r, s)) for name, run in runs.items()
-            ]:
-                synchronize()
-                start = time.perf_counter()
-                fn()
-                synchronize()
-                if round_:
-                    timings[name].append((time.perf_counter() - start) / args.steps)
+        states = [run.sampler.init(run.potential.params) for run in runs.values()]
+        bbb_steps = [
+            lambda run=run, state=state: bdl_steps(run, state)
+            for run, state in zip(runs.values(), states, strict=True)
+        ]
+        sgd, *variants = (
+            median / args.steps
+            for median in alternating_medians([sgd_steps, *bbb_steps], args.rounds)
+        )
 
-    sgd = statistics.median(timings["sgd"])
     print(
         f"device {device}, 784-{args.hidden}-{args.hidden}-10, batch {batch}, {args.rounds} rounds "
         f"x {args.steps} steps, torch threads {torch.get_num_threads()}"
     )
     print(f"{'plain PyTorch SGD step':48s} {sgd * 1e3:8.1f} ms")
-    for name in runs:
-        step = statistics.median(timings[name])
+    for name, step in zip(runs, variants, strict=True):
         print(f"{name:48s} {step * 1e3:8.1f} ms   ratio {step / sgd:.2f}")
     print("goal: BBB with the local reparameterisation trick <= 2.0 x SGD")
 

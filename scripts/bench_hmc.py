@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from benchtools import alternating_medians, composed
+from benchtools import alternating_medians, bare_model, composed
 
 from bdl.run import Run
 
@@ -48,13 +48,7 @@ def main() -> None:
         steps = run.sampler.num_steps
         sampling_epoch = cfg.burn_in  # no step-size adaptation: the kernel as it samples
 
-        torch.manual_seed(0)
-        baseline = type(run.potential.model)(
-            input_shape=run.data.input_shape,
-            out_features=run.data.out_features,
-            hidden=list(cfg.dataset.mlp.hidden),
-            activation=cfg.dataset.mlp.activation,
-        ).to(run.device)
+        baseline = bare_model(run)
 
         def hmc_iteration():
             nonlocal state
@@ -64,7 +58,7 @@ def main() -> None:
             bare_full_pass(baseline, run.x_train, run.y_train, run.batch_size)
 
         # The warm-up also fills HMC's cache of (U, ∇U).
-        iteration, bare_median = alternating_medians(hmc_iteration, bare_pass, args.rounds)
+        iteration, bare_median = alternating_medians([hmc_iteration, bare_pass], args.rounds)
         hmc_median = iteration / steps
 
     print(

@@ -1,16 +1,31 @@
-"""What the benchmark scripts share: a composed bdl config and a device-synchronised timer."""
+"""What the benchmark scripts share: a composed bdl config, a bare copy of its network and a
+device-synchronised timer."""
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
+from torch import nn
 
 import bdl.config  # noqa: F401  (registers the root schema)
+from bdl.run import Run
+
+
+def bare_model(run: Run) -> nn.Module:
+    """A freshly initialised network of the run's architecture, for the bare PyTorch loops."""
+    torch.manual_seed(0)
+    mlp = run.cfg.dataset.mlp
+    return type(run.potential.model)(
+        input_shape=run.data.input_shape,
+        out_features=run.data.out_features,
+        hidden=list(mlp.hidden),
+        activation=mlp.activation,
+    ).to(run.device)
 
 
 def composed(overrides: list[str]) -> DictConfig:
@@ -30,14 +45,13 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def alternating_medians(
-    first: Callable[[], object], second: Callable[[], object], rounds: int
-) -> tuple[float, float]:
-    """Median seconds of ``first`` and ``second``, run alternately after one warm-up each, so
-    that machine noise hits both alike."""
-    first(), second()
-    first_times, second_times = [], []
+def alternating_medians(fns: Sequence[Callable[[], object]], rounds: int) -> list[float]:
+    """Median seconds of each of ``fns``, run in turn round after round after one warm-up each,
+    so that machine noise hits all alike."""
+    for fn in fns:
+        fn()
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(rounds):
-        first_times.append(timed(first))
-        second_times.append(timed(second))
-    return statistics.median(first_times), statistics.median(second_times)
+        for fn, fn_times in zip(fns, times, strict=True):
+            fn_times.append(timed(fn))
+    return [statistics.median(fn_times) for fn_times in times]

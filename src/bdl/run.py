@@ -183,14 +183,14 @@ class Run:
             self.data.num_train, self.batch_size, self.data_generator, self.device
         )
         for i, index in enumerate(batches):
-            x, y = self.x_train[index], self.y_train[index]
+            x, y = self.x_train.index_select(0, index), self.y_train.index_select(0, index)
             if self.augment:
                 x = random_crop_flip(x, self.data_generator)
             yield self.potential.closure(x, y, self.sampler.prior_weight(i, self.steps_per_epoch))
 
     def _epoch(self, epoch: int, state: Any) -> tuple[Any, Tensor]:
         """One pass over the training data; returns the state and the summed potential."""
-        total = torch.zeros((), device=self.device, dtype=torch.float64)
+        potentials = []
         accepted, tests = torch.zeros((), device=self.device, dtype=torch.float64), 0
         for i, closure in enumerate(self._closures()):
             t = epoch * self.steps_per_epoch + i
@@ -201,7 +201,7 @@ class Run:
                 noise=not self.schedule.explores(t),
                 tune=epoch < self.cfg.burn_in,
             )
-            total += state.info["potential"]
+            potentials.append(state.info["potential"])
             if "accepted" in state.info:  # this step made a Metropolis test
                 accepted += state.info["accepted"].double().mean()
                 tests += 1
@@ -210,7 +210,7 @@ class Run:
                 if self.potential.hyperparameters():  # U changed: a kernel's cached ∇U is stale
                     state.buffers.pop("grad", None)
         self.accept_rate = accepted.item() / tests if tests else None
-        return state, total
+        return state, torch.stack(potentials).double().sum()
 
     def _collect(self, epoch: int) -> None:
         self.average.update(

@@ -43,3 +43,14 @@ def test_mlp_activations(activation):
 def test_mlp_bad_activation_names_config_key_and_choices():
     with pytest.raises(ValueError, match=r"model\.activation.*relu.*sigmoid.*swish.*tanh"):
         MLP(input_shape=(3,), out_features=2, activation="elu")
+
+
+def test_mlp_init_std_draws_gaussian_weights_and_zero_biases():
+    torch.manual_seed(0)
+    model = MLP(input_shape=(784,), out_features=10, hidden=[300], init_std=0.01)
+    weights = torch.cat([m.weight.flatten() for m in model.layers if hasattr(m, "weight")])
+    assert weights.std().item() == pytest.approx(0.01, rel=0.02)
+    assert weights.mean().abs().item() < 1e-3
+    assert all(m.bias.abs().max() == 0 for m in model.layers if hasattr(m, "bias"))
+    with pytest.raises(ValueError, match=r"model\.init_std"):
+        MLP(input_shape=(3,), out_features=2, init_std=0.0)

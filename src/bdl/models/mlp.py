@@ -35,12 +35,15 @@ def _widths(hidden: int | Iterable[int]) -> list[int]:
 
 
 class MLP(nn.Module):
-    """Multilayer perceptron on flattened inputs.
+    r"""Multilayer perceptron on flattened inputs.
 
     The defaults (one hidden layer of 100 sigmoid units) are the network of the SGLD/SGHMC papers
     (Welling & Teh 2011; Chen et al. 2014). The layers live in one ``nn.Sequential`` so parameter
     names (``layers.0.weight``, ``layers.2.bias``, ...) are stable across runs and can key saved
     samples and per-layer diagnostics.
+
+    ``init_std`` draws the initial weights from :math:`\mathcal{N}(0, s^2)` with zero biases, as in
+    Chen et al. (2014)'s code (:math:`s = 0.01`); ``None`` keeps PyTorch's default initialisation.
     """
 
     def __init__(
@@ -49,8 +52,11 @@ class MLP(nn.Module):
         out_features: int,
         hidden: int | Iterable[int] = (100,),
         activation: str = "sigmoid",
+        init_std: float | None = None,
     ) -> None:
         super().__init__()
+        if init_std is not None and not init_std > 0:
+            raise ValueError(f"model.init_std must be positive (or null), got {init_std}")
         in_features = math.prod(input_shape)
         make_activation(activation)  # validate even when there are no hidden layers
         modules: list[nn.Module] = []
@@ -59,6 +65,11 @@ class MLP(nn.Module):
             in_features = width
         modules.append(nn.Linear(in_features, out_features))
         self.layers = nn.Sequential(*modules)
+        if init_std is not None:
+            for layer in self.layers:
+                if isinstance(layer, nn.Linear):
+                    nn.init.normal_(layer.weight, std=init_std)
+                    nn.init.zeros_(layer.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.layers(x.flatten(1))
