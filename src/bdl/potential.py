@@ -149,9 +149,6 @@ class Potential:
         """
         return lr_per_datum / self.num_data
 
-    def log_prior(self) -> Tensor:
-        return self.prior.log_prob(self.model_params) + self.likelihood.log_prior()
-
     def closure(self, x: Tensor, y: Tensor, prior_weight: float = 1.0) -> Closure:
         """A closure returning ``(U_T, ∇U_T)`` on ``(x, y)`` at the parameters' current values.
 

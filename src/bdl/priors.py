@@ -15,7 +15,9 @@ method. Seed 004 ("Bayesian deep learning: priors") lays out the families writte
   by the conjugate Gibbs step of seed 002 (:meth:`Prior.gibbs_step`) between the sampler's updates.
 
 Priors whose parameters are, given their hyperparameters, Gaussian say so through
-:meth:`Prior.gaussian_std`, which lets variational methods use the closed-form KL divergence.
+:meth:`Prior.gaussian_std`, which lets the potential differentiate them in closed form
+(:math:`-\theta/\sigma^2`, no autograd graph at every step) and variational methods use the
+closed-form KL divergence.
 """
 
 from __future__ import annotations
