@@ -142,6 +142,31 @@ def test_prior_term_and_gradient_match_autograd_of_the_log_density(prior, prior_
             torch.testing.assert_close(g, e)
 
 
+class _SharedGradient(torch.nn.Module):
+    """f(x) = x (a + b): autograd returns one tensor as the gradient of both a and b."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.tensor([0.3, -0.2], dtype=torch.float64))
+        self.b = torch.nn.Parameter(torch.tensor([0.1, 0.5], dtype=torch.float64))
+
+    def forward(self, x):
+        return x * (self.a + self.b)
+
+
+def test_prior_gradient_is_added_to_each_parameter_alone_when_autograd_shares_a_tensor():
+    potential = Potential(_SharedGradient(), Categorical(), GaussianPrior(0.5), num_data=4)
+    x, y = torch.randn(4, 2, dtype=torch.float64), torch.tensor([0, 1, 1, 0])
+    a, b = potential.params
+    data_term = torch.nn.functional.cross_entropy(x * (a + b), y, reduction="sum")
+    objective = data_term + 0.5 * (a.square().sum() + b.square().sum()) / 0.25
+    expected = torch.autograd.grad(objective, [a, b])
+    for closure in (potential.closure(x, y), potential.full_closure(lambda: [(x, y)])):
+        _, grads = closure()
+        for g, e in zip(grads, expected):
+            torch.testing.assert_close(g, e)
+
+
 def mean_field(potential, seed, **kwargs):
     generator = torch.Generator().manual_seed(seed)
     mean = [p.detach().clone() for p in potential.params]

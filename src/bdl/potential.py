@@ -209,7 +209,9 @@ class Potential:
                 objective = objective - prior_weight * sum(terms)
             objective = objective / self.temperature
             if objective.requires_grad:
-                grads = torch.autograd.grad(objective, self.params, materialize_grads=True)
+                grads = _writable(
+                    torch.autograd.grad(objective, self.params, materialize_grads=True)
+                )
             else:
                 grads = [torch.zeros_like(p) for p in self.params]
         objective = objective.detach()
@@ -222,7 +224,7 @@ class Potential:
                         grad.addcmul_(theta, std.square().reciprocal(), value=weight)
                     else:
                         grad.add_(theta, alpha=weight / std**2)
-        return objective, list(grads)
+        return objective, grads
 
     @torch.no_grad()
     def gibbs_step(
@@ -286,7 +288,7 @@ class Potential:
                 model = {name: named[f"model.{name}"] for name, _ in self.model.named_parameters()}
                 objective = objective - kappa * self.prior.log_prob(model)
             objective = objective / temperature
-            grads = list(torch.autograd.grad(objective, mean + std, materialize_grads=True))
+            grads = _writable(torch.autograd.grad(objective, mean + std, materialize_grads=True))
         value = objective.detach()
         if kappa:
             grad_mean, grad_std = grads[: len(mean)], grads[len(mean) :]
@@ -393,6 +395,23 @@ class _LocalNoise(torch.autograd.Function):
         grad_std_weight = (h.t() @ x2).mul_(std_weight)
         grad_std_bias = None if std_bias is None else h.sum(0).mul_(std_bias)
         return grad_x, grad_std_weight, grad_std_bias, None
+
+
+def _writable(grads: tuple[Tensor, ...]) -> list[Tensor]:
+    """Gradients that can be added to in place, one tensor each.
+
+    Autograd may hand back one tensor for several inputs (both terms of ``a + b``) or a broadcast
+    view (the gradient of a sum); those are copied, so that adding a prior's gradient to one
+    parameter's cannot change another's.
+    """
+    seen: set[int] = set()
+    own = []
+    for grad in grads:
+        if grad._base is not None or id(grad) in seen:
+            grad = grad.clone()
+        seen.add(id(grad))
+        own.append(grad)
+    return own
 
 
 @torch.no_grad()
