@@ -6,7 +6,7 @@ export BDL_DATA_DIR ?= $(abspath ../shared/data)
 
 .DEFAULT_GOAL := help
 .PHONY: help install run test test-slow lint format bench reproduce-chen-mnist reproduce-uci-boston check \
-	reproduce-izmailov-mnist
+	reproduce-izmailov-mnist reproduce-blundell-mnist
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-22s %s\n", $$1, $$2}'
@@ -70,3 +70,12 @@ reproduce-izmailov-mnist: install ## Izmailov et al.'s table shape on 5k MNIST: 
 		hydra.run.dir=$(IZMAILOV)/csghmc
 	$(BIN)/bdl-report $(IZMAILOV) --by sampler schedule \
 		--metrics test_accuracy test_nll agreement total_variation accept_rate num_samples
+
+BLUNDELL := multirun/blundell2015_mnist
+reproduce-blundell-mnist: install ## Blundell et al. 2015: BBB at N = 1200 (600 epochs: a GPU's work) and SGHMC, pruning tables
+	$(BIN)/bdl-run sampler=bbb experiment=blundell2015_mnist dataset.mlp.hidden=[1200,1200] \
+		schedule=cosine pruning=true hydra.run.dir=$(BLUNDELL)/bbb1200
+	$(BIN)/bdl-report --pruning $(BLUNDELL)/bbb1200
+	$(BIN)/bdl-run sampler=sghmc experiment=blundell2015_mnist prior.pi=0.05 epochs=40 burn_in=20 \
+		sampler.lr=0.002 pruning=true hydra.run.dir=$(BLUNDELL)/sghmc400
+	$(BIN)/bdl-report --pruning $(BLUNDELL)/sghmc400
