@@ -128,18 +128,15 @@ def test_dual_averaging_reaches_the_target_and_only_while_tuning(quadratic):
 
 
 @pytest.mark.parametrize("refresh", [0.0, 0.7])
-def test_foreach_equals_loop(quadratic, shapes, refresh):
-    torch.manual_seed(1)
-    a = [torch.randn(s) for s in shapes]
-    b = [p.clone() for p in a]
-    fast = HMC(0.01, 4, refresh=refresh, generator=torch.Generator().manual_seed(3))
-    slow = HMC(0.01, 4, refresh=refresh, foreach=False, generator=torch.Generator().manual_seed(3))
-    state_a, state_b = fast.init(a), slow.init(b)
-    for t in range(6):
-        fast.step(state_a, quadratic(a), tune=t < 3)
-        slow.step(state_b, quadratic(b), tune=t < 3)
-    for pa, pb in zip(a, b):
-        torch.testing.assert_close(pa, pb)
+def test_foreach_equals_loop(assert_foreach_matches_loop, quadratic, refresh):
+    assert_foreach_matches_loop(
+        lambda foreach: HMC(
+            0.01, 4, refresh=refresh, foreach=foreach, generator=torch.Generator().manual_seed(3)
+        ),
+        quadratic,
+        steps=6,
+        step_options=lambda t: {"tune": t < 3},
+    )
 
 
 def test_samples_a_gaussian_per_chain():

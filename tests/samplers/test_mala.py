@@ -31,18 +31,13 @@ def test_approximate_test_evaluates_each_minibatch_at_both_ends(quadratic, count
         assert closure.calls == 2 and state.grad_evals == calls
 
 
-def test_foreach_equals_loop(quadratic, shapes):
-    torch.manual_seed(2)
-    a = [torch.randn(s) for s in shapes]
-    b = [p.clone() for p in a]
-    fast = MALA(0.05, generator=torch.Generator().manual_seed(9))
-    slow = MALA(0.05, foreach=False, generator=torch.Generator().manual_seed(9))
-    state_a, state_b = fast.init(a), slow.init(b)
-    for t in range(8):
-        fast.step(state_a, quadratic(a), tune=t < 4)
-        slow.step(state_b, quadratic(b), tune=t < 4)
-    for pa, pb in zip(a, b):
-        torch.testing.assert_close(pa, pb)
+def test_foreach_equals_loop(assert_foreach_matches_loop, quadratic):
+    assert_foreach_matches_loop(
+        lambda foreach: MALA(0.05, foreach=foreach, generator=torch.Generator().manual_seed(9)),
+        quadratic,
+        steps=8,
+        step_options=lambda t: {"tune": t < 4},
+    )
 
 
 def test_samples_a_gaussian_at_a_step_where_sgld_is_biased():

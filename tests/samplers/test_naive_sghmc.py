@@ -60,18 +60,14 @@ def test_rejected_trajectory_restores_its_start(quadratic):
 
 
 @pytest.mark.parametrize("mh", [False, True])
-def test_foreach_equals_loop(quadratic, shapes, mh):
-    torch.manual_seed(4)
-    a = [torch.randn(s) for s in shapes]
-    b = [p.clone() for p in a]
-    fast = NaiveSGHMC(0.01, 3, mh=mh, generator=torch.Generator().manual_seed(5))
-    slow = NaiveSGHMC(0.01, 3, mh=mh, foreach=False, generator=torch.Generator().manual_seed(5))
-    state_a, state_b = fast.init(a), slow.init(b)
-    for _ in range(7):
-        fast.step(state_a, quadratic(a))
-        slow.step(state_b, quadratic(b))
-    for pa, pb in zip(a, b):
-        torch.testing.assert_close(pa, pb)
+def test_foreach_equals_loop(assert_foreach_matches_loop, quadratic, mh):
+    assert_foreach_matches_loop(
+        lambda foreach: NaiveSGHMC(
+            0.01, 3, mh=mh, foreach=foreach, generator=torch.Generator().manual_seed(5)
+        ),
+        quadratic,
+        steps=7,
+    )
 
 
 @pytest.mark.parametrize(

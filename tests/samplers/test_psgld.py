@@ -27,18 +27,13 @@ def test_two_updates_by_hand(quadratic):
         torch.testing.assert_close(params[0], theta)
 
 
-def test_foreach_equals_loop(quadratic, shapes):
-    torch.manual_seed(5)
-    a = [torch.randn(s) for s in shapes]
-    b = [p.clone() for p in a]
-    fast = PSGLD(0.01, generator=torch.Generator().manual_seed(2))
-    slow = PSGLD(0.01, foreach=False, generator=torch.Generator().manual_seed(2))
-    state_a, state_b = fast.init(a), slow.init(b)
-    for t in range(5):
-        fast.step(state_a, quadratic(a, scale=3.0), lr_scale=1 / (t + 1), noise=t != 2)
-        slow.step(state_b, quadratic(b, scale=3.0), lr_scale=1 / (t + 1), noise=t != 2)
-    for pa, pb in zip(a, b):
-        torch.testing.assert_close(pa, pb)
+def test_foreach_equals_loop(assert_foreach_matches_loop, quadratic):
+    assert_foreach_matches_loop(
+        lambda foreach: PSGLD(0.01, foreach=foreach, generator=torch.Generator().manual_seed(2)),
+        lambda params: quadratic(params, scale=3.0),
+        steps=5,
+        step_options=lambda t: {"lr_scale": 1 / (t + 1), "noise": t != 2},
+    )
 
 
 def test_lr_is_on_the_scale_of_u():

@@ -24,18 +24,13 @@ def test_one_step_by_hand(quadratic):
     assert state.info["energy_error"].item() == pytest.approx(-log_ratio.item())
 
 
-def test_foreach_equals_loop(quadratic, shapes):
-    torch.manual_seed(3)
-    a = [torch.randn(s) for s in shapes]
-    b = [p.clone() for p in a]
-    fast = RWMH(0.01, generator=torch.Generator().manual_seed(1))
-    slow = RWMH(0.01, foreach=False, generator=torch.Generator().manual_seed(1))
-    state_a, state_b = fast.init(a), slow.init(b)
-    for t in range(8):
-        fast.step(state_a, quadratic(a), tune=t < 4)
-        slow.step(state_b, quadratic(b), tune=t < 4)
-    for pa, pb in zip(a, b):
-        torch.testing.assert_close(pa, pb)
+def test_foreach_equals_loop(assert_foreach_matches_loop, quadratic):
+    assert_foreach_matches_loop(
+        lambda foreach: RWMH(0.01, foreach=foreach, generator=torch.Generator().manual_seed(1)),
+        quadratic,
+        steps=8,
+        step_options=lambda t: {"tune": t < 4},
+    )
 
 
 def test_samples_a_gaussian_and_adapts_to_the_target_rate():

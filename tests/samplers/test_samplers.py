@@ -105,19 +105,13 @@ def test_noise_free_sghmc_is_torch_sgd_with_momentum(momentum):
     ],
     ids=["sgld", "sghmc", "sgd"],
 )
-def test_foreach_equals_loop(make):
-    torch.manual_seed(1)
-    shapes = [(3, 4), (4,), (2, 2, 2)]
-    a = [torch.randn(s) for s in shapes]
-    b = [p.clone() for p in a]
-    fast = make(torch.Generator().manual_seed(7), True)
-    slow = make(torch.Generator().manual_seed(7), False)
-    state_a, state_b = fast.init(a), slow.init(b)
-    for t in range(5):
-        fast.step(state_a, quadratic_closure(a), lr_scale=1 / (t + 1))
-        slow.step(state_b, quadratic_closure(b), lr_scale=1 / (t + 1))
-    for pa, pb in zip(a, b):
-        torch.testing.assert_close(pa, pb)
+def test_foreach_equals_loop(assert_foreach_matches_loop, make):
+    assert_foreach_matches_loop(
+        lambda foreach: make(torch.Generator().manual_seed(7), foreach),
+        quadratic_closure,
+        steps=5,
+        step_options=lambda t: {"lr_scale": 1 / (t + 1)},
+    )
 
 
 def test_same_seed_same_chain_and_different_seed_differs():

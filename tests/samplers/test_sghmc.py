@@ -54,20 +54,19 @@ def test_online_noise_is_elementwise_by_hand():
 
 
 @pytest.mark.parametrize("grad_var", [0.0, 4.0, "online"])
-def test_foreach_equals_loop(quadratic, shapes, grad_var):
-    torch.manual_seed(1)
-    a = [torch.randn(s) for s in shapes]
-    b = [p.clone() for p in a]
-    fast = SGHMC(0.01, 0.2, grad_var=grad_var, generator=torch.Generator().manual_seed(7))
-    slow = SGHMC(
-        0.01, 0.2, grad_var=grad_var, foreach=False, generator=torch.Generator().manual_seed(7)
+def test_foreach_equals_loop(assert_foreach_matches_loop, quadratic, grad_var):
+    assert_foreach_matches_loop(
+        lambda foreach: SGHMC(
+            0.01,
+            0.2,
+            grad_var=grad_var,
+            foreach=foreach,
+            generator=torch.Generator().manual_seed(7),
+        ),
+        quadratic,
+        steps=6,
+        step_options=lambda t: {"tune": t < 3},
     )
-    state_a, state_b = fast.init(a), slow.init(b)
-    for t in range(6):
-        fast.step(state_a, quadratic(a), tune=t < 3)
-        slow.step(state_b, quadratic(b), tune=t < 3)
-    for pa, pb in zip(a, b):
-        torch.testing.assert_close(pa, pb)
 
 
 @pytest.mark.parametrize("grad_var", [-1.0, "offline"])
