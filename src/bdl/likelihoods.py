@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bdl.priors import conjugate_precision
+
 
 class Likelihood(nn.Module):
     """Base class: no hyperparameters of its own unless a subclass says so."""
@@ -127,10 +129,15 @@ class Gaussian(Likelihood):
         for mean, y in outputs:
             count += y.shape[0]
             squares += (y - mean.squeeze(-1)).double().square().sum()
-        shape = (self.prior_shape - 1 + 0.5 * count) / temperature + 1
-        rate = (self.prior_rate + 0.5 * squares) / temperature
-        concentration = torch.full_like(self.log_precision, shape)
-        tau = torch._standard_gamma(concentration, generator=generator) / rate
+        tau = conjugate_precision(
+            self.prior_shape,
+            self.prior_rate,
+            count,
+            squares,
+            temperature,
+            generator,
+            like=self.log_precision,
+        )
         self.log_precision.copy_(tau.log())
 
     def hyperparameters(self) -> dict[str, Tensor]:

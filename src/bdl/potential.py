@@ -66,6 +66,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from bdl.likelihoods import Likelihood
+from bdl.noise import StandardNormal
 from bdl.priors import Prior
 
 Closure = Callable[..., tuple[Tensor, list[Tensor]]]
@@ -139,7 +140,8 @@ class Potential:
         prior.bind(self.model_params)
         self._joint = _Joint(model, likelihood)
         self._names = [name for name, _ in self._joint.named_parameters()]
-        self._noise: Tensor | None = None
+        self._linear = self._linear_layers()
+        self._normal = StandardNormal()
 
     def step_size(self, lr_per_datum: float) -> float:
         """The step size on the scale of ``U`` for a per-datum learning rate: ``lr / N``.
@@ -258,7 +260,7 @@ class Potential:
         temperature, kappa = self.temperature, prior_weight
         mean = [m.detach().requires_grad_() for m in q.mean]
         std = [s.detach().requires_grad_() for s in q.std]
-        local = self._linear_layers() if q.local_reparam else {}
+        local = self._linear if q.local_reparam else {}
         covered = {i for indices in local.values() for i in indices if i is not None}
         prior_stds = self._prior_stds() if kappa and q.analytic_kl else None
         model_size = len(prior_stds) if prior_stds is not None else 0
@@ -285,7 +287,7 @@ class Potential:
                 objective = objective - kappa * log_prior_phi
             if monte_carlo_prior:
                 named = dict(zip(self._names, theta, strict=True))
-                model = {name: named[f"model.{name}"] for name, _ in self.model.named_parameters()}
+                model = {name: named[f"model.{name}"] for name in self.model_params}
                 objective = objective - kappa * self.prior.log_prob(model)
             objective = objective / temperature
             grads = _writable(torch.autograd.grad(objective, mean + std, materialize_grads=True))
@@ -330,18 +332,13 @@ class Potential:
         generator: torch.Generator | None,
         indices: list[int],
     ) -> list[Tensor | None]:
-        """θ = μ + σ ⊙ ε at ``indices`` (None elsewhere), from one flat draw into a buffer kept
-        across calls (a fresh allocation of every weight's size costs more than the draw)."""
+        """θ = μ + σ ⊙ ε at ``indices`` (None elsewhere)."""
         theta: list[Tensor | None] = [None] * len(mean)
         if not indices:
             return theta
-        numels = [mean[i].numel() for i in indices]
-        total, like = sum(numels), mean[0]
-        if self._noise is None or self._noise.numel() != total or self._noise.device != like.device:
-            self._noise = torch.empty(total, device=like.device, dtype=like.dtype)
-        self._noise.normal_(generator=generator)
-        for i, eps in zip(indices, self._noise.split(numels), strict=True):
-            theta[i] = torch.addcmul(mean[i], std[i], eps.view_as(mean[i]))
+        noise = self._normal.like([mean[i] for i in indices], generator)
+        for i, eps in zip(indices, noise, strict=True):
+            theta[i] = torch.addcmul(mean[i], std[i], eps)
         return theta
 
     @staticmethod

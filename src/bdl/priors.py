@@ -32,6 +32,7 @@ from torch import Tensor
 
 __all__ = [
     "ARD",
+    "conjugate_precision",
     "ElementwisePrior",
     "Gaussian",
     "GammaHierarchical",
@@ -40,6 +41,26 @@ __all__ = [
     "ScaleMixture",
     "StudentT",
 ]
+
+
+def conjugate_precision(
+    alpha: float,
+    beta: float,
+    count: int,
+    squares: Tensor,
+    temperature: float,
+    generator: torch.Generator,
+    like: Tensor,
+) -> Tensor:
+    r"""A draw of a Gaussian precision :math:`\lambda` from its conjugate conditional under a
+    :math:`\mathrm{Gamma}(\alpha, \beta)` prior, given ``count`` values with sum of squares
+    ``squares`` (seed 002): :math:`\mathrm{Gamma}(\alpha + n/2,\ \beta + \sum x^2/2)`, or at
+    temperature :math:`T`, for the joint density to the power :math:`1/T`, shape
+    :math:`(\alpha - 1 + n/2)/T + 1` and rate :math:`(\beta + \sum x^2/2)/T`. The Gamma variates
+    are drawn in ``like``'s shape and dtype."""
+    concentration = torch.full_like(like, (alpha - 1 + 0.5 * count) / temperature + 1)
+    rate = (beta + 0.5 * squares) / temperature
+    return torch._standard_gamma(concentration, generator=generator) / rate
 
 
 class Prior:
@@ -309,12 +330,16 @@ class GammaHierarchical(Prior):
             )
         return self.precisions[name]
 
+    def _groups(self, name: str, param: Tensor) -> tuple[Tensor, int, Tensor]:
+        """The precisions of ``param``'s groups, the size of a group and its sum of squares."""
+        precision = self._precision(name, param)
+        squares = param.square().sum(self.group_dims(param), keepdim=True)
+        return precision, param.numel() // precision.numel(), squares
+
     def log_prob(self, params: Mapping[str, Tensor]) -> Tensor:
         total = []
         for name, p in params.items():
-            precision = self._precision(name, p)
-            size = p.numel() // precision.numel()
-            squares = p.square().sum(self.group_dims(p), keepdim=True)
+            precision, size, squares = self._groups(name, p)
             total.append(
                 (
                     0.5 * size * (precision.log() - math.log(2 * math.pi))
@@ -328,12 +353,12 @@ class GammaHierarchical(Prior):
         self, params: Mapping[str, Tensor], generator: torch.Generator, temperature: float = 1.0
     ) -> None:
         for name, p in params.items():
-            precision = self._precision(name, p)
-            size = p.numel() // precision.numel()
-            squares = p.square().sum(self.group_dims(p), keepdim=True)
-            shape = torch.full_like(precision, (self.alpha - 1 + 0.5 * size) / temperature + 1)
-            rate = (self.beta + 0.5 * squares) / temperature
-            precision.copy_(torch._standard_gamma(shape, generator=generator) / rate)
+            precision, size, squares = self._groups(name, p)
+            precision.copy_(
+                conjugate_precision(
+                    self.alpha, self.beta, size, squares, temperature, generator, like=precision
+                )
+            )
 
     def hyperparameters(self) -> dict[str, Tensor]:
         return {f"precision/{name}": lam.mean() for name, lam in self.precisions.items()}

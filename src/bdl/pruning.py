@@ -133,12 +133,15 @@ def pruning_curve(
     rows = []
     with _loaded(live), torch.no_grad():
         for fraction in fractions:
-            masks = prune_masks(order, shapes, fraction)
+            masks = {
+                name: mask.to(live[name].device)
+                for name, mask in prune_masks(order, shapes, fraction).items()
+            }
             predictions = []
             for sample in samples:
                 for name, p in live.items():
                     value = sample[name].to(p.device, p.dtype)
-                    p.copy_(value * masks[name].to(p.device) if name in masks else value)
+                    p.copy_(value * masks[name] if name in masks else value)
                 predictions.append(predict())
             kept = sum(int(mask.sum()) for mask in masks.values())
             rows.append(

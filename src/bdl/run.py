@@ -85,15 +85,15 @@ def load_initial(potential: Potential, run_directory: str) -> None:
     if not last:
         raise StoreError(f"init_from={run_directory}: {samples} holds no samples to start from")
     last = last[0]
-    live = named_parameters(potential)
-    model = dict(potential.model.named_parameters())
-    wrong = [n for n, p in model.items() if n not in last or last[n].shape != p.shape]
+    wrong = [
+        n for n, p in potential.model_params.items() if n not in last or last[n].shape != p.shape
+    ]
     if wrong:
         raise ConfigError(
             f"init_from={run_directory} has no parameters matching this run's {', '.join(wrong)}: "
             "point it at a run of the same model on the same dataset"
         )
-    for name, p in live.items():
+    for name, p in named_parameters(potential).items():
         if name in last:
             p.copy_(last[name])
 
@@ -152,6 +152,8 @@ class Run:
         # A full-batch kernel (HMC) takes one step per epoch; batch_size is then its chunk size.
         self.steps_per_epoch = 1 if self.sampler.full_batch else data.num_train // self.batch_size
         self.gibbs_every = cfg.gibbs_every or self.steps_per_epoch
+        # Without hyperparameters there is nothing to resample, and U never changes under a kernel.
+        self.resamples = bool(self.potential.hyperparameters())
         self.schedule = instantiate(cfg.schedule)(
             total_steps=cfg.epochs * self.steps_per_epoch, steps_per_epoch=self.steps_per_epoch
         )
@@ -205,10 +207,9 @@ class Run:
             if "accepted" in state.info:  # this step made a Metropolis test
                 accepted += state.info["accepted"].double().mean()
                 tests += 1
-            if (t + 1) % self.gibbs_every == 0:
+            if self.resamples and (t + 1) % self.gibbs_every == 0:
                 self.potential.gibbs_step(self.gibbs_generator, self._train_chunks)
-                if self.potential.hyperparameters():  # U changed: a kernel's cached ∇U is stale
-                    state.buffers.pop("grad", None)
+                state.buffers.pop("grad", None)  # U changed: a kernel's cached ∇U is stale
         self.accept_rate = accepted.item() / tests if tests else None
         return state, torch.stack(potentials).double().sum()
 
@@ -335,7 +336,7 @@ class Run:
         rows = pruning.curve_from_store(
             self.store.directory,
             live,
-            [name for name, _ in self.potential.model.named_parameters()],
+            list(self.potential.model_params),
             moments,
             lambda: predict(self.potential.model, self.potential.likelihood, self.x_test).cpu(),
             score,

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from bdl.noise import StandardNormal
 from bdl.potential import Closure
 
 
@@ -75,7 +76,7 @@ class Sampler(ABC):
         self.lr = lr
         self.foreach = foreach
         self.generator = generator
-        self._noise_buffer: Tensor | None = None
+        self._normal = StandardNormal()
 
     def init(self, params: list[Tensor]) -> SamplerState:
         return SamplerState(params=list(params))
@@ -125,17 +126,6 @@ class Sampler(ABC):
     ) -> None: ...
 
     def gaussian_like(self, tensors: list[Tensor]) -> list[Tensor]:
-        """Standard normal draws shaped like ``tensors``, from one call to the generator.
-
-        One flat draw split into views costs a single kernel launch however many tensors there
-        are, and gives the foreach and loop updates the very same noise. The flat buffer is
-        reused across steps: a fresh allocation of that size costs the allocator page faults
-        that took longer than drawing the numbers.
-        """
-        numels = [t.numel() for t in tensors]
-        total, like = sum(numels), tensors[0]
-        buffer = self._noise_buffer
-        if buffer is None or buffer.numel() != total or buffer.device != like.device:
-            buffer = self._noise_buffer = torch.empty(total, device=like.device, dtype=like.dtype)
-        buffer.normal_(generator=self.generator)
-        return [z.view_as(t) for z, t in zip(buffer.split(numels), tensors, strict=True)]
+        """Standard normal draws shaped like ``tensors`` from the sampler's generator
+        (:class:`bdl.noise.StandardNormal`: one draw, overwritten by the next call)."""
+        return self._normal.like(tensors, self.generator)

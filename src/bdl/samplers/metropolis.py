@@ -97,16 +97,14 @@ class LeapfrogUpdate:
     def _update_foreach(
         self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
     ) -> None:
-        momenta = state.buffers["momentum"]
-        torch._foreach_add_(momenta, grads, alpha=-step_size)
-        torch._foreach_add_(state.params, momenta, alpha=step_size)
+        kick(state.buffers["momentum"], grads, step_size, foreach=True)
+        drift(state.params, state.buffers["momentum"], step_size, foreach=True)
 
     def _update_loop(
         self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
     ) -> None:
-        for q, p, g in zip(state.params, state.buffers["momentum"], grads, strict=True):
-            p.add_(g, alpha=-step_size)
-            q.add_(p, alpha=step_size)
+        kick(state.buffers["momentum"], grads, step_size, foreach=False)
+        drift(state.params, state.buffers["momentum"], step_size, foreach=False)
 
 
 def metropolis_test(
