@@ -157,6 +157,14 @@ class Run:
         self.schedule = instantiate(cfg.schedule)(
             total_steps=cfg.epochs * self.steps_per_epoch, steps_per_epoch=self.steps_per_epoch
         )
+        if self.sampler.injects_noise and not any(
+            self.schedule.collects(epoch, cfg.burn_in, cfg.thin) for epoch in range(cfg.epochs)
+        ):
+            raise ConfigError(
+                f"no epoch would keep a sample (epochs={cfg.epochs}, burn_in={cfg.burn_in}, "
+                f"thin={cfg.thin}, schedule={cfg.schedule._target_.rsplit('.', 1)[-1]}): "
+                "raise epochs or lower burn_in or thin"
+            )
         self.store = SampleStore(directory / "samples")
         log.info(
             "%s on %s: N=%d, n=%d, T=%g, %d steps/epoch, lr %g%s, %d parameters, device %s",

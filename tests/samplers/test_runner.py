@@ -5,7 +5,7 @@ cSGHMC presets keep one sample per cycle."""
 import pytest
 from hydra import compose, initialize_config_module
 
-import bdl.config  # noqa: F401  (registers the root schema)
+from bdl.config import ConfigError
 from bdl.run import Run
 
 TINY = ["dataset.validation=59000", "epochs=2", "burn_in=1", "batch_size=200"]
@@ -79,3 +79,8 @@ def test_cyclical_presets_keep_one_sample_per_cycle(tiny_run, tmp_path, preset):
     ]
     metrics = tiny_run(overrides, tmp_path).execute()
     assert metrics["num_samples"] == 2 and metrics["test_accuracy"] > 0.3
+
+
+def test_a_run_that_would_keep_no_sample_fails_before_training(tiny_run, tmp_path):
+    with pytest.raises(ConfigError, match=r"no epoch would keep a sample.*thin=5"):
+        tiny_run(["epochs=3", "burn_in=1", "thin=5", *TINY[:1]], tmp_path)
