@@ -142,23 +142,31 @@ def test_prior_term_and_gradient_match_autograd_of_the_log_density(prior, prior_
             torch.testing.assert_close(g, e)
 
 
-class _SharedGradient(torch.nn.Module):
-    """f(x) = x (a + b): autograd returns one tensor as the gradient of both a and b."""
+class _TwoParameters(torch.nn.Module):
+    """logits = combine(x, a, b), for gradients that autograd hands back sharing memory."""
 
-    def __init__(self):
+    def __init__(self, combine):
         super().__init__()
         self.a = torch.nn.Parameter(torch.tensor([0.3, -0.2], dtype=torch.float64))
         self.b = torch.nn.Parameter(torch.tensor([0.1, 0.5], dtype=torch.float64))
+        self.combine = combine
 
     def forward(self, x):
-        return x * (self.a + self.b)
+        return self.combine(x, self.a, self.b)
 
 
-def test_prior_gradient_is_added_to_each_parameter_alone_when_autograd_shares_a_tensor():
-    potential = Potential(_SharedGradient(), Categorical(), GaussianPrior(0.5), num_data=4)
+@pytest.mark.parametrize(
+    "combine",
+    [
+        pytest.param(lambda x, a, b: x * (a + b), id="one-tensor-for-both"),
+        pytest.param(lambda x, a, b: x * a + b.sum(), id="broadcast-view"),
+    ],
+)
+def test_prior_gradient_is_added_to_each_parameter_alone_when_autograd_shares_memory(combine):
+    potential = Potential(_TwoParameters(combine), Categorical(), GaussianPrior(0.5), num_data=4)
     x, y = torch.randn(4, 2, dtype=torch.float64), torch.tensor([0, 1, 1, 0])
     a, b = potential.params
-    data_term = torch.nn.functional.cross_entropy(x * (a + b), y, reduction="sum")
+    data_term = torch.nn.functional.cross_entropy(combine(x, a, b), y, reduction="sum")
     objective = data_term + 0.5 * (a.square().sum() + b.square().sum()) / 0.25
     expected = torch.autograd.grad(objective, [a, b])
     for closure in (potential.closure(x, y), potential.full_closure(lambda: [(x, y)])):
