@@ -4,7 +4,9 @@ All loops run in this one process on the same in-memory tensors, model architect
 and device, in turn round after round, so that machine noise hits them alike. The ratio bdl SGHMC
 / bare is the figure of merit (goal <= 1.0: sampling costs no more than optimising). bdl's
 SGD with momentum, SGHMC with its injected noise switched off, is timed too: it splits the excess
-into the runner's overhead and the cost of drawing the Gaussian noise.
+into the runner's overhead and the cost of drawing the Gaussian noise. So is the draw alone (one
+standard normal per parameter per step from a torch generator): bare + draws is the least any
+sampler that draws its noise from torch's generator can cost.
 
     python scripts/bench.py [--rounds 5] [--device cpu] [--set KEY=VALUE ...]
 """
@@ -51,6 +53,7 @@ def main() -> None:
         baseline = bare_model(sghmc)
         optimizer = torch.optim.SGD(baseline.parameters(), lr=0.1, momentum=0.99)
         generator = torch.Generator(sghmc.device).manual_seed(0)
+        noise = torch.empty(sum(p.numel() for p in baseline.parameters()), device=sghmc.device)
 
         def bdl_epoch(sampler: str) -> None:
             states[sampler], _ = runs[sampler]._epoch(0, states[sampler])
@@ -60,8 +63,12 @@ def main() -> None:
                 baseline, optimizer, sghmc.x_train, sghmc.y_train, sghmc.batch_size, generator
             )
 
-        bare, with_noise, without_noise = alternating_medians(
-            [bare_epoch, lambda: bdl_epoch("sghmc"), lambda: bdl_epoch("sgd_momentum")],
+        def draws() -> None:
+            for _ in range(sghmc.steps_per_epoch):
+                noise.normal_(generator=generator)
+
+        bare, with_noise, without_noise, drawing = alternating_medians(
+            [bare_epoch, lambda: bdl_epoch("sghmc"), lambda: bdl_epoch("sgd_momentum"), draws],
             args.rounds,
         )
 
@@ -77,6 +84,11 @@ def main() -> None:
     print(
         f"bdl SGHMC epoch:                        {with_noise * 1e3:8.1f} ms   ratio "
         f"{with_noise / bare:.3f}  (goal <= 1.0)"
+    )
+    label = f"draws alone ({noise.numel()} normals a step):"
+    print(
+        f"{label:40s}{drawing * 1e3:8.1f} ms   bare + draws {(bare + drawing) / bare:.3f}  "
+        "(the floor with torch's generator)"
     )
 
 
