@@ -1,38 +1,62 @@
-"""``bdl-run``: the Hydra entry point. All the work is in :mod:`bdl.run`."""
+"""``bdl-run``: the Hydra entry point. All the work is in :mod:`bdl.run`.
+
+Mistakes a user can make end in one line, without a traceback. In a sweep (``-m``) a failing job
+is reported and the sweep goes on with the others; ``bdl-run`` then exits non-zero at the end.
+"""
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 import bdl.config  # noqa: F401  (registers the root schema `base_config`)
 from bdl.data import DataError
-from bdl.run import DivergedError, run
+from bdl.run import DivergedError, Interrupted, run
 from bdl.store import StoreError
+
+log = logging.getLogger("bdl")
 
 # Mistakes a user can make: reported as one line, without a traceback.
 USER_ERRORS = (ValueError, DataError, StoreError, DivergedError, InstantiationException)
 
+#: Jobs of this process's sweep that failed, as (job directory, message).
+_failed_jobs: list[tuple[str, str]] = []
+
 
 @hydra.main(version_base="1.3", config_path="pkg://bdl.conf", config_name="config")
 def _app(cfg: DictConfig) -> float | None:
+    hydra_cfg = HydraConfig.get()
     try:
-        metrics = run(cfg, HydraConfig.get().runtime.output_dir)
+        metrics = run(cfg, hydra_cfg.runtime.output_dir)
+    except Interrupted as stop:
+        print(f"bdl-run: {stop}", file=sys.stderr)
+        raise SystemExit(stop.exit_code) from None
+    except KeyboardInterrupt:
+        raise SystemExit("bdl-run: interrupted before sampling began; nothing to resume") from None
     except USER_ERRORS as error:
         if isinstance(error, InstantiationException) and isinstance(error.__cause__, USER_ERRORS):
             error = error.__cause__  # the constructor's own message names the key
-        # SystemExit passes through Hydra's error handler, which would print a stack trace.
-        raise SystemExit(f"bdl-run: error: {error}") from None
-    headline = metrics.get("test_accuracy", metrics.get("test_rmse"))
-    return headline
+        message = f"bdl-run: error: {error}"
+        if hydra_cfg.mode != RunMode.MULTIRUN:
+            # SystemExit passes through Hydra's error handler, which would print a stack trace.
+            raise SystemExit(message) from None
+        log.error(message)
+        _failed_jobs.append((hydra_cfg.runtime.output_dir, str(error)))
+        return None
+    return metrics.get("test_accuracy", metrics.get("test_rmse"))
 
 
 def main() -> None:
     _app()
+    if _failed_jobs:
+        lines = "\n".join(f"  {directory}: {message}" for directory, message in _failed_jobs)
+        raise SystemExit(f"bdl-run: {len(_failed_jobs)} job(s) of the sweep failed:\n{lines}")
 
 
 if __name__ == "__main__":

@@ -59,6 +59,9 @@ class RunConfig:
     init_from: str | None = None  # run directory whose last sample is the starting point
     pruning: bool = False  # write the signal-to-noise pruning curve (pruning.csv, pruning.png)
     pruning_samples: int = 10  # samples in the pruning curve's model average (bounds its cost)
+    resume: bool = False  # continue the run in hydra.run.dir from its checkpoint
+    # epochs between checkpoints; None: at the first epoch end a minute after the last one
+    checkpoint_every: int | None = None
     likelihood: LikelihoodConfig = field(default_factory=LikelihoodConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     dataset: Any = None
@@ -86,6 +89,11 @@ def validate(cfg: Any) -> None:
             "gibbs_every=1 or more steps, or null for once per epoch",
         ),
         ("pruning_samples", cfg.pruning_samples >= 1, "pruning_samples=1 or more"),
+        (
+            "checkpoint_every",
+            cfg.checkpoint_every is None or cfg.checkpoint_every >= 1,
+            "checkpoint_every=1 or more epochs, or null for about once a minute",
+        ),
         (
             "wandb.mode",
             cfg.wandb.mode in ("disabled", "offline", "online"),

@@ -139,6 +139,17 @@ class ClassificationAverage:
             self._sum += prediction.to(self._sum.device)
         self.count += 1
 
+    def state_dict(self) -> dict[str, Tensor]:
+        """The running sum and count, for checkpoints."""
+        state = {"count": torch.tensor(self.count)}
+        if self._sum is not None:
+            state["sum"] = self._sum
+        return state
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        self.count = int(state["count"])
+        self._sum = state["sum"].to(torch.float64) if "sum" in state else None
+
     def predictive(self) -> Tensor:
         """Averaged probabilities, shape ``(n, classes)``, float64."""
         if self._sum is None:
@@ -211,6 +222,21 @@ class RegressionAverage:
         self._m2 += delta * (mean - self._mean)
         self._var_sum += var
         self._log_sum = torch.logaddexp(self._log_sum, log_lik)
+
+    _SUMS = ("_mean", "_m2", "_var_sum", "_log_sum")
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """The running sums and count, for checkpoints."""
+        state = {"count": torch.tensor(self.count)}
+        if self._mean is not None:
+            state.update({name.lstrip("_"): getattr(self, name) for name in self._SUMS})
+        return state
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        self.count = int(state["count"])
+        for name in self._SUMS:
+            value = state.get(name.lstrip("_"))
+            setattr(self, name, None if value is None else value.to(torch.float64))
 
     def predictive(self) -> Tensor:
         """Mixture mean and variance per test point, shape ``(n, 2)``, original units."""

@@ -251,6 +251,21 @@ class Potential:
         """The Gibbs-sampled hyperparameters by trace name (the prior's, then the likelihood's)."""
         return {**self.prior.hyperparameters(), **self.likelihood.hyperparameters()}
 
+    def state_dict(self) -> dict[str, Tensor]:
+        """Everything outside ``params`` that a run changes (Gibbs-sampled precisions of the prior
+        and of the likelihood), for checkpoints."""
+        state = {f"prior.{name}": t for name, t in self.prior.state_dict().items()}
+        state.update({f"likelihood.{name}": t for name, t in self.likelihood.named_buffers()})
+        return state
+
+    @torch.no_grad()
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        self.prior.load_state_dict(
+            {name[len("prior.") :]: t for name, t in state.items() if name.startswith("prior.")}
+        )
+        for name, buffer in self.likelihood.named_buffers():
+            buffer.copy_(state[f"likelihood.{name}"])
+
     def _variational(
         self, x: Tensor, y: Tensor, q: MeanField, prior_weight: float
     ) -> tuple[Tensor, list[Tensor]]:

@@ -86,6 +86,13 @@ class Prior:
         """Current hyperparameter values by trace name (the extra columns of ``curve.csv``)."""
         return {}
 
+    def state_dict(self) -> dict[str, Tensor]:
+        """The hyperparameter state a Gibbs step changes, by name, for checkpoints."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
+        """Restore :meth:`state_dict` in place."""
+
     def gaussian_std(self, name: str, param: Tensor) -> Tensor | float | None:
         """If ``param`` is ``N(0, σ²)`` elementwise given the hyperparameters: σ, broadcastable
         to ``param``; ``None`` otherwise."""
@@ -362,6 +369,13 @@ class GammaHierarchical(Prior):
 
     def hyperparameters(self) -> dict[str, Tensor]:
         return {f"precision/{name}": lam.mean() for name, lam in self.precisions.items()}
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return dict(self.precisions)
+
+    def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
+        for name, precision in self.precisions.items():
+            precision.copy_(state[name])
 
     def gaussian_std(self, name: str, param: Tensor) -> Tensor:
         return self._precision(name, param).rsqrt()

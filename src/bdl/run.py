@@ -1,19 +1,31 @@
-"""The runner: data, model, prior, potential, sampler and schedule from one config; burn-in,
-sample collection into a running Bayesian model average, evaluation and outputs.
+"""The runner: build an experiment from one config, sample, write the outputs.
 
-Everything written lands in the run directory (Hydra's working directory by default):
-``metrics.json``, ``curve.csv``, ``predictive.safetensors`` and ``samples/``. Samples are written
-as they are taken, so a run that stops early (a diverged chain, Ctrl-C) keeps what it had.
+Read top to bottom, :func:`run` is the whole story:
+
+1. :func:`build` turns the config into an :class:`Experiment`: the data on the run's device, the
+   task (classification or regression, :mod:`bdl.task`), the model, prior and potential, the
+   sampler and its schedule, and the random generators. Nothing in it changes while sampling.
+2. :class:`Loop` holds everything that does change: the sampler's state, the position in the
+   run, the running model average, the curve so far. A checkpoint is a ``Loop`` written out
+   (:meth:`Loop.save`), so resuming is loading one and carrying on.
+3. :class:`Sampling` runs epochs on a ``Loop``: minibatch steps (or one full-data step for the
+   Metropolis kernels), Gibbs steps of the hyperparameters, a sample kept at the epochs the
+   schedule collects, checkpoints every ``checkpoint_every`` epochs (by default about once a
+   minute) and on SIGTERM or SIGINT, and the outputs at the end (:mod:`bdl.outputs`).
+
+On the CPU a resumed run is bitwise the uninterrupted one: every generator's state, the epoch's
+minibatch order and the partial sums of an interrupted epoch are part of the checkpoint.
 """
 
 from __future__ import annotations
 
-import csv
-import json
 import logging
 import math
+import signal
+import sys
 import time
 from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,30 +34,66 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from bdl import likelihoods, pruning
+from bdl import checkpoint, pruning
 from bdl.config import ConfigError, validate
 from bdl.data import Dataset
 from bdl.data.augment import random_crop_flip
-from bdl.metrics import (
-    ClassificationAverage,
-    RegressionAverage,
-    accuracy,
-    agreement,
-    total_variation,
-)
+from bdl.metrics import agreement, total_variation
+from bdl.outputs import RunDirectory, start_wandb
 from bdl.potential import Potential
-from bdl.store import SampleStore, StoreError, load_reference, load_samples, save_predictive
+from bdl.samplers.base import Sampler, SamplerState
+from bdl.schedules import Schedule
+from bdl.store import StoreError, load_reference, load_samples
+from bdl.task import Task
 
 log = logging.getLogger("bdl")
 
-
-# Keys of the dataset configs read by the runner and the model and prior configs, not by the
-# loaders.
-RUNNER_DATASET_KEYS = ("mlp", "augment", "prior_scale")
+#: A potential above this multiple of its starting value (or of N, if larger) has diverged: no
+#: sampler recovers from a jump of six orders of magnitude, and a NaN would follow.
+DIVERGENCE_FACTOR = 1e6
+#: Seconds of work between checkpoints when ``checkpoint_every`` is not set.
+CHECKPOINT_SECONDS = 60.0
+#: Config keys that may differ when resuming: where things are, how often to report.
+_RESUMABLE_CHANGES = ("resume", "checkpoint_every", "log_every", "wandb", "device", "dataset.root")
 
 
 class DivergedError(RuntimeError):
-    """The chain's potential became NaN or infinite."""
+    """The chain's potential or parameters became non-finite, or the potential exploded."""
+
+
+class Interrupted(Exception):
+    """SIGTERM or SIGINT: the run was checkpointed (if it had begun) and stopped; ``exit_code``
+    is 128 + the signal's number, as a shell reports a process the signal ended."""
+
+    def __init__(self, signum: int, message: str) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
+class Signals:
+    """Catches SIGTERM (a cluster's preemption) and SIGINT (Ctrl-C) for the ``with`` block, so
+    that the run stops where it can checkpoint; a second signal stops it at once."""
+
+    caught: int | None = None
+
+    def __enter__(self) -> Signals:
+        self.previous = {s: signal.signal(s, self._on) for s in (signal.SIGTERM, signal.SIGINT)}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+    def _on(self, signum: int, frame: Any) -> None:
+        if self.caught is not None:
+            raise KeyboardInterrupt
+        self.caught = signum
+
+    def check(self) -> None:
+        """Raise :class:`Interrupted` for a signal caught before sampling began."""
+        if self.caught is not None:
+            name = signal.Signals(self.caught).name
+            raise Interrupted(self.caught, f"{name} before sampling began; nothing to resume")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -54,14 +102,6 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device=cuda but CUDA is not available here: use device=auto or cpu")
     return torch.device(name)
-
-
-def minibatches(num_data: int, batch_size: int, generator: torch.Generator, device: torch.device):
-    """Index slices of one random permutation; a last, smaller batch is dropped so that every
-    step sees ``n = batch_size`` points (the estimator's N/n scaling is exact either way)."""
-    order = torch.randperm(num_data, generator=generator, device=device)
-    for start in range(0, num_data - batch_size + 1, batch_size):
-        yield order[start : start + batch_size]
 
 
 @torch.no_grad()
@@ -98,259 +138,501 @@ def load_initial(potential: Potential, run_directory: str) -> None:
             p.copy_(last[name])
 
 
-class Run:
-    """One experiment, built from a composed config, writing into ``directory``."""
+# --------------------------------------------------------------------------------------------
+# 1. Build
 
-    def __init__(self, cfg: DictConfig, directory: Path) -> None:
-        validate(cfg)
-        self.cfg = cfg
+
+@dataclass
+class Experiment:
+    """Everything a config builds; fixed while sampling."""
+
+    cfg: DictConfig
+    device: torch.device
+    data: Dataset
+    task: Task
+    x_train: Tensor
+    y_train: Tensor
+    x_test: Tensor
+    potential: Potential
+    sampler: Sampler
+    schedule: Schedule
+    batch_size: int
+    steps_per_epoch: int
+    gibbs_every: int
+    augment: bool
+    reference: Tensor | None
+    #: data: minibatch order and augmentation; noise: the sampler's; gibbs: hyperparameters'
+    generators: dict[str, torch.Generator]
+
+    @property
+    def resamples(self) -> bool:
+        """Whether there are hyperparameters to Gibbs-sample (else U never changes under a
+        kernel)."""
+        return bool(self.potential.hyperparameters())
+
+    def collects(self, epoch: int) -> bool:
+        """Whether the state after (0-based) ``epoch`` is kept as a posterior sample."""
+        return self.sampler.injects_noise and self.schedule.collects(
+            epoch, self.cfg.burn_in, self.cfg.thin
+        )
+
+    def train_chunks(self):
+        return zip(
+            self.x_train.split(self.batch_size), self.y_train.split(self.batch_size), strict=True
+        )
+
+    def predict_test(self) -> Tensor:
+        return predict(self.potential.model, self.potential.likelihood, self.x_test).cpu()
+
+
+def build(cfg: DictConfig) -> Experiment:
+    """The experiment ``cfg`` (validated) describes: data read, model initialised from
+    ``seed``."""
+    device = resolve_device(cfg.device.name)
+    reference = load_reference(cfg.reference) if cfg.reference else None
+    torch.manual_seed(cfg.seed)
+
+    loader_keys = [key for key in cfg.dataset if key not in ("mlp", "augment", "prior_scale")]
+    data: Dataset = instantiate(OmegaConf.masked_copy(cfg.dataset, loader_keys))
+    task = Task(data, data.y_test)
+    _check_reference(cfg, data, reference)
+    model = instantiate(cfg.model)(input_shape=data.input_shape, out_features=data.out_features)
+    likelihood = task.likelihood(cfg.likelihood)
+    potential = Potential(
+        model.to(device),
+        likelihood.to(device),
+        instantiate(cfg.prior),
+        data.num_train,
+        cfg.temperature,
+    )
+    if cfg.init_from:
+        load_initial(potential, cfg.init_from)
+
+    generators = {
+        name: torch.Generator(device).manual_seed(cfg.seed + offset)
+        for offset, name in enumerate(("data", "noise", "gibbs"))
+    }
+    factory = instantiate(cfg.sampler)
+    lr = cfg.sampler.lr
+    sampler: Sampler = factory(
+        lr=potential.step_size(lr) if factory.func.lr_per_datum else lr,
+        generator=generators["noise"],
+    )
+    batch_size = min(cfg.batch_size, data.num_train)
+    # A full-batch kernel (HMC) takes one step per epoch; batch_size is then its chunk size.
+    steps_per_epoch = 1 if sampler.full_batch else data.num_train // batch_size
+    schedule = instantiate(cfg.schedule)(
+        total_steps=cfg.epochs * steps_per_epoch, steps_per_epoch=steps_per_epoch
+    )
+    experiment = Experiment(
+        cfg=cfg,
+        device=device,
+        data=data,
+        task=task,
+        x_train=data.x_train.to(device),
+        y_train=data.y_train.to(device),
+        x_test=data.x_test.to(device),
+        potential=potential,
+        sampler=sampler,
+        schedule=schedule,
+        batch_size=batch_size,
+        steps_per_epoch=steps_per_epoch,
+        gibbs_every=cfg.gibbs_every or steps_per_epoch,
+        augment=bool(cfg.dataset.get("augment", False)),
+        reference=reference,
+        generators=generators,
+    )
+    if sampler.injects_noise and not any(map(experiment.collects, range(cfg.epochs))):
+        raise ConfigError(
+            f"no epoch would keep a sample (epochs={cfg.epochs}, burn_in={cfg.burn_in}, "
+            f"thin={cfg.thin}, schedule={cfg.schedule._target_.rsplit('.', 1)[-1]}): "
+            "raise epochs or lower burn_in or thin"
+        )
+    log.info(
+        "%s on %s: N=%d, n=%d, T=%g, %d steps/epoch, lr %g%s, %d parameters, device %s",
+        type(sampler).__name__,
+        data.name,
+        data.num_train,
+        batch_size,
+        cfg.temperature,
+        steps_per_epoch,
+        lr,
+        f" per datum = step {sampler.lr:.3g} on U" if factory.func.lr_per_datum else "",
+        sum(p.numel() for p in potential.params),
+        device,
+    )
+    return experiment
+
+
+def _check_reference(cfg: DictConfig, data: Dataset, reference: Tensor | None) -> None:
+    if reference is None:
+        return
+    if data.task != "classification":
+        raise ConfigError("reference= compares class probabilities: classification only")
+    expected = (data.x_test.shape[0], data.out_features)
+    if tuple(reference.shape) != expected:
+        raise ConfigError(
+            f"reference={cfg.reference} holds predictions of shape {tuple(reference.shape)}, "
+            f"but this test set needs {expected}: point reference= at a run on the same dataset"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# 2. The loop's state
+
+
+@dataclass
+class Loop:
+    """Everything that changes while sampling. Positions count completed work: ``epoch`` epochs
+    are done, and ``step`` steps of the next one (whose minibatch order is ``order`` and whose
+    per-step potentials so far are ``potentials``)."""
+
+    sampler: SamplerState
+    average: Any
+    epoch: int = 0
+    step: int = 0
+    order: Tensor | None = None
+    potentials: list[Tensor] = field(default_factory=list)
+    # Metropolis acceptances in the epoch so far: a tensor, so that no step waits for the device
+    accepted: Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.float64))
+    tests: int = 0  # Metropolis tests in the epoch so far
+    curve: list[dict[str, Any]] = field(default_factory=list)
+    accept_rates: list[float] = field(default_factory=list)  # per sampling epoch
+    elapsed_s: float = 0.0  # wall time of earlier sessions of this run
+    initial_potential: float | None = None  # U at the first step: the divergence yardstick
+    num_samples: int = 0
+    wandb_id: str | None = None
+
+    _POSITION = (
+        "epoch",
+        "step",
+        "tests",
+        "curve",
+        "accept_rates",
+        "elapsed_s",
+        "initial_potential",
+        "num_samples",
+        "wandb_id",
+    )
+
+    @classmethod
+    def start(cls, experiment: Experiment) -> Loop:
+        return cls(
+            sampler=experiment.sampler.init(experiment.potential.params),
+            average=experiment.task.average(),
+        )
+
+    def save(self, path: Path, experiment: Experiment) -> None:
+        sampler_tensors, sampler_header = checkpoint.sampler_state(self.sampler)
+        tensors = {f"sampler/{k}": t for k, t in sampler_tensors.items()}
+        for name, generator in experiment.generators.items():
+            tensors[f"generator/{name}"] = generator.get_state()
+        tensors.update({f"potential/{k}": t for k, t in experiment.potential.state_dict().items()})
+        tensors.update({f"average/{k}": t for k, t in self.average.state_dict().items()})
+        if self.order is not None:
+            tensors["loop/order"] = self.order
+        if self.potentials:
+            tensors["loop/potentials"] = torch.stack(self.potentials)
+        tensors["loop/accepted"] = self.accepted
+        header = {
+            "config": resumable_config(experiment.cfg),
+            "sampler": sampler_header,
+            "loop": {name: getattr(self, name) for name in self._POSITION},
+        }
+        checkpoint.save(path, tensors, header)
+
+    @classmethod
+    def restore(
+        cls, experiment: Experiment, tensors: dict[str, Tensor], header: dict[str, Any]
+    ) -> Loop:
+        def group(prefix: str) -> dict[str, Tensor]:
+            return {k[len(prefix) :]: t for k, t in tensors.items() if k.startswith(prefix)}
+
+        loop = cls.start(experiment)
+        checkpoint.restore_sampler_state(loop.sampler, group("sampler/"), header["sampler"])
+        for name, generator in experiment.generators.items():
+            generator.set_state(tensors[f"generator/{name}"])
+        experiment.potential.load_state_dict(group("potential/"))
+        loop.average.load_state_dict(group("average/"))
+        device = experiment.device
+        loop.order = tensors["loop/order"].to(device) if "loop/order" in tensors else None
+        if "loop/potentials" in tensors:
+            loop.potentials = list(tensors["loop/potentials"].to(device).unbind())
+        loop.accepted = tensors["loop/accepted"].to(device)
+        for name, value in header["loop"].items():
+            setattr(loop, name, value)
+        return loop
+
+
+def resumable_config(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config as flat ``key: value`` pairs, less what a resumed run may change."""
+    flat: dict[str, Any] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+        elif not any(prefix[:-1] == k or prefix.startswith(f"{k}.") for k in _RESUMABLE_CHANGES):
+            flat[prefix[:-1]] = node
+
+    walk(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "")
+    return flat
+
+
+def _check_same_config(cfg: DictConfig, header: dict[str, Any], path: Path) -> None:
+    saved, now = header["config"], resumable_config(cfg)
+    differ = sorted(k for k in saved.keys() | now.keys() if saved.get(k) != now.get(k))
+    if differ:
+        shown = ", ".join(f"{k} ({saved.get(k)!r} there, {now.get(k)!r} now)" for k in differ[:6])
+        raise ConfigError(
+            f"{path} belongs to another config: {shown}{' ...' if len(differ) > 6 else ''}. "
+            "Resume with the run's own overrides (see .hydra/overrides.yaml there), or start "
+            "afresh in a new directory"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# 3. Sampling
+
+
+class Sampling:
+    """Runs a :class:`Loop` to the end of the run, writing into ``directory``."""
+
+    def __init__(
+        self, experiment: Experiment, directory: RunDirectory, loop: Loop, signals: Signals
+    ) -> None:
+        self.experiment = experiment
         self.directory = directory
-        self.device = resolve_device(cfg.device.name)
-        self.reference = load_reference(cfg.reference) if cfg.reference else None
-        torch.manual_seed(cfg.seed)
+        self.loop = loop
+        self.cfg = experiment.cfg
+        self.store = directory.open_store()
+        self.store.truncate(loop.num_samples)
+        self.fields = ["epoch", "potential", "lr_scale", "num_samples", "test_metric"]
+        self.fields += ["wall_time_s", "accept_rate", *experiment.potential.hyperparameters()]
+        directory.write_curve(self.fields, loop.curve)
+        self.signals = signals
+        self.started = time.perf_counter()
+        self.last_checkpoint = time.perf_counter()
 
-        loader_keys = [key for key in cfg.dataset if key not in RUNNER_DATASET_KEYS]
-        data: Dataset = instantiate(OmegaConf.masked_copy(cfg.dataset, loader_keys))
-        self.data = data
-        to = self.device
-        self.x_train, self.y_train = data.x_train.to(to), data.y_train.to(to)
-        self.x_test, self.y_test = data.x_test.to(to), data.y_test.to(to)
-        self.augment = bool(cfg.dataset.get("augment", False))
-        if self.reference is not None and data.task != "classification":
-            raise ConfigError("reference= compares class probabilities: classification only")
-        expected = (data.x_test.shape[0], data.out_features)
-        if self.reference is not None and tuple(self.reference.shape) != expected:
-            raise ConfigError(
-                f"reference={cfg.reference} holds predictions of shape "
-                f"{tuple(self.reference.shape)}, but this test set needs {expected}: "
-                "point reference= at a run on the same dataset"
-            )
+    @property
+    def elapsed(self) -> float:
+        return self.loop.elapsed_s + time.perf_counter() - self.started
 
-        model = instantiate(cfg.model)(input_shape=data.input_shape, out_features=data.out_features)
-        if data.task == "classification":
-            likelihood: nn.Module = likelihoods.Categorical()
-            self.average: Any = ClassificationAverage()
-        else:
-            likelihood = likelihoods.Gaussian(**cfg.likelihood)
-            self.average = RegressionAverage(self.y_test.cpu(), data.target_mean, data.target_std)
-        self.potential = Potential(
-            model.to(to), likelihood.to(to), instantiate(cfg.prior), data.num_train, cfg.temperature
-        )
-        if cfg.init_from:
-            load_initial(self.potential, cfg.init_from)
-
-        self.batch_size = min(cfg.batch_size, data.num_train)
-        self.data_generator = torch.Generator(to).manual_seed(cfg.seed)
-        noise_generator = torch.Generator(to).manual_seed(cfg.seed + 1)
-        self.gibbs_generator = torch.Generator(to).manual_seed(cfg.seed + 2)
-        factory = instantiate(cfg.sampler)
-        lr = cfg.sampler.lr
-        self.sampler = factory(
-            lr=self.potential.step_size(lr) if factory.func.lr_per_datum else lr,
-            generator=noise_generator,
-        )
-        # A full-batch kernel (HMC) takes one step per epoch; batch_size is then its chunk size.
-        self.steps_per_epoch = 1 if self.sampler.full_batch else data.num_train // self.batch_size
-        self.gibbs_every = cfg.gibbs_every or self.steps_per_epoch
-        # Without hyperparameters there is nothing to resample, and U never changes under a kernel.
-        self.resamples = bool(self.potential.hyperparameters())
-        self.schedule = instantiate(cfg.schedule)(
-            total_steps=cfg.epochs * self.steps_per_epoch, steps_per_epoch=self.steps_per_epoch
-        )
-        if self.sampler.injects_noise and not any(
-            self.schedule.collects(epoch, cfg.burn_in, cfg.thin) for epoch in range(cfg.epochs)
-        ):
-            raise ConfigError(
-                f"no epoch would keep a sample (epochs={cfg.epochs}, burn_in={cfg.burn_in}, "
-                f"thin={cfg.thin}, schedule={cfg.schedule._target_.rsplit('.', 1)[-1]}): "
-                "raise epochs or lower burn_in or thin"
-            )
-        self.store = SampleStore(directory / "samples")
-        log.info(
-            "%s on %s: N=%d, n=%d, T=%g, %d steps/epoch, lr %g%s, %d parameters, device %s",
-            type(self.sampler).__name__,
-            data.name,
-            data.num_train,
-            self.batch_size,
-            cfg.temperature,
-            self.steps_per_epoch,
-            cfg.sampler.lr,
-            f" per datum = step {self.sampler.lr:.3g} on U" if factory.func.lr_per_datum else "",
-            sum(p.numel() for p in self.potential.params),
-            self.device,
-        )
-
-    def _train_chunks(self):
-        chunks = self.x_train.split(self.batch_size), self.y_train.split(self.batch_size)
-        return zip(*chunks, strict=True)
-
-    def _closures(self):
-        """One epoch's closures: one per random minibatch, or one full-data closure."""
-        if self.sampler.full_batch:
-            yield self.potential.full_closure(self._train_chunks)
-            return
-        batches = minibatches(
-            self.data.num_train, self.batch_size, self.data_generator, self.device
-        )
-        for i, index in enumerate(batches):
-            x, y = self.x_train.index_select(0, index), self.y_train.index_select(0, index)
-            if self.augment:
-                x = random_crop_flip(x, self.data_generator)
-            yield self.potential.closure(x, y, self.sampler.prior_weight(i, self.steps_per_epoch))
-
-    def _epoch(self, epoch: int, state: Any) -> tuple[Any, Tensor]:
-        """One pass over the training data; returns the state and the summed potential."""
-        potentials = []
-        accepted, tests = torch.zeros((), device=self.device, dtype=torch.float64), 0
-        for i, closure in enumerate(self._closures()):
-            t = epoch * self.steps_per_epoch + i
-            state = self.sampler.step(
-                state,
-                closure,
-                lr_scale=self.schedule(t),
-                noise=not self.schedule.explores(t),
-                tune=epoch < self.cfg.burn_in,
-            )
-            potentials.append(state.info["potential"])
-            if "accepted" in state.info:  # this step made a Metropolis test
-                accepted += state.info["accepted"].double().mean()
-                tests += 1
-            if self.resamples and (t + 1) % self.gibbs_every == 0:
-                self.potential.gibbs_step(self.gibbs_generator, self._train_chunks)
-                state.buffers.pop("grad", None)  # U changed: a kernel's cached ∇U is stale
-        self.accept_rate = accepted.item() / tests if tests else None
-        return state, torch.stack(potentials).double().sum()
-
-    def _collect(self, epoch: int) -> None:
-        self.average.update(
-            predict(self.potential.model, self.potential.likelihood, self.x_test).cpu()
-        )
-        self.store.add(named_parameters(self.potential), epoch=epoch)
-
-    def execute(self) -> dict[str, float]:
-        cfg = self.cfg
-        state = self.sampler.init(self.potential.params)
-        curve_path = self.directory / "curve.csv"
-        fields = ["epoch", "potential", "lr_scale", "num_samples", "test_metric", "wall_time_s"]
-        fields += ["accept_rate", *self.potential.hyperparameters()]
-        self.sampling_accept_rates: list[float] = []
-        wandb_run = _start_wandb(cfg, self.directory)
-        start = time.perf_counter()
-        with curve_path.open("w", newline="") as curve_file:
-            curve = csv.DictWriter(curve_file, fieldnames=fields)
-            curve.writeheader()
-            for epoch in range(cfg.epochs):
-                state, total = self._epoch(epoch, state)
-                mean_potential = total.item() / self.steps_per_epoch
-                if not math.isfinite(mean_potential):
-                    raise DivergedError(
-                        f"the chain diverged in epoch {epoch + 1} (U = {mean_potential}); "
-                        f"the {len(self.store)} samples taken before are kept in "
-                        f"{self.store.directory}. Lower sampler.lr or raise the friction "
-                        "(sampler.alpha)."
-                    )
-                if self.sampler.injects_noise and self.schedule.collects(
-                    epoch, cfg.burn_in, cfg.thin
-                ):
-                    self._collect(epoch)
-                row = {
-                    "epoch": epoch + 1,
-                    "potential": mean_potential,
-                    "lr_scale": self.schedule((epoch + 1) * self.steps_per_epoch - 1),
-                    "num_samples": self.average.count,
-                    "test_metric": self._headline() if self.average.count else "",
-                    "wall_time_s": round(time.perf_counter() - start, 3),
-                    "accept_rate": "" if self.accept_rate is None else self.accept_rate,
-                }
-                if self.accept_rate is not None and epoch >= cfg.burn_in:
-                    self.sampling_accept_rates.append(self.accept_rate)
-                row.update({k: v.item() for k, v in self.potential.hyperparameters().items()})
-                curve.writerow(row)
+    def run(self) -> dict[str, Any]:
+        cfg, loop = self.cfg, self.loop
+        self.signals.check()
+        wandb_run = start_wandb(cfg, self.directory.path, loop.wandb_id)
+        loop.wandb_id = getattr(wandb_run, "id", None)
+        progress = Progress(self.experiment, loop)
+        try:
+            while loop.epoch < cfg.epochs:
+                if not self._epoch():
+                    self._interrupt()
+                row = loop.curve[-1]
+                progress.update(row)
                 if wandb_run is not None:
                     wandb_run.log(row)
-                if (epoch + 1) % cfg.log_every == 0 or epoch + 1 == cfg.epochs:
-                    curve_file.flush()
-                    log.info(
-                        "epoch %d/%d  U/step %.4g  samples %d  %s",
-                        epoch + 1,
-                        cfg.epochs,
-                        mean_potential,
-                        self.average.count,
-                        f"{self._headline_name()} {row['test_metric']:.4f}"
-                        if self.average.count
-                        else ("burn-in" if self.sampler.injects_noise else "optimising"),
-                    )
-        for _ in self.sampler.final_samples(state):
-            self._collect(cfg.epochs - 1)
-        metrics = self._metrics(state, time.perf_counter() - start)
-        if cfg.pruning:
-            self._pruning(state)
+                if self._checkpoint_due():
+                    self._checkpoint()
+            self._checkpoint()
+            metrics = self._finish()
+        except DivergedError as error:
+            self._write_metrics("diverged", diverged_epoch=loop.epoch + 1)
+            raise DivergedError(f"{error}; {self._kept()}") from None
+        except Interrupted:
+            raise
+        except BaseException as error:
+            self.directory.write_metrics(
+                {
+                    "status": "failed",
+                    "epoch": loop.epoch,
+                    "error": f"{type(error).__name__}: {error}",
+                }
+            )
+            raise
+        finally:
+            progress.close()
+            if wandb_run is not None:
+                wandb_run.finish()
         if wandb_run is not None:
             wandb_run.summary.update(metrics)
-            wandb_run.finish()
         return metrics
 
-    def _headline_name(self) -> str:
-        return "test acc (BMA)" if self.data.task == "classification" else "test RMSE (BMA)"
+    def _epoch(self) -> bool:
+        """Steps to the end of the epoch (from wherever ``loop`` stopped in it); False if a signal
+        stopped it first."""
+        exp, loop, sampler = self.experiment, self.loop, self.experiment.sampler
+        if loop.step == 0 and not sampler.full_batch:
+            loop.order = torch.randperm(
+                exp.data.num_train, generator=exp.generators["data"], device=exp.device
+            )
+        for i in range(loop.step, exp.steps_per_epoch):
+            if self.signals.caught is not None:
+                return False
+            t = loop.epoch * exp.steps_per_epoch + i
+            loop.sampler = sampler.step(
+                loop.sampler,
+                self._closure(i),
+                lr_scale=exp.schedule(t),
+                noise=not exp.schedule.explores(t),
+                tune=loop.epoch < self.cfg.burn_in,
+            )
+            info = loop.sampler.info
+            loop.potentials.append(info["potential"])
+            if loop.initial_potential is None:
+                loop.initial_potential = info["potential"].item()
+            if "accepted" in info:  # this step made a Metropolis test
+                loop.accepted = loop.accepted + info["accepted"].double().mean()
+                loop.tests += 1
+            if exp.resamples and (t + 1) % exp.gibbs_every == 0:
+                exp.potential.gibbs_step(exp.generators["gibbs"], exp.train_chunks)
+                loop.sampler.buffers.pop("grad", None)  # U changed: a kernel's cached ∇U is stale
+            loop.step = i + 1
+        if self.signals.caught is not None:
+            return False
+        self._end_epoch()
+        return True
 
-    def _headline(self) -> float:
-        key = "test_accuracy" if self.data.task == "classification" else "test_rmse"
-        return self.average.metrics(self.y_test.cpu())[key]
+    def _closure(self, i: int):
+        exp = self.experiment
+        if exp.sampler.full_batch:
+            return exp.potential.full_closure(exp.train_chunks)
+        index = self.loop.order[i * exp.batch_size : (i + 1) * exp.batch_size]
+        x, y = exp.x_train.index_select(0, index), exp.y_train.index_select(0, index)
+        if exp.augment:
+            x = random_crop_flip(x, exp.generators["data"])
+        return exp.potential.closure(x, y, exp.sampler.prior_weight(i, exp.steps_per_epoch))
 
-    def _metrics(self, state: Any, wall_time: float) -> dict[str, float]:
-        metrics = self.average.metrics(self.y_test.cpu())
-        predictive = self.average.predictive()
-        if self.reference is not None:
-            metrics["agreement"] = agreement(predictive, self.reference)
-            metrics["total_variation"] = total_variation(predictive, self.reference)
-        metrics.update(
-            num_samples=self.average.count,
-            epochs=self.cfg.epochs,
-            grad_evals=state.grad_evals,
-            wall_time_s=round(wall_time, 3),
+    def _end_epoch(self) -> None:
+        exp, loop = self.experiment, self.loop
+        epoch = loop.epoch
+        mean_potential = torch.stack(loop.potentials).double().sum().item() / exp.steps_per_epoch
+        self._check_divergence(mean_potential)
+        if exp.collects(epoch):
+            self._collect(epoch)
+        accept_rate = loop.accepted.item() / loop.tests if loop.tests else None
+        if accept_rate is not None and epoch >= self.cfg.burn_in:
+            loop.accept_rates.append(accept_rate)
+        row = {
+            "epoch": epoch + 1,
+            "potential": mean_potential,
+            "lr_scale": exp.schedule((epoch + 1) * exp.steps_per_epoch - 1),
+            "num_samples": loop.average.count,
+            "test_metric": exp.task.headline_value(loop.average) if loop.average.count else "",
+            "wall_time_s": round(self.elapsed, 3),
+            "accept_rate": "" if accept_rate is None else accept_rate,
+        }
+        row.update({k: v.item() for k, v in exp.potential.hyperparameters().items()})
+        loop.curve.append(row)
+        self.directory.append_curve(self.fields, row)
+        loop.epoch, loop.step, loop.order = epoch + 1, 0, None
+        loop.potentials, loop.accepted, loop.tests = [], torch.zeros_like(loop.accepted), 0
+
+    def _check_divergence(self, mean_potential: float) -> None:
+        exp, loop = self.experiment, self.loop
+        finite = torch.stack(torch._foreach_norm(loop.sampler.params)).isfinite().all().item()
+        limit = DIVERGENCE_FACTOR * max(abs(loop.initial_potential), exp.data.num_train)
+        if finite and mean_potential <= limit:  # False for NaN
+            return
+        if not finite:
+            what = "its parameters are not finite"
+        elif not math.isfinite(mean_potential):
+            what = f"U per step = {mean_potential}"
+        else:
+            what = (
+                f"U per step = {mean_potential:.4g}, over {DIVERGENCE_FACTOR:.0e} times its start "
+                f"{loop.initial_potential:.4g}"
+            )
+        raise DivergedError(
+            f"the chain diverged in epoch {loop.epoch + 1} ({what}). Lower sampler.lr"
         )
-        if self.sampling_accept_rates:
-            rates = self.sampling_accept_rates
-            metrics["accept_rate"] = sum(rates) / len(rates)
-        targets = self.data.y_test * self.data.target_std + self.data.target_mean
-        save_predictive(self.directory / "predictive.safetensors", predictive, targets=targets)
-        (self.directory / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        log.info("metrics: %s", json.dumps(metrics))
+
+    def _collect(self, epoch: int) -> None:
+        exp, loop = self.experiment, self.loop
+        loop.average.update(exp.predict_test())
+        self.store.add(named_parameters(exp.potential), epoch=epoch)
+        loop.num_samples = len(self.store)
+
+    def _checkpoint_due(self) -> bool:
+        every = self.cfg.checkpoint_every
+        if every is not None:
+            return self.loop.epoch % every == 0
+        return time.perf_counter() - self.last_checkpoint >= CHECKPOINT_SECONDS
+
+    def _checkpoint(self) -> None:
+        self.loop.elapsed_s = self.elapsed
+        self.started = self.last_checkpoint = time.perf_counter()
+        self.loop.save(self.directory.checkpoint, self.experiment)
+
+    def _interrupt(self) -> None:
+        loop, signum = self.loop, self.signals.caught
+        name = signal.Signals(signum).name
+        self._checkpoint()
+        where = f"epoch {loop.epoch + 1} of {self.cfg.epochs}"
+        if loop.step:
+            where += f", after step {loop.step} of {self.experiment.steps_per_epoch}"
+        self.directory.write_metrics(
+            {"status": "interrupted", "epoch": loop.epoch, "step": loop.step, "signal": name}
+        )
+        raise Interrupted(
+            signum,
+            f"{name}: stopped in {where}; checkpoint {self.directory.checkpoint}. Resume with: "
+            f"{resume_command(self.directory.path)}",
+        )
+
+    def _kept(self) -> str:
+        return f"the {len(self.store)} samples taken before are kept in {self.store.directory}"
+
+    def _finish(self) -> dict[str, Any]:
+        exp, loop = self.experiment, self.loop
+        for _ in exp.sampler.final_samples(loop.sampler):
+            self._collect(self.cfg.epochs - 1)
+        metrics = self._write_metrics("completed")
+        log.info("metrics: %s", metrics)
+        if self.cfg.pruning:
+            self._pruning()
+        log.info("run directory: %s", self.directory.path)
         return metrics
 
-    def _pruning(self, state: Any) -> None:
+    def _write_metrics(self, status: str, **extra: Any) -> dict[str, Any]:
+        exp, loop = self.experiment, self.loop
+        metrics: dict[str, Any] = {"status": status, **extra}
+        if loop.average.count:
+            metrics.update(loop.average.metrics(exp.task.y_test))
+            predictive = loop.average.predictive()
+            if exp.reference is not None:
+                metrics["agreement"] = agreement(predictive, exp.reference)
+                metrics["total_variation"] = total_variation(predictive, exp.reference)
+            self.directory.write_predictive(predictive, exp.task.targets())
+        metrics.update(
+            num_samples=loop.average.count,
+            epochs=self.cfg.epochs,
+            grad_evals=loop.sampler.grad_evals,
+            wall_time_s=round(self.elapsed, 3),
+        )
+        if loop.accept_rates:
+            metrics["accept_rate"] = sum(loop.accept_rates) / len(loop.accept_rates)
+        self.directory.write_metrics(metrics)
+        return metrics
+
+    def _pruning(self) -> None:
         """``pruning.csv`` and ``pruning.png``: the model average's test metric as the weights
         with the lowest signal-to-noise ratio are removed (:mod:`bdl.pruning`)."""
-        live = named_parameters(self.potential)
-        moments = self.sampler.posterior_moments(state)
+        exp = self.experiment
+        live = named_parameters(exp.potential)
+        moments = exp.sampler.posterior_moments(self.loop.sampler)
         if moments is not None:
             moments = tuple(dict(zip(live, m, strict=True)) for m in moments)
-        y = self.y_test.cpu()
-        if self.data.task == "classification":
-            metric = "test_error"
-
-            def score(predictions: list[Tensor]) -> float:
-                return 1 - accuracy(torch.stack(predictions).double().mean(0), y)
-
-        else:
-            metric = "test_rmse"
-
-            def score(predictions: list[Tensor]) -> float:
-                average = RegressionAverage(y, self.data.target_mean, self.data.target_std)
-                for prediction in predictions:
-                    average.update(prediction)
-                return average.metrics()["test_rmse"]
-
         rows = pruning.curve_from_store(
             self.store.directory,
             live,
-            list(self.potential.model_params),
+            list(exp.potential.model_params),
             moments,
-            lambda: predict(self.potential.model, self.potential.likelihood, self.x_test).cpu(),
-            score,
+            exp.predict_test,
+            exp.task.pruning_score,
             self.cfg.pruning_samples,
         )
-        path = pruning.write_curve(self.directory, rows, metric)
+        path = pruning.write_curve(self.directory.path, rows, exp.task.pruning_metric)
         log.info(
             "pruning curve in %s: %s",
             path,
@@ -358,22 +640,84 @@ class Run:
         )
 
 
-def _start_wandb(cfg: DictConfig, directory: Path):
-    if cfg.wandb.mode == "disabled":
-        return None
-    import wandb  # imported only when asked for: it is slow to import
+class Progress:
+    """A progress bar on a terminal; plain lines every ``log_every`` epochs otherwise (logs, CI)."""
 
-    return wandb.init(
-        mode=cfg.wandb.mode,
-        project=cfg.wandb.project,
-        entity=cfg.wandb.entity,
-        dir=str(directory),
-        config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
-    )
+    def __init__(self, experiment: Experiment, loop: Loop) -> None:
+        self.experiment = experiment
+        self.cfg = experiment.cfg
+        self.bar = None
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(
+                total=self.cfg.epochs, initial=loop.epoch, unit="epoch", dynamic_ncols=True
+            )
+
+    def update(self, row: dict[str, Any]) -> None:
+        exp, epoch = self.experiment, row["epoch"]
+        parts = {"U/N": f"{row['potential'] / exp.data.num_train:.4g}"}
+        if row["num_samples"]:
+            parts[exp.task.headline] = f"{row['test_metric']:.4f}"
+        else:
+            parts["phase"] = "burn-in" if exp.sampler.injects_noise else "optimising"
+        if row["accept_rate"] != "":
+            parts["accept"] = f"{row['accept_rate']:.2f}"
+        if self.bar is not None:
+            self.bar.set_postfix(parts, refresh=False)
+            self.bar.update(1)
+        elif epoch % self.cfg.log_every == 0 or epoch == self.cfg.epochs:
+            log.info(
+                "epoch %d/%d  %s  samples %d",
+                epoch,
+                self.cfg.epochs,
+                "  ".join(f"{k} {v}" for k, v in parts.items()),
+                row["num_samples"],
+            )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
-def run(cfg: DictConfig, directory: str | Path = ".") -> dict[str, float]:
-    """Run the experiment ``cfg`` and write its outputs into ``directory``."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    return Run(cfg, directory).execute()
+def resume_command(directory: Path) -> str:
+    """The command line that continues the run in ``directory``."""
+    from hydra.core.hydra_config import HydraConfig
+
+    overrides = []
+    if HydraConfig.initialized():
+        overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
+    return " ".join(["bdl-run", *overrides, f"hydra.run.dir={directory}", "resume=true"])
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def run(cfg: DictConfig, directory: str | Path = ".") -> dict[str, Any]:
+    """Run the experiment ``cfg`` into ``directory`` (continuing it there if ``cfg.resume``);
+    returns the metrics written to ``metrics.json``."""
+    validate(cfg)  # before anything is written: a typo leaves no trace
+    output = RunDirectory(directory)
+    with Signals() as signals:
+        output.claim(cfg, cfg.resume)
+        try:
+            return _run_in(cfg, output, signals)
+        finally:
+            output.release()
+
+
+def _run_in(cfg: DictConfig, output: RunDirectory, signals: Signals) -> dict[str, Any]:
+    log.info("run directory: %s", output.path)
+    if not cfg.resume:
+        experiment = build(cfg)
+        return Sampling(experiment, output, Loop.start(experiment), signals).run()
+    if output.read_status() == "completed":
+        raise ConfigError(
+            f"the run in {output.path} has completed (metrics.json); nothing to resume"
+        )
+    tensors, header = checkpoint.load(output.checkpoint)
+    _check_same_config(cfg, header, output.checkpoint)
+    experiment = build(cfg)
+    loop = Loop.restore(experiment, tensors, header)
+    log.info("resuming at epoch %d, step %d", loop.epoch + 1, loop.step)
+    return Sampling(experiment, output, loop, signals).run()

@@ -133,7 +133,8 @@ class SampleStore:
     """Appends posterior samples to a directory one file at a time.
 
     Holds no tensors, so memory stays flat however long the chain runs. Re-opening a directory
-    with a manifest continues its numbering, so a resumed run appends rather than overwrites.
+    with a manifest continues its numbering; a resumed run first cuts it back to its checkpoint
+    (:meth:`truncate`).
 
     Args:
         directory: where samples go; created with its parents if needed.
@@ -171,12 +172,35 @@ class SampleStore:
         entry = {"index": index, "file": name, "sha256": _sha256(data), **metadata}
         del data
         entries = [*self._entries, entry]
-        _atomic_write(
-            self.directory / MANIFEST, (json.dumps(entries, indent=1) + "\n").encode("utf-8")
-        )
+        self._write_manifest(entries)
         self._entries = entries
         self._next = index + 1
         return path
+
+    def truncate(self, count: int) -> None:
+        """Keep the first ``count`` samples and delete every other file of the store: the samples
+        a killed run wrote after its last checkpoint, which the resumed run takes again, and
+        temporary files of an interrupted write."""
+        if count > len(self._entries):
+            raise StoreError(
+                f"{self.directory} lists {len(self._entries)} samples, fewer than the "
+                f"{count} its run's checkpoint recorded: samples were removed since. Start "
+                "afresh in a new directory"
+            )
+        kept = self._entries[:count]
+        if len(kept) < len(self._entries):
+            self._write_manifest(kept)
+        listed = {entry["file"] for entry in kept} | {MANIFEST}
+        for path in self.directory.iterdir():
+            if path.name not in listed and path.is_file():
+                path.unlink()
+        self._entries = kept
+        self._next = max((e["index"] for e in kept), default=-1) + 1
+
+    def _write_manifest(self, entries: list[dict]) -> None:
+        _atomic_write(
+            self.directory / MANIFEST, (json.dumps(entries, indent=1) + "\n").encode("utf-8")
+        )
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -1,0 +1,188 @@
+"""A run's directory: who owns it, and every file the run writes into it.
+
+One directory is one experiment. :meth:`RunDirectory.claim` takes an exclusive lock (released by
+the operating system when the process ends, however it ends) and refuses a directory that already
+holds another run's samples, curve or checkpoint unless the run is being resumed. Everything else
+is written through the methods here: the curve (rewritten from the checkpoint's rows on resume,
+so that a resumed run's ``curve.csv`` is the uninterrupted run's), ``metrics.json`` (strict JSON,
+with the run's ``status``), the predictive, the samples and the optional wandb mirror.
+"""
+
+from __future__ import annotations
+
+import csv
+import errno
+import fcntl
+import io
+import json
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from torch import Tensor
+
+from bdl import checkpoint
+from bdl.config import ConfigError
+from bdl.store import PREDICTIVE, SampleStore, StoreError, save_predictive
+from bdl.store import _atomic_write as atomic_write
+
+log = logging.getLogger("bdl")
+
+METRICS = "metrics.json"
+CURVE = "curve.csv"
+LOCK = ".bdl.lock"
+#: Files whose presence means the directory holds a run (besides the checkpoint and samples).
+_RUN_FILES = (CURVE, PREDICTIVE)
+
+
+def strict_json(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None: JSON has no NaN or Infinity."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict_json(v) for v in value]
+    return value
+
+
+class RunDirectory:
+    """The output directory of one run."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.checkpoint = self.path / checkpoint.FILE
+        self._lock: int | None = None
+        self.store: SampleStore | None = None
+
+    def claim(self, cfg: DictConfig, resume: bool) -> None:
+        """Make this process the directory's only writer; refuse a directory holding another
+        run unless ``resume``. Writes the run's config (``.hydra/``) on a fresh start."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as error:
+            raise StoreError(_unwritable(self.path, error)) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ConfigError(
+                f"another bdl-run is writing into {self.path}: wait for it, or give this run its "
+                "own directory (hydra.run.dir=...)"
+            ) from None
+        self._lock = fd
+        if resume:
+            return
+        held = [name for name in (checkpoint.FILE, *_RUN_FILES) if (self.path / name).exists()]
+        samples = self.path / "samples"
+        if samples.is_dir() and any(samples.iterdir()):
+            held.append("samples/")
+        if held:
+            raise ConfigError(
+                f"{self.path} already holds a run ({', '.join(held)}): add resume=true to "
+                "continue it, or give this run a fresh directory (hydra.run.dir=...)"
+            )
+        self._write_config(cfg)
+
+    def _write_config(self, cfg: DictConfig) -> None:
+        """``.hydra/config.yaml`` (and, under Hydra, ``hydra.yaml`` and ``overrides.yaml``), as
+        Hydra writes them, but only once the directory is ours (``hydra.output_subdir: null``
+        stops Hydra overwriting another run's)."""
+        from hydra.core.hydra_config import HydraConfig
+
+        files = {"config.yaml": cfg}
+        if HydraConfig.initialized():
+            hydra = HydraConfig.get()
+            files["hydra.yaml"] = OmegaConf.create({"hydra": hydra})
+            files["overrides.yaml"] = OmegaConf.create(list(hydra.overrides.task))
+        folder = self.path / ".hydra"
+        folder.mkdir(exist_ok=True)
+        for name, node in files.items():
+            atomic_write(folder / name, OmegaConf.to_yaml(node).encode())
+
+    def open_store(self) -> SampleStore:
+        self.store = SampleStore(self.path / "samples")
+        return self.store
+
+    def write_curve(self, fields: list[str], rows: list[dict[str, Any]]) -> None:
+        """``curve.csv`` with ``rows``, replaced atomically."""
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=fields, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        atomic_write(self.path / CURVE, text.getvalue().encode())
+
+    def append_curve(self, fields: list[str], row: dict[str, Any]) -> None:
+        with (self.path / CURVE).open("a", newline="") as file:
+            csv.DictWriter(file, fieldnames=fields, lineterminator="\n").writerow(row)
+
+    def write_metrics(self, metrics: dict[str, Any]) -> None:
+        text = json.dumps(strict_json(metrics), indent=2, allow_nan=False) + "\n"
+        atomic_write(self.path / METRICS, text.encode())
+
+    def read_status(self) -> str | None:
+        try:
+            return json.loads((self.path / METRICS).read_text()).get("status")
+        except (OSError, ValueError, AttributeError):
+            return None
+
+    def write_predictive(self, predictive: Tensor, targets: Tensor) -> None:
+        save_predictive(self.path / PREDICTIVE, predictive, targets=targets)
+
+    def release(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+
+def _unwritable(path: Path, error: OSError) -> str:
+    if error.errno == errno.ENOSPC:
+        return f"no space left on the device holding {path}: free some space and resume"
+    if error.errno in (errno.ENOTDIR, errno.EEXIST):
+        return f"cannot use {path} as the run directory: a file stands in its way ({error})"
+    return f"cannot write into {path} ({error.strerror}): choose a writable hydra.run.dir"
+
+
+def start_wandb(cfg: DictConfig, directory: Path, run_id: str | None):
+    """The wandb mirror of the curve and metrics, or None (``wandb.mode=disabled``). A resumed
+    run continues its wandb run (``run_id``)."""
+    if cfg.wandb.mode == "disabled":
+        return None
+    if cfg.wandb.mode == "online" and not _wandb_key_configured():
+        raise ConfigError(
+            "wandb.mode=online needs a W&B account: run `wandb login` (or set WANDB_API_KEY), "
+            "or use wandb.mode=offline (no account or network; `wandb sync` later)"
+        )
+    import wandb  # imported only when asked for: it is slow to import
+
+    try:
+        return wandb.init(
+            mode=cfg.wandb.mode,
+            project=cfg.wandb.project,
+            entity=cfg.wandb.entity,
+            dir=str(directory),
+            id=run_id,
+            resume="allow" if run_id else None,
+            config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
+            settings=wandb.Settings(init_timeout=30),
+        )
+    except Exception as error:  # wandb raises its own zoo of network and auth errors
+        raise ConfigError(
+            f"wandb.mode={cfg.wandb.mode} failed to start ({type(error).__name__}: {error}): "
+            "use wandb.mode=offline, or disabled"
+        ) from None
+
+
+def _wandb_key_configured() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    import netrc
+
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False

@@ -1,0 +1,66 @@
+"""What differs between classification and regression, in one place: the likelihood, the running
+model average, the headline metric of progress lines and curves, the pruning score and the
+targets stored beside the predictive."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from bdl import likelihoods
+from bdl.data import Dataset
+from bdl.metrics import ClassificationAverage, RegressionAverage, accuracy
+
+
+@dataclass
+class Task:
+    """The task-specific pieces of a run on ``data`` (targets ``y_test`` on the CPU)."""
+
+    data: Dataset
+    y_test: Tensor
+
+    @property
+    def classification(self) -> bool:
+        return self.data.task == "classification"
+
+    def likelihood(self, likelihood_cfg: Any) -> nn.Module:
+        if self.classification:
+            return likelihoods.Categorical()
+        return likelihoods.Gaussian(**likelihood_cfg)
+
+    def average(self) -> ClassificationAverage | RegressionAverage:
+        """An empty running model average over posterior samples' test predictions."""
+        if self.classification:
+            return ClassificationAverage()
+        return RegressionAverage(self.y_test, self.data.target_mean, self.data.target_std)
+
+    @property
+    def headline(self) -> str:
+        """The metric that progress lines, curves and sweeps report."""
+        return "test_accuracy" if self.classification else "test_rmse"
+
+    def headline_value(self, average: ClassificationAverage | RegressionAverage) -> float:
+        """The headline metric of ``average``, without the others (it is computed every epoch)."""
+        if self.classification:
+            return accuracy(average.predictive(), self.y_test)
+        return average.metrics()["test_rmse"]
+
+    @property
+    def pruning_metric(self) -> str:
+        return "test_error" if self.classification else "test_rmse"
+
+    def pruning_score(self, predictions: list[Tensor]) -> float:
+        """Test error (RMSE) of the equal-weight model average of ``predictions``."""
+        if self.classification:
+            return 1 - accuracy(torch.stack(predictions).double().mean(0), self.y_test)
+        average = self.average()
+        for prediction in predictions:
+            average.update(prediction)
+        return average.metrics()["test_rmse"]
+
+    def targets(self) -> Tensor:
+        """The test targets in original units, saved beside the predictive."""
+        return self.data.y_test * self.data.target_std + self.data.target_mean

@@ -1,0 +1,297 @@
+"""One directory is one experiment, and a run stopped at any moment resumes bit for bit.
+
+A kill is simulated in-process by an exception raised at a chosen point (a sampler step, between
+a sample file and its manifest entry, in the middle of writing a checkpoint): what is on disk then
+is what a SIGKILL at that moment leaves. The resumed run's samples, ``metrics.json`` (wall time
+aside) and ``curve.csv`` (its wall-time column aside) must equal those of a run never stopped.
+The real-process version (SIGKILL at random moments of ``bdl-run``) is ``test_resume_slow.py``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+
+import bdl.checkpoint
+import bdl.store
+from bdl import run as runner
+from bdl.checkpoint import CheckpointError
+from bdl.config import ConfigError
+from bdl.metrics import ClassificationAverage, RegressionAverage
+
+
+class Kill(BaseException):
+    """Stands for SIGKILL: nothing in bdl may catch it and tidy up."""
+
+
+def write_tiny_uci(root: Path, n: int = 60, features: int = 3, seed: int = 0) -> Path:
+    """A UCI folder in the standard splits' layout: ``uci/tiny/`` with one split."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, features))
+    y = x @ rng.normal(size=features) + 0.3 * rng.normal(size=n)
+    folder = root / "uci" / "tiny"
+    folder.mkdir(parents=True)
+    np.savetxt(folder / "data.txt", np.column_stack([x, y]))
+    np.savetxt(folder / "index_features.txt", np.arange(features), fmt="%d")
+    np.savetxt(folder / "index_target.txt", [features], fmt="%d")
+    order = rng.permutation(n)
+    np.savetxt(folder / "index_train_0.txt", order[: n * 4 // 5], fmt="%d")
+    np.savetxt(folder / "index_test_0.txt", order[n * 4 // 5 :], fmt="%d")
+    np.savetxt(folder / "n_splits.txt", [1], fmt="%d")
+    return root
+
+
+@pytest.fixture(scope="module")
+def uci_root(tmp_path_factory) -> Path:
+    return write_tiny_uci(tmp_path_factory.mktemp("data"))
+
+
+def config(root: Path, *overrides: str):
+    base = [
+        "dataset=boston",
+        "dataset.name=tiny",
+        f"dataset.root={root}",
+        "dataset.download=false",
+        "dataset.mlp.hidden=[8]",
+        "epochs=6",
+        "burn_in=2",
+        "thin=1",
+        "batch_size=12",
+        "checkpoint_every=1",
+    ]
+    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+        return compose("config", [*base, *overrides])
+
+
+def outputs(directory: Path) -> tuple[dict, list[list[str]], list[dict]]:
+    """What must be equal between runs: metrics less wall time, curve less its wall-time column,
+    and the sample manifest (file names and sha256 of every sample)."""
+    metrics = json.loads((directory / "metrics.json").read_text())
+    metrics.pop("wall_time_s")
+    with (directory / "curve.csv").open() as file:
+        curve = [[v for k, v in row.items() if k != "wall_time_s"] for row in csv.DictReader(file)]
+    manifest = json.loads((directory / "samples" / "manifest.json").read_text())
+    return metrics, curve, manifest
+
+
+SAMPLERS = {
+    "sghmc gibbs hyperprior": ["sampler=sghmc", "prior=gamma_hierarchical"],
+    "sghmc online noise": ["sampler=sghmc", "sampler.grad_var=online", "likelihood.gibbs=true"],
+    "sgld": ["sampler=sgld"],
+    "psgld": ["sampler=psgld"],
+    "csgd": ["sampler=csgd", "batch_size=4"],  # small batches: noise enough for its step
+    "hmc adapting": ["sampler=hmc", "sampler.num_steps=3", "prior=gamma_hierarchical"],
+    "mala": ["sampler=mala"],
+    "naive sghmc": ["sampler=naive_sghmc", "sampler.mh=true", "sampler.resample_every=4"],
+    "bbb": ["sampler=bbb", "burn_in=0", "sampler.num_samples=3"],
+    "sgd": ["sampler=sgd", "burn_in=0"],
+}
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_a_run_killed_mid_epoch_resumes_bitwise(uci_root, tmp_path, monkeypatch, name):
+    cfg = config(uci_root, *SAMPLERS[name])
+    runner.run(cfg, tmp_path / "whole")
+
+    real_step = runner.Sampling._closure
+    calls = {"n": 0}
+    full_batch = name.startswith(("hmc", "mala"))
+    kill_at = 4 if full_batch else 17  # epoch 5 of the full-batch kernels; mid-epoch 4 otherwise
+
+    def dying(self, i):
+        calls["n"] += 1
+        if calls["n"] == kill_at:
+            raise Kill
+        return real_step(self, i)
+
+    monkeypatch.setattr(runner.Sampling, "_closure", dying)
+    with pytest.raises(Kill):
+        runner.run(cfg, tmp_path / "killed")
+    monkeypatch.setattr(runner.Sampling, "_closure", real_step)
+    runner.run(config(uci_root, *SAMPLERS[name], "resume=true"), tmp_path / "killed")
+    assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
+
+
+def test_a_sample_written_after_the_checkpoint_is_neither_lost_nor_duplicated(
+    uci_root, tmp_path, monkeypatch
+):
+    cfg = config(uci_root, "checkpoint_every=2", "epochs=8")
+    runner.run(cfg, tmp_path / "whole")
+    real = bdl.store.SampleStore._write_manifest
+    writes = {"n": 0}
+
+    def dying(self, entries):
+        writes["n"] += 1
+        if writes["n"] == 4:  # the 4th sample's file is on disk, its manifest entry is not
+            raise Kill
+        real(self, entries)
+
+    monkeypatch.setattr(bdl.store.SampleStore, "_write_manifest", dying)
+    with pytest.raises(Kill):
+        runner.run(cfg, tmp_path / "killed")
+    monkeypatch.setattr(bdl.store.SampleStore, "_write_manifest", real)
+    samples = tmp_path / "killed" / "samples"
+    assert len(json.loads((samples / "manifest.json").read_text())) == 3
+    assert (samples / "sample_00003.safetensors").exists()  # written, never listed
+    # the checkpoint after epoch 4 holds 2 samples; the resumed run writes the 3rd and 4th again
+    runner.run(config(uci_root, "checkpoint_every=2", "epochs=8", "resume=true"), tmp_path / "killed")
+    assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
+
+
+def test_a_kill_while_checkpointing_leaves_the_previous_checkpoint(uci_root, tmp_path, monkeypatch):
+    cfg = config(uci_root)
+    runner.run(cfg, tmp_path / "whole")
+    real = bdl.checkpoint.atomic_write
+    saves = {"n": 0}
+
+    def dying(path, data):
+        saves["n"] += 1
+        if saves["n"] == 3:
+            # half the new file written beside the old one, then the process dies
+            (path.parent / f".{path.name}.partial.tmp").write_bytes(data[: len(data) // 2])
+            raise Kill
+        real(path, data)
+
+    monkeypatch.setattr(bdl.checkpoint, "atomic_write", dying)
+    with pytest.raises(Kill):
+        runner.run(cfg, tmp_path / "killed")
+    monkeypatch.setattr(bdl.checkpoint, "atomic_write", real)
+    _, header = bdl.checkpoint.load(tmp_path / "killed" / bdl.checkpoint.FILE)
+    assert header["loop"]["epoch"] == 2
+    runner.run(config(uci_root, "resume=true"), tmp_path / "killed")
+    assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
+
+
+def test_sigterm_checkpoints_and_resumes_bitwise(uci_root, tmp_path, monkeypatch, capsys):
+    cfg = config(uci_root, "checkpoint_every=100")  # only the signal's checkpoint
+    runner.run(cfg, tmp_path / "whole")
+    real_step = runner.Sampling._closure
+    calls = {"n": 0}
+
+    def signalled(self, i):
+        calls["n"] += 1
+        if calls["n"] == 10:
+            signal.raise_signal(signal.SIGTERM)
+        return real_step(self, i)
+
+    monkeypatch.setattr(runner.Sampling, "_closure", signalled)
+    with pytest.raises(runner.Interrupted) as stop:
+        runner.run(cfg, tmp_path / "stopped")
+    assert stop.value.exit_code == 128 + signal.SIGTERM
+    assert "resume=true" in str(stop.value) and "checkpoint" in str(stop.value)
+    status = json.loads((tmp_path / "stopped" / "metrics.json").read_text())
+    assert status == {"status": "interrupted", "epoch": 2, "step": 2, "signal": "SIGTERM"}
+    monkeypatch.setattr(runner.Sampling, "_closure", real_step)
+    runner.run(config(uci_root, "checkpoint_every=100", "resume=true"), tmp_path / "stopped")
+    assert outputs(tmp_path / "stopped") == outputs(tmp_path / "whole")
+
+
+def test_a_directory_holding_a_run_is_refused_and_left_alone(uci_root, tmp_path):
+    cfg = config(uci_root)
+    runner.run(cfg, tmp_path)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError, match="already holds a run.*resume=true.*fresh directory"):
+        runner.run(config(uci_root, "seed=1"), tmp_path)
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_a_directory_in_use_by_another_run_is_refused(uci_root, tmp_path):
+    holder = runner.RunDirectory(tmp_path)
+    holder.claim(config(uci_root), resume=False)
+    try:
+        with pytest.raises(ConfigError, match="another bdl-run is writing into"):
+            runner.run(config(uci_root), tmp_path)
+    finally:
+        holder.release()
+
+
+def test_resume_refuses_what_it_cannot_continue(uci_root, tmp_path):
+    with pytest.raises(CheckpointError, match="no checkpoint"):
+        runner.run(config(uci_root, "resume=true"), tmp_path / "empty")
+
+    cfg = config(uci_root, "epochs=4")
+    runner.run(cfg, tmp_path / "done")
+    with pytest.raises(ConfigError, match="has completed"):
+        runner.run(config(uci_root, "epochs=4", "resume=true"), tmp_path / "done")
+
+    directory = tmp_path / "done"
+    (directory / "metrics.json").unlink()  # as if killed before its end
+    with pytest.raises(ConfigError, match=r"another config: epochs \(4 there, 5 now\)"):
+        runner.run(config(uci_root, "epochs=5", "resume=true"), directory)
+    with pytest.raises(ConfigError, match=r"sampler\._target_"):
+        runner.run(config(uci_root, "epochs=4", "sampler=sgld", "resume=true"), directory)
+
+    path = directory / bdl.checkpoint.FILE
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF  # one flipped bit in the tensor data
+    path.write_bytes(bytes(data))
+    before = {p: p.read_bytes() for p in directory.rglob("*") if p.is_file()}
+    with pytest.raises(CheckpointError, match="corrupt"):
+        runner.run(config(uci_root, "epochs=4", "resume=true"), directory)
+    path.write_bytes(bytes(data[: len(data) // 2]))
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        runner.run(config(uci_root, "epochs=4", "resume=true"), directory)
+    before[path] = path.read_bytes()
+    assert {p: p.read_bytes() for p in directory.rglob("*") if p.is_file()} == before
+
+
+def test_a_checkpoint_from_a_newer_format_is_refused(tmp_path):
+    path = tmp_path / bdl.checkpoint.FILE
+    bdl.checkpoint.save(path, {"x": torch.zeros(2)}, {})
+    tensors, header = bdl.checkpoint.load(path)
+    from safetensors.torch import save
+
+    header["format_version"] = bdl.checkpoint.FORMAT_VERSION + 1
+    path.write_bytes(save(tensors, metadata={"bdl_checkpoint": json.dumps(header)}))
+    with pytest.raises(CheckpointError, match="newer bdl"):
+        bdl.checkpoint.load(path)
+
+
+def test_a_diverged_chain_is_a_status_in_strict_json(uci_root, tmp_path):
+    cfg = config(uci_root, "sampler=sgld", "sampler.lr=1e4")
+    with pytest.raises(runner.DivergedError, match="diverged in epoch 1.*Lower sampler.lr"):
+        runner.run(cfg, tmp_path)
+    text = (tmp_path / "metrics.json").read_text()
+    metrics = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
+    assert metrics["status"] == "diverged" and metrics["diverged_epoch"] == 1
+    assert metrics["num_samples"] == 0
+
+
+def test_a_completed_run_says_so(uci_root, tmp_path):
+    metrics = runner.run(config(uci_root), tmp_path)
+    assert metrics["status"] == "completed"
+    assert json.loads((tmp_path / "metrics.json").read_text())["status"] == "completed"
+
+
+@pytest.mark.parametrize("average", ["classification", "regression"])
+def test_a_model_average_restored_from_its_state_continues_exactly(average):
+    generator = torch.Generator().manual_seed(0)
+    y = torch.randn(5, generator=generator)
+
+    def fresh():
+        return ClassificationAverage() if average == "classification" else RegressionAverage(y)
+
+    def draw():
+        if average == "classification":
+            return torch.rand(5, 3, generator=generator).softmax(-1)
+        return torch.stack([torch.randn(5, generator=generator), torch.rand(5, generator=generator)], -1)
+
+    draws = [draw() for _ in range(4)]
+    whole, first = fresh(), fresh()
+    for d in draws:
+        whole.update(d)
+    for d in draws[:2]:
+        first.update(d)
+    resumed = fresh()
+    resumed.load_state_dict({k: v.clone() for k, v in first.state_dict().items()})
+    for d in draws[2:]:
+        resumed.update(d)
+    assert resumed.count == 4
+    assert torch.equal(resumed.predictive(), whole.predictive())
