@@ -13,14 +13,12 @@ reparameterisation trick and without (a weight draw per step), under the scale-m
 from __future__ import annotations
 
 import argparse
-import tempfile
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from benchtools import alternating_medians, bare_model, composed
 
-from bdl.run import Run
+from bdl.run import Experiment, build
 
 VARIANTS = {
     "BBB, local reparam, scale mixture (MC KL)": ["prior=scale_mixture"],
@@ -51,42 +49,37 @@ def main() -> None:
         f"dataset.mlp.hidden=[{args.hidden},{args.hidden}]",
         f"device={args.device}",
     ]
-    with tempfile.TemporaryDirectory() as directory:
-        runs = {
-            name: Run(composed(base + extra), Path(directory) / str(i))
-            for i, (name, extra) in enumerate(VARIANTS.items())
-        }
-        first = next(iter(runs.values()))
-        device, batch = first.device, first.batch_size
-        x, y = first.x_train, first.y_train
-        generator = torch.Generator(device).manual_seed(0)
-        index = [
-            torch.randint(0, x.shape[0], (batch,), generator=generator, device=device)
-            for _ in range(args.steps)
-        ]
-        baseline = bare_model(first)
-        optimizer = torch.optim.SGD(baseline.parameters(), lr=1e-3)
+    runs = {name: build(composed(base + extra)) for name, extra in VARIANTS.items()}
+    first = next(iter(runs.values()))
+    device, batch = first.device, first.batch_size
+    x, y = first.x_train, first.y_train
+    generator = torch.Generator(device).manual_seed(0)
+    index = [
+        torch.randint(0, x.shape[0], (batch,), generator=generator, device=device)
+        for _ in range(args.steps)
+    ]
+    baseline = bare_model(first)
+    optimizer = torch.optim.SGD(baseline.parameters(), lr=1e-3)
 
-        def sgd_steps() -> None:
-            for i in index:
-                loss = F.cross_entropy(baseline(x[i]), y[i])
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
+    def sgd_steps() -> None:
+        for i in index:
+            loss = F.cross_entropy(baseline(x[i]), y[i])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
 
-        def bdl_steps(run: Run, state) -> None:
-            for i in index:
-                run.sampler.step(state, run.potential.closure(x[i], y[i]))
+    def bdl_steps(run: Experiment, state) -> None:
+        for i in index:
+            run.sampler.step(state, run.potential.closure(x[i], y[i]))
 
-        states = [run.sampler.init(run.potential.params) for run in runs.values()]
-        bbb_steps = [
-            lambda run=run, state=state: bdl_steps(run, state)
-            for run, state in zip(runs.values(), states, strict=True)
-        ]
-        sgd, *variants = (
-            median / args.steps
-            for median in alternating_medians([sgd_steps, *bbb_steps], args.rounds)
-        )
+    states = [run.sampler.init(run.potential.params) for run in runs.values()]
+    bbb_steps = [
+        lambda run=run, state=state: bdl_steps(run, state)
+        for run, state in zip(runs.values(), states, strict=True)
+    ]
+    sgd, *variants = (
+        median / args.steps for median in alternating_medians([sgd_steps, *bbb_steps], args.rounds)
+    )
 
     print(
         f"device {device}, 784-{args.hidden}-{args.hidden}-10, batch {batch}, {args.rounds} rounds "

@@ -19,9 +19,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from benchtools import alternating_medians, bare_model, composed
-
-from bdl.run import Run
+from benchtools import alternating_medians, bare_model, composed, sampling
 
 
 def bare_full_pass(model, x_train, y_train, chunk_size) -> None:
@@ -43,16 +41,14 @@ def main() -> None:
     overrides = ["experiment=hmc_mnist", "sampler.num_steps=10", f"device={args.device}"]
     cfg = composed([*overrides, *args.set])
     with tempfile.TemporaryDirectory() as directory:
-        run = Run(cfg, Path(directory))
-        state = run.sampler.init(run.potential.params)
+        # from the end of burn-in: no step-size adaptation, the kernel as it samples
+        loop = sampling(cfg, Path(directory), start_epoch=cfg.burn_in)
+        run = loop.experiment
         steps = run.sampler.num_steps
-        sampling_epoch = cfg.burn_in  # no step-size adaptation: the kernel as it samples
-
         baseline = bare_model(run)
 
         def hmc_iteration():
-            nonlocal state
-            state, _ = run._epoch(sampling_epoch, state)
+            loop._epoch()
 
         def bare_pass():
             bare_full_pass(baseline, run.x_train, run.y_train, run.batch_size)

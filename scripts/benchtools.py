@@ -1,11 +1,12 @@
-"""What the benchmark scripts share: a composed bdl config, a bare copy of its network and a
-device-synchronised timer."""
+"""What the benchmark scripts share: a composed bdl config, the runner's sampling loop on it, a
+bare copy of its network and a device-synchronised timer."""
 
 from __future__ import annotations
 
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 from hydra import compose, initialize_config_module
@@ -13,10 +14,22 @@ from omegaconf import DictConfig
 from torch import nn
 
 import bdl.config  # noqa: F401  (registers the root schema)
-from bdl.run import Run
+from bdl.outputs import RunDirectory
+from bdl.run import Experiment, Loop, Sampling, Signals, build
 
 
-def bare_model(run: Run) -> nn.Module:
+def sampling(cfg: DictConfig, directory: Path, start_epoch: int = 0) -> Sampling:
+    """The runner's loop on ``cfg``, writing into ``directory``; ``_epoch()`` runs one epoch
+    exactly as ``bdl-run`` does (steps, Gibbs steps, the sample kept, the curve row)."""
+    experiment = build(cfg)
+    output = RunDirectory(directory)
+    output.claim(cfg, resume=False)
+    loop = Loop.start(experiment)
+    loop.epoch = start_epoch
+    return Sampling(experiment, output, loop, Signals())
+
+
+def bare_model(run: Experiment) -> nn.Module:
     """A freshly initialised network of the run's architecture, for the bare PyTorch loops."""
     torch.manual_seed(0)
     mlp = run.cfg.dataset.mlp

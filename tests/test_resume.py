@@ -141,7 +141,9 @@ def test_a_sample_written_after_the_checkpoint_is_neither_lost_nor_duplicated(
     assert len(json.loads((samples / "manifest.json").read_text())) == 3
     assert (samples / "sample_00003.safetensors").exists()  # written, never listed
     # the checkpoint after epoch 4 holds 2 samples; the resumed run writes the 3rd and 4th again
-    runner.run(config(uci_root, "checkpoint_every=2", "epochs=8", "resume=true"), tmp_path / "killed")
+    runner.run(
+        config(uci_root, "checkpoint_every=2", "epochs=8", "resume=true"), tmp_path / "killed"
+    )
     assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
 
 
@@ -281,7 +283,9 @@ def test_a_model_average_restored_from_its_state_continues_exactly(average):
     def draw():
         if average == "classification":
             return torch.rand(5, 3, generator=generator).softmax(-1)
-        return torch.stack([torch.randn(5, generator=generator), torch.rand(5, generator=generator)], -1)
+        return torch.stack(
+            [torch.randn(5, generator=generator), torch.rand(5, generator=generator)], -1
+        )
 
     draws = [draw() for _ in range(4)]
     whole, first = fresh(), fresh()

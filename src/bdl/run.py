@@ -51,6 +51,9 @@ log = logging.getLogger("bdl")
 #: A potential above this multiple of its starting value (or of N, if larger) has diverged: no
 #: sampler recovers from a jump of six orders of magnitude, and a NaN would follow.
 DIVERGENCE_FACTOR = 1e6
+# Keys of the dataset configs read by the runner and the model and prior configs, not by the
+# loaders.
+RUNNER_DATASET_KEYS = ("mlp", "augment", "prior_scale")
 #: Seconds of work between checkpoints when ``checkpoint_every`` is not set.
 CHECKPOINT_SECONDS = 60.0
 #: Config keys that may differ when resuming: where things are, how often to report.
@@ -192,7 +195,7 @@ def build(cfg: DictConfig) -> Experiment:
     reference = load_reference(cfg.reference) if cfg.reference else None
     torch.manual_seed(cfg.seed)
 
-    loader_keys = [key for key in cfg.dataset if key not in ("mlp", "augment", "prior_scale")]
+    loader_keys = [key for key in cfg.dataset if key not in RUNNER_DATASET_KEYS]
     data: Dataset = instantiate(OmegaConf.masked_copy(cfg.dataset, loader_keys))
     task = Task(data, data.y_test)
     _check_reference(cfg, data, reference)

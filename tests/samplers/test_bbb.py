@@ -13,7 +13,7 @@ import bdl.config  # noqa: F401  (registers the root schema)
 from bdl.likelihoods import Gaussian as GaussianLikelihood
 from bdl.potential import Potential
 from bdl.priors import Gaussian as GaussianPrior
-from bdl.run import Run, run
+from bdl.run import build, run
 from bdl.samplers.bbb import BBB
 from bdl.store import StoreError, load_samples
 
@@ -156,10 +156,10 @@ def test_mfvi_starts_from_the_last_sample_of_an_sgd_run(data_dir, isolated_cache
         )
     run(sgd, tmp_path / "sgd")
     ((solution, _),) = load_samples(tmp_path / "sgd" / "samples")
-    start = Run(mfvi, tmp_path / "mfvi")
+    start = build(mfvi)
     for name, p in start.potential.model.named_parameters():
         torch.testing.assert_close(p.detach(), solution[name])
     with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
         elsewhere = compose("config", overrides=["sampler=mfvi", f"init_from={tmp_path}", *common])
     with pytest.raises(StoreError, match="manifest"):
-        Run(elsewhere, tmp_path / "mfvi2")
+        build(elsewhere)

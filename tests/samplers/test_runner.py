@@ -6,7 +6,7 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from bdl.config import ConfigError
-from bdl.run import Run
+from bdl.run import build, run
 
 TINY = ["dataset.validation=59000", "epochs=2", "burn_in=1", "batch_size=200"]
 
@@ -23,9 +23,9 @@ def tiny_run(tmp_path_factory):
         patch.setenv("BDL_CACHE_DIR", str(cache))
         patch.setenv("XDG_CACHE_HOME", str(cache))
 
-        def make(overrides: list[str], directory) -> Run:
+        def make(overrides: list[str]):
             with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
-                return Run(compose("config", overrides), directory)
+                return compose("config", overrides)
 
         yield make
 
@@ -44,23 +44,24 @@ SAMPLERS = [
 
 @pytest.mark.parametrize("sampler, extra", SAMPLERS, ids=[" ".join([s, *e]) for s, e in SAMPLERS])
 def test_every_config_runs(tiny_run, tmp_path, sampler, extra):
-    run = tiny_run([f"sampler={sampler}", *extra, *TINY], tmp_path)
-    metrics = run.execute()
+    cfg = tiny_run([f"sampler={sampler}", *extra, *TINY])
+    metrics = run(cfg, tmp_path)
     assert metrics["num_samples"] == 1
-    assert run.steps_per_epoch == (1 if run.sampler.full_batch else 5)
+    experiment = build(cfg)
+    assert experiment.steps_per_epoch == (1 if experiment.sampler.full_batch else 5)
     assert ("accept_rate" in metrics) == (sampler in ("hmc", "mala", "rwmh", "naive_sghmc"))
 
 
 def test_hmc_predictive_is_a_reference_for_sgld(tiny_run, tmp_path):
     tiny = ["dataset.validation=59000", "epochs=4", "burn_in=2", "batch_size=250"]
     reference = tmp_path / "hmc"
-    metrics = tiny_run(["sampler=hmc", "sampler.num_steps=5", *tiny], reference).execute()
+    metrics = run(tiny_run(["sampler=hmc", "sampler.num_steps=5", *tiny]), reference)
     assert metrics["num_samples"] == 2 and metrics["grad_evals"] == 4 * 5 + 1
     assert 0 <= metrics["accept_rate"] <= 1
     curve = (reference / "curve.csv").read_text().splitlines()
     assert "accept_rate" in curve[0] and len(curve) == 5
-    compared = tiny_run(["sampler=sgld", f"reference={reference}", *tiny], tmp_path / "sgld")
-    metrics = compared.execute()
+    compared = tiny_run(["sampler=sgld", f"reference={reference}", *tiny])
+    metrics = run(compared, tmp_path / "sgld")
     assert 0 <= metrics["agreement"] <= 1 and 0 <= metrics["total_variation"] <= 1
 
 
@@ -77,10 +78,10 @@ def test_cyclical_presets_keep_one_sample_per_cycle(tiny_run, tmp_path, preset):
         # 80 steps learn from PyTorch's initialisation; Chen et al.'s N(0, 0.01²) needs more
         "dataset.mlp.init_std=null",
     ]
-    metrics = tiny_run(overrides, tmp_path).execute()
+    metrics = run(tiny_run(overrides), tmp_path)
     assert metrics["num_samples"] == 2 and metrics["test_accuracy"] > 0.3
 
 
 def test_a_run_that_would_keep_no_sample_fails_before_training(tiny_run, tmp_path):
     with pytest.raises(ConfigError, match=r"no epoch would keep a sample.*thin=5"):
-        tiny_run(["epochs=3", "burn_in=1", "thin=5", *TINY[:1]], tmp_path)
+        run(tiny_run(["epochs=3", "burn_in=1", "thin=5", *TINY[:1]]), tmp_path)
