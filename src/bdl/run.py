@@ -439,6 +439,8 @@ class Sampling:
                     self._checkpoint()
             self._checkpoint()
             metrics = self._finish()
+            if wandb_run is not None:
+                wandb_run.summary.update(metrics)
         except DivergedError as error:
             self._write_metrics("diverged", diverged_epoch=loop.epoch + 1)
             raise DivergedError(f"{error}; {self._kept()}") from None
@@ -457,8 +459,6 @@ class Sampling:
             progress.close()
             if wandb_run is not None:
                 wandb_run.finish()
-        if wandb_run is not None:
-            wandb_run.summary.update(metrics)
         return metrics
 
     def _epoch(self) -> bool:
