@@ -10,13 +10,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock
 from torch import Tensor
+
+from bdl.atomic import atomic_file
 
 __all__ = ["DataError", "Dataset", "cache_dir", "data_root"]
 
@@ -144,27 +145,15 @@ def cache_dir() -> Path:
 def copy_atomic(src: Path, dst: Path) -> None:
     """Copy through a temporary file and rename, so a concurrent run never sees half a file."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
-            shutil.copyfileobj(inp, out)
-        os.replace(tmp, dst)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(dst) as out, open(src, "rb") as inp:
+        shutil.copyfileobj(inp, out)
 
 
 def write_atomic(data: bytes, dst: Path) -> None:
     """Write bytes through a temporary file and rename (see :func:`copy_atomic`)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.replace(tmp, dst)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(dst) as out:
+        out.write(data)
 
 
 def same_path(a: Path, b: Path) -> bool:
