@@ -110,18 +110,22 @@ def make_fake_cifar10() -> Callable[..., Path]:
 
 @pytest.fixture
 def no_cifar_md5(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Bypass only torchvision's CIFAR md5 checks (files must still exist), for fake files.
+    """Bypass only the CIFAR md5 checks (files must still exist), for fake files.
 
-    ``check_integrity`` is patched in ``torchvision.datasets.cifar`` alone, which covers both
-    ``CIFAR10._check_integrity`` and the ``batches.meta`` check in ``_load_meta``; everything
-    else, including how the batches are parsed, stays torchvision's production code.
+    ``check_integrity`` is patched in ``torchvision.datasets.cifar``, which covers both
+    ``CIFAR10._check_integrity`` and the ``batches.meta`` check in ``_load_meta``, and in
+    ``bdl.data.cifar10`` (the tarball's check); everything else, including how the batches are
+    parsed, stays production code.
     """
     import torchvision.datasets.cifar as tv_cifar
+
+    import bdl.data.cifar10
 
     def exists_only(fpath: str, md5: str | None = None) -> bool:
         return os.path.isfile(fpath)
 
     monkeypatch.setattr(tv_cifar, "check_integrity", exists_only)
+    monkeypatch.setattr(bdl.data.cifar10, "check_integrity", exists_only)
 
 
 @pytest.fixture

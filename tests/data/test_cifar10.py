@@ -99,8 +99,9 @@ def test_tarball_in_read_only_root_is_extracted_into_cache(
     assert sorted(p.name for p in (isolated_cache / "cifar-10-batches-py").iterdir()) == sorted(
         FILES
     )
-    # Only the final folder is left behind in the cache, no temporary extraction.
-    assert [p.name for p in isolated_cache.iterdir()] == ["cifar-10-batches-py"]
+    # Only the final folder and the lock file (never removed: that would race) are left in the
+    # cache, no temporary extraction.
+    assert sorted(p.name for p in isolated_cache.iterdir()) == [".lock", "cifar-10-batches-py"]
     assert load(root=root, download=False).y_test.tolist() == _raw(src, ["test_batch"])[1]
 
 
