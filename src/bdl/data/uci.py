@@ -139,7 +139,7 @@ def _read_table(path: Path, integer: bool = False) -> np.ndarray:
         what = "integers" if integer else "numbers"
         raise DataError(
             f"{path}: {_first_bad_cell(path, integer)}; every cell must be one of the finite "
-            f"{what} of the standard splits. Fix that cell or replace the file with the original."
+            f"{what} of the standard splits. Fix that line or replace the file with the original."
         )
     return values
 
