@@ -6,6 +6,9 @@ import io
 import os
 import pickle
 import struct
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -110,21 +113,76 @@ def make_fake_cifar10() -> Callable[..., Path]:
 
 @pytest.fixture
 def no_cifar_md5(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Bypass only torchvision's CIFAR md5 checks (files must still exist), for fake files.
+    """Bypass only the CIFAR md5 checks (files must still exist), for fake files.
 
-    ``check_integrity`` is patched in ``torchvision.datasets.cifar`` alone, which covers both
-    ``CIFAR10._check_integrity`` and the ``batches.meta`` check in ``_load_meta``; everything
-    else, including how the batches are parsed, stays torchvision's production code.
+    ``check_integrity`` is patched in ``torchvision.datasets.cifar``, which covers both
+    ``CIFAR10._check_integrity`` and the ``batches.meta`` check in ``_load_meta``, and in
+    ``bdl.data.cifar10`` (the tarball's check); everything else, including how the batches are
+    parsed, stays production code.
     """
     import torchvision.datasets.cifar as tv_cifar
+
+    import bdl.data.cifar10
 
     def exists_only(fpath: str, md5: str | None = None) -> bool:
         return os.path.isfile(fpath)
 
     monkeypatch.setattr(tv_cifar, "check_integrity", exists_only)
+    monkeypatch.setattr(bdl.data.cifar10, "check_integrity", exists_only)
 
 
 @pytest.fixture
 def cifar_root(tmp_path: Path, no_cifar_md5: None) -> Path:
     """A data root holding a tiny fake CIFAR-10 (20 train / 6 test images), md5 check bypassed."""
     return write_fake_cifar10(tmp_path / "cifar-root")
+
+
+_BARRIER = """
+import pathlib as _pathlib, sys as _sys, time as _time
+_pathlib.Path(_sys.argv[-2]).touch()
+while not _pathlib.Path(_sys.argv[-1]).exists():
+    _time.sleep(0.001)
+"""
+
+
+@pytest.fixture
+def race(tmp_path: Path) -> Callable[..., list[str]]:
+    """Run ``setup`` then ``action`` in several Python processes, ``action`` in all at once.
+
+    Each process signals once ``setup`` (the slow imports) is done; when all have, they are
+    released together, so ``action`` really runs concurrently. Returns their standard outputs,
+    asserting that every process succeeded.
+    """
+
+    def run(setup: str, action: str, args: list[str], env: dict[str, str], n: int = 2):
+        go = tmp_path / "race-go"
+        ready = [tmp_path / f"race-ready{i}" for i in range(n)]
+        script = "\n".join([setup, _BARRIER, action])
+        racers = [
+            subprocess.Popen(
+                [sys.executable, "-c", script, *args, str(flag), str(go)],
+                env={**env, "OMP_NUM_THREADS": "1"},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for flag in ready
+        ]
+        try:
+            deadline = time.monotonic() + 300
+            while not all(flag.exists() for flag in ready):
+                failed = [r for r in racers if r.poll() is not None]
+                assert not failed, failed[0].communicate()[1]
+                assert time.monotonic() < deadline, "the processes never got past their setup"
+                time.sleep(0.01)
+            go.touch()
+            results = [racer.communicate(timeout=300) for racer in racers]
+        finally:
+            for racer in racers:
+                if racer.poll() is None:
+                    racer.kill()
+        for racer, (_, err) in zip(racers, results):
+            assert racer.returncode == 0, err
+        return [out for out, _ in results]
+
+    return run

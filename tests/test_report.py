@@ -258,3 +258,36 @@ def test_main_no_runs(tmp_path, capsys):
 def test_main_usage_error_returns_code(capsys):
     assert main([]) == 2
     assert "usage" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("hydra_interpolation", [False, True])
+def test_environment_is_never_resolved(tmp_path, monkeypatch, capsys, hydra_interpolation):
+    """A secret in the environment of whoever runs bdl-report appears nowhere in its output."""
+    secret = "s3cr3t-token-value"
+    monkeypatch.setenv("BDL_TEST_SECRET", secret)
+    root = tmp_path / "sweep"
+    for seed in (0, 1):
+        run = root / str(seed)
+        (run / ".hydra").mkdir(parents=True)
+        config = (
+            "dataset:\n"
+            "  root: ${oc.env:BDL_TEST_SECRET,null}\n"
+            f"  split: {seed}\n"
+            "copy: ${dataset.root}\n"
+            "nested: x${oc.decode:${oc.env:BDL_TEST_SECRET}}\n"
+            "legacy: ${env:BDL_TEST_SECRET}\n"
+            f"seed: {seed}\n"
+        )
+        if hydra_interpolation:  # takes the key-by-key resolution path
+            config += "out: ${hydra:runtime.output_dir}\n"
+        (run / ".hydra" / "config.yaml").write_text(config)
+        (run / "metrics.json").write_text(json.dumps({"test_rmse": 1.0 + seed}))
+    assert main([str(root), "--by", "dataset.root", "copy"]) == 0
+    assert main([str(root)]) == 0
+    out = capsys.readouterr()
+    written = [p.read_text() for p in (root / "report.csv", root / "report_summary.csv")]
+    assert secret not in out.out + out.err + "".join(written)
+    df = load_runs([root])
+    assert set(df["dataset.root"]) == {"${oc.env:BDL_TEST_SECRET,null}"}
+    assert set(df["copy"]) == {"${oc.env:BDL_TEST_SECRET,null}"}
+    assert set(df["dataset.split"]) == {0, 1}  # everything else still resolves

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import gc
 import hashlib
 import json
+import os
 import pickle
+import stat
 import types
 import weakref
 
@@ -14,7 +17,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+import bdl.atomic
 from bdl.store import (
+    PREDICTIVE,
     SampleStore,
     StoreError,
     load_reference,
@@ -221,7 +226,8 @@ def test_reference_csv_single_column_is_1d(tmp_path):
 
 
 def test_reference_npy(tmp_path):
-    array = np.arange(12, dtype=np.float64).reshape(4, 3)
+    array = np.arange(1, 13, dtype=np.float64).reshape(4, 3)
+    array /= array.sum(axis=1, keepdims=True)
     path = tmp_path / "ref.npy"
     np.save(path, array)
     ref = load_reference(path)
@@ -246,3 +252,133 @@ def test_reference_errors(tmp_path):
     save_file({"logits": torch.zeros(2)}, str(other))
     with pytest.raises(StoreError, match="no 'predictive' tensor.*logits"):
         load_reference(other)
+
+
+def _probs(rows: int = 4, classes: int = 3) -> np.ndarray:
+    p = np.arange(1, rows * classes + 1, dtype=np.float64).reshape(rows, classes)
+    return p / p.sum(axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize(
+    ("row", "value", "expected"),
+    [
+        (2, np.nan, r"row 2 \(0-based; line 4 of the file\) holds a NaN or infinite value"),
+        (0, np.inf, r"row 0 \(0-based; line 2 of the file\) holds a NaN or infinite value"),
+        (3, -0.25, r"row 3 \(0-based; line 5 of the file\) has a negative entry \(-0.25\)"),
+        (1, 0.9, r"row 1 \(0-based; line 3 of the file\) sums to 1\.\d+, not 1 \(tolerance"),
+    ],
+)
+def test_reference_csv_that_is_not_probabilities_names_row(tmp_path, row, value, expected):
+    array = _probs()
+    array[row, 1] = value
+    path = tmp_path / "probs.csv"
+    np.savetxt(path, array, delimiter=",", header="a,b,c", comments="")
+    with pytest.raises(StoreError, match=expected) as err:
+        load_reference(path)
+    assert str(path) in str(err.value)
+
+
+def test_reference_logits_and_regression_predictive_are_refused(tmp_path):
+    logits = tmp_path / "logits.npy"
+    np.save(logits, np.log(_probs()))  # finite but negative: logits rather than probabilities
+    with pytest.raises(StoreError, match=r"logits.npy: row 0 \(0-based\) has a negative entry"):
+        load_reference(logits)
+    run = tmp_path / "regression_run"
+    run.mkdir()
+    # A regression run's predictive is (mean, variance) per test point, not probabilities.
+    save_predictive(run, torch.tensor([[0.3, 2.0], [0.1, 0.5]]))
+    with pytest.raises(StoreError, match=r"row 0 \(0-based\) sums to 2.3, not 1"):
+        load_reference(run)
+
+
+def test_reference_row_sum_tolerance(tmp_path):
+    """Rows within 1e-3 of 1 pass (probabilities printed with four decimals), beyond fail."""
+    path = tmp_path / "ref.npy"
+    array = _probs()
+    array[1, 0] += 9e-4
+    np.save(path, array.astype(np.float32))
+    assert load_reference(path).shape == (4, 3)
+    array[1, 0] += 2e-4
+    np.save(path, array.astype(np.float32))
+    with pytest.raises(StoreError, match=r"row 1 \(0-based\) sums to 1.0011, not 1"):
+        load_reference(path)
+
+
+def test_reference_vector_needs_only_finite_values(tmp_path):
+    path = tmp_path / "ref.csv"
+    path.write_text("-1.5\n2.0\n0.3\n")  # regression values: negative, not summing to 1
+    assert torch.equal(load_reference(path), torch.tensor([-1.5, 2.0, 0.3]))
+    path.write_text("-1.5\n\nnan\n")
+    with pytest.raises(StoreError, match=r"ref.csv: row 1 \(0-based\) holds a NaN"):
+        load_reference(path)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
+def test_written_files_respect_the_umask(tmp_path, umask):
+    old = os.umask(umask)
+    try:
+        store = SampleStore(tmp_path / "samples")
+        sample = store.add(_params(0))
+        save_predictive(tmp_path, torch.full((2, 2), 0.5))
+    finally:
+        os.umask(old)
+    for path in (sample, tmp_path / "samples" / "manifest.json", tmp_path / PREDICTIVE):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, path
+
+
+def _fail_fsync_after(monkeypatch, calls_ok: int, err: int = errno.ENOSPC) -> None:
+    """Make the ``calls_ok + 1``-th fsync of an atomic write fail as a full disk would."""
+    real = os.fsync
+    count = {"n": 0}
+
+    def fsync(fd):
+        count["n"] += 1
+        if count["n"] > calls_ok:
+            raise OSError(err, os.strerror(err))
+        real(fd)
+
+    monkeypatch.setattr(bdl.atomic.os, "fsync", fsync)
+
+
+@pytest.mark.parametrize(("calls_ok", "failing"), [(0, "sample_00003"), (1, "manifest.json")])
+def test_full_disk_keeps_what_was_written(store_dir, monkeypatch, calls_ok, failing):
+    manifest = (store_dir / "manifest.json").read_bytes()
+    samples = {p.name: p.read_bytes() for p in store_dir.glob("sample_*")}
+    store = SampleStore(store_dir)
+    _fail_fsync_after(monkeypatch, calls_ok)
+    with pytest.raises(StoreError, match=rf"no space left on device writing \S*{failing}") as err:
+        store.add(_params(3))
+    assert "free space and resume" in str(err.value)
+    assert (store_dir / "manifest.json").read_bytes() == manifest
+    for name, data in samples.items():
+        assert (store_dir / name).read_bytes() == data
+    assert not [p for p in store_dir.iterdir() if p.name.startswith(".")]  # no temporaries
+    monkeypatch.undo()
+    # Once space is freed the same store carries on where it stopped.
+    store.add(_params(3))
+    assert [e["index"] for _, e in load_samples(store_dir)] == [0, 1, 2, 3]
+
+
+def test_unwritable_output_is_named(tmp_path, monkeypatch):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    with pytest.raises(StoreError, match=rf"cannot create the folder {blocker}/samples"):
+        SampleStore(blocker / "samples")
+    with pytest.raises(StoreError, match=rf"cannot create the folder {blocker}"):
+        save_predictive(blocker / "predictive.safetensors", torch.ones(2, 1))
+    store = SampleStore(tmp_path / "samples")
+    _fail_fsync_after(monkeypatch, 0, errno.EROFS)
+    with pytest.raises(StoreError, match=r"cannot write \S*sample_00000.safetensors \(Read-only"):
+        store.add(_params(0))
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes anywhere")
+def test_read_only_output_folder_is_named(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        with pytest.raises(StoreError, match=rf"cannot create the folder {folder}/samples"):
+            SampleStore(folder / "samples")
+    finally:
+        folder.chmod(0o755)

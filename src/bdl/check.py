@@ -491,7 +491,7 @@ def check(
     return rows
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bdl-check", description="Every sampler against posteriors known in closed form."
     )
@@ -501,7 +501,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--targets", nargs="+", choices=list(TARGETS), default=list(TARGETS), metavar="TARGET"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     torch.set_num_threads(1)  # many tiny tensors: threads only add overhead
     start = time.perf_counter()
     rows = check(args.quick, args.seed, args.out, args.targets)

@@ -14,13 +14,11 @@ never half of one.
 
 from __future__ import annotations
 
-import contextlib
 import csv
+import errno
 import hashlib
 import io
 import json
-import os
-import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load as _st_load
 from safetensors.torch import save as _st_save
 from torch import Tensor
+
+from bdl.atomic import atomic_file
 
 __all__ = [
     "MANIFEST",
@@ -45,6 +45,7 @@ __all__ = [
 MANIFEST = "manifest.json"
 PREDICTIVE = "predictive.safetensors"
 _RESERVED = ("index", "file", "sha256")
+PROB_SUM_TOL = 1e-3  # how far a reference row's sum may be from 1
 _REFERENCE_FORMATS = (
     "`reference=` accepts a run directory containing predictive.safetensors, or a file: "
     ".safetensors (tensor under key 'predictive'), .csv (numeric matrix, optional header row, "
@@ -64,22 +65,38 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write via a temporary file in the same directory so readers never see a partial file.
+def _write_error(path: Path, err: OSError) -> StoreError:
+    """One message for a failed write, saying that what was written before is still there."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StoreError(
+            f"no space left on device writing {path} (the previous {path.name}, if any, is "
+            "intact); free space and resume"
+        )
+    return StoreError(
+        f"cannot write {path} ({err.strerror or err}); make {path.parent} a writable folder or "
+        "choose another output directory (hydra.run.dir=...)"
+    )
 
-    ``os.replace`` is atomic only within one filesystem, hence the same directory.
-    """
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+
+def _make_dir(directory: Path) -> None:
     try:
-        with os.fdopen(fd, "wb") as f:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StoreError(
+            f"cannot create the folder {directory} ({e.strerror or e}): a file may stand on its "
+            "path or its parent is read-only; choose another output directory "
+            "(hydra.run.dir=...) or remove the file in the way"
+        ) from None
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write through :func:`bdl.atomic.atomic_file`: readers never see a partial file, and a
+    failed write (a full disk) leaves the previous file as it was."""
+    try:
+        with atomic_file(path) as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    except OSError as e:
+        raise _write_error(path, e) from None
 
 
 def _to_cpu_tensors(tensors: Mapping[str, Any]) -> dict[str, Tensor]:
@@ -142,7 +159,7 @@ class SampleStore:
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        _make_dir(self.directory)
         if (self.directory / MANIFEST).exists():
             self._entries = _read_manifest(self.directory)
         else:
@@ -258,7 +275,7 @@ def save_predictive(path: str | Path, predictive: Tensor, **tensors: Tensor) -> 
     path = Path(path)
     if path.is_dir():
         path = path / PREDICTIVE
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_dir(path.parent)
     _atomic_write(path, _st_save(_to_cpu_tensors({"predictive": predictive, **tensors})))
 
 
@@ -277,11 +294,12 @@ def load_reference(path: str | Path) -> Tensor:
     if not path.exists():
         raise StoreError(f"reference {path} does not exist; {_REFERENCE_FORMATS}")
     suffix = path.suffix.lower()
+    first_line = None  # a CSV's line number of its first data row, to name the faulty row
     try:
         if suffix == ".safetensors":
             array = _reference_safetensors(path)
         elif suffix == ".csv":
-            array = _reference_csv(path)
+            array, first_line = _reference_csv(path)
         elif suffix == ".npy":
             array = _reference_npy(path)
         else:
@@ -292,7 +310,54 @@ def load_reference(path: str | Path) -> Tensor:
         raise
     except (OSError, ValueError, RuntimeError, TypeError, SafetensorError) as e:
         raise StoreError(f"reference {path} cannot be parsed ({e}); {_REFERENCE_FORMATS}") from None
+    _check_reference_values(path, array, first_line)
     return array
+
+
+def _check_reference_values(path: Path, array: Tensor, first_line: int | None) -> None:
+    """Refuse values that would make agreement and total variation meaningless.
+
+    A matrix is one row of class probabilities per test point: every entry finite and
+    non-negative, every row summing to 1 within ``PROB_SUM_TOL`` (float32 rounding of a sum is
+    about 1e-7; the tolerance also admits probabilities printed with four decimals). Anything
+    else gave a total variation of 24.5 or NaN with nothing said. Other shapes (a 1-D vector of
+    regression predictions) are only required to be finite; the runner checks their shape.
+    """
+
+    def row(i: int) -> str:
+        if first_line is None:
+            return f"row {i} (0-based)"
+        return f"row {i} (0-based; line {first_line + i} of the file)"
+
+    values = array.double()
+    flat = values.reshape(values.shape[0], -1) if values.ndim else values.reshape(1, 1)
+    bad = (~torch.isfinite(flat)).any(dim=1).nonzero()
+    if bad.numel():
+        i = int(bad[0])
+        raise StoreError(
+            f"reference {path}: {row(i)} holds a NaN or infinite value; a reference must be "
+            "finite. Regenerate it or fix that row."
+        )
+    if values.ndim != 2:
+        return
+    bad = (values < 0).any(dim=1).nonzero()
+    if bad.numel():
+        i = int(bad[0])
+        raise StoreError(
+            f"reference {path}: {row(i)} has a negative entry ({float(values[i].min()):g}); a "
+            "reference matrix holds class probabilities (one row per test point). Point "
+            "reference= at a classification run or its probabilities."
+        )
+    sums = values.sum(dim=1)
+    bad = ((sums - 1).abs() > PROB_SUM_TOL).nonzero()
+    if bad.numel():
+        i = int(bad[0])
+        raise StoreError(
+            f"reference {path}: {row(i)} sums to {float(sums[i]):.6g}, not 1 (tolerance "
+            f"{PROB_SUM_TOL:g}); a reference matrix holds class probabilities (one row per test "
+            "point, e.g. a softmax output, not logits). Point reference= at a classification run "
+            "or normalise the rows."
+        )
 
 
 def _reference_safetensors(path: Path) -> Tensor:
@@ -316,9 +381,10 @@ def _is_number(cell: str) -> bool:
     return True
 
 
-def _reference_csv(path: Path) -> Tensor:
+def _reference_csv(path: Path) -> tuple[Tensor, int | None]:
     text = path.read_text(encoding="utf-8-sig")
-    lines = [line for line in text.splitlines() if line.strip()]
+    numbered = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    lines = [line for _, line in numbered]
     if not lines:
         raise StoreError(f"reference {path} is empty; {_REFERENCE_FORMATS}")
     delimiter = "," if "," in lines[0] else None
@@ -331,7 +397,9 @@ def _reference_csv(path: Path) -> Tensor:
     )
     if array.shape[1] == 1:
         array = array[:, 0]
-    return torch.from_numpy(array.astype(np.float32))
+    # Line numbers name a row only when no blank line sits between data rows.
+    contiguous = numbered[-1][0] - numbered[skip][0] == len(numbered) - 1 - skip
+    return torch.from_numpy(array.astype(np.float32)), (numbered[skip][0] if contiguous else None)
 
 
 def _reference_npy(path: Path) -> Tensor:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
 import tarfile
 import urllib.request
@@ -99,8 +101,9 @@ def test_tarball_in_read_only_root_is_extracted_into_cache(
     assert sorted(p.name for p in (isolated_cache / "cifar-10-batches-py").iterdir()) == sorted(
         FILES
     )
-    # Only the final folder is left behind in the cache, no temporary extraction.
-    assert [p.name for p in isolated_cache.iterdir()] == ["cifar-10-batches-py"]
+    # Only the final folder and the lock file (never removed: that would race) are left in the
+    # cache, no temporary extraction.
+    assert sorted(p.name for p in isolated_cache.iterdir()) == [".lock", "cifar-10-batches-py"]
     assert load(root=root, download=False).y_test.tolist() == _raw(src, ["test_batch"])[1]
 
 
@@ -145,3 +148,78 @@ def test_corrupt_tarball_is_a_data_error(tmp_path: Path, isolated_cache: Path):
         load(root=root, download=False)
     assert str(root / "cifar-10-python.tar.gz") in str(err.value)
     assert not (isolated_cache / "cifar-10-batches-py").exists()
+
+
+def _tarball(src: Path, root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(root / "cifar-10-python.tar.gz", "w:gz") as tar:
+        tar.add(src / "cifar-10-batches-py", arcname="cifar-10-batches-py")
+    return root / "cifar-10-python.tar.gz"
+
+
+def test_named_root_is_the_one_read(
+    tmp_path: Path,
+    isolated_cache: Path,
+    make_fake_cifar10: Callable,
+    no_cifar_md5: None,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+):
+    """Once the cache holds CIFAR-10, a named root lacking it is refused offline, not served."""
+    monkeypatch.delenv("BDL_DATA_DIR", raising=False)
+    _tarball(make_fake_cifar10(tmp_path / "src", seed=4), tmp_path / "root")
+    first = load(root=tmp_path / "root", download=False)
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    for download in (False, True):
+        with pytest.raises(DataError, match=rf"data root {a_file} .*is a file, not a folder"):
+            load(root=a_file, download=download)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DataError, match=r"dataset.download=false") as err:
+        load(root=empty, download=False)
+    assert str(empty / "cifar-10-batches-py") in str(err.value)
+    monkeypatch.setenv("BDL_DATA_DIR", str(empty))
+    with pytest.raises(DataError, match=r"dataset.download=false"):
+        load(download=False)
+    monkeypatch.delenv("BDL_DATA_DIR")
+    # download=true: the cache (md5-checked by torchvision) stands in, with a warning; so it
+    # does for the default root, where downloads land.
+    with caplog.at_level("WARNING", logger="bdl.data.cifar10"):
+        assert load(root=empty, download=True).y_test.tolist() == first.y_test.tolist()
+    assert f"the data root {empty} holds no CIFAR-10" in caplog.text
+    assert load(download=False).y_test.tolist() == first.y_test.tolist()
+
+
+def test_tarball_that_is_not_the_original_is_refused(
+    tmp_path: Path, isolated_cache: Path, make_fake_cifar10: Callable
+):
+    tarball = _tarball(make_fake_cifar10(tmp_path / "src"), tmp_path / "root")
+    with pytest.raises(DataError, match=rf"{tarball} is not the original .*md5 check failed"):
+        load(root=tmp_path / "root", download=False)
+    assert not (isolated_cache / "cifar-10-batches-py").exists()
+
+
+_SETUP = """
+import os, sys
+import torchvision.datasets.cifar as tv_cifar
+import bdl.data.cifar10 as cifar10
+
+def exists_only(fpath, md5=None):  # the fake files' md5s differ from the originals'
+    return os.path.isfile(fpath)
+
+tv_cifar.check_integrity = cifar10.check_integrity = exists_only
+"""
+
+
+def test_concurrent_first_extraction(tmp_path: Path, make_fake_cifar10: Callable, race):
+    """Two processes extracting one tarball into one empty cache at once both load it."""
+    src = make_fake_cifar10(tmp_path / "src", per_batch=200, seed=5)
+    _tarball(src, tmp_path / "root")
+    cache = tmp_path / "cache"
+    load_ = "print(cifar10.load(root=sys.argv[1], download=False).y_train.tolist())"
+    env = {**os.environ, "BDL_CACHE_DIR": str(cache)}
+    outputs = race(_SETUP, load_, [str(tmp_path / "root")], env)
+    labels = _raw(src, FILES[:5])[1]
+    assert [json.loads(out) for out in outputs] == [labels, labels]
+    assert sorted(p.name for p in cache.iterdir()) == [".lock", "cifar-10-batches-py"]

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
+import json
 import os
 import shutil
+import struct
 import urllib.request
 from pathlib import Path
 from urllib.error import URLError
@@ -13,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+import bdl.data.mnist as mnist_module
 from bdl.data import DataError
 from bdl.data.mnist import load
 
@@ -146,3 +150,131 @@ def test_corrupt_gz_is_named(tmp_path: Path, isolated_cache: Path, data_dir: Pat
     assert "md5" in msg and str(raw / "t10k-labels-idx1-ubyte.gz") in msg
     # The damaged file is not copied into the cache, so fixing the root fixes the next run.
     assert not (isolated_cache / "MNIST" / "raw" / "t10k-labels-idx1-ubyte.gz").exists()
+
+
+def _idx(magic: int, array: np.ndarray) -> bytes:
+    """An IDX file (LeCun's format): magic, big-endian dimensions, then the uint8 payload."""
+    header = struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in array.shape)
+    return header + array.astype(np.uint8).tobytes()
+
+
+def write_fake_mnist(root: Path, n_train: int, n_test: int, seed: int) -> dict[str, np.ndarray]:
+    """Original-format MNIST archives with random pixels under ``root/MNIST/raw``."""
+    rng = np.random.default_rng(seed)
+    arrays = {
+        "train-images-idx3-ubyte.gz": rng.integers(0, 256, (n_train, 28, 28)),
+        "train-labels-idx1-ubyte.gz": rng.integers(0, 10, n_train),
+        "t10k-images-idx3-ubyte.gz": rng.integers(0, 256, (n_test, 28, 28)),
+        "t10k-labels-idx1-ubyte.gz": rng.integers(0, 10, n_test),
+    }
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    for name, array in arrays.items():
+        magic = 0x803 if array.ndim == 3 else 0x801
+        (raw / name).write_bytes(gzip.compress(_idx(magic, array), mtime=0))
+    return arrays
+
+
+def _md5s(root: Path) -> dict[str, str]:
+    raw = root / "MNIST" / "raw"
+    return {name: hashlib.md5((raw / name).read_bytes()).hexdigest() for name in GZ}
+
+
+@pytest.fixture
+def fake_originals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A root with 100 + 20 fake images whose md5 sums stand in for the originals'."""
+    root = tmp_path / "originals"
+    arrays = write_fake_mnist(root, 100, 20, seed=0)
+    monkeypatch.setattr(mnist_module, "MD5", _md5s(root))
+    monkeypatch.setattr(mnist_module, "NUM_TRAIN_TOTAL", 100)
+    return root, arrays
+
+
+def test_fake_originals_load(fake_originals, isolated_cache: Path):
+    root, arrays = fake_originals
+    ds = load(root=root, validation=10, download=False)
+    want = arrays["train-images-idx3-ubyte.gz"][:90].astype(np.float32) / 255
+    assert torch.equal(ds.x_train[:, 0], torch.from_numpy(want))
+    assert ds.y_test.tolist() == arrays["t10k-labels-idx1-ubyte.gz"].tolist()
+    assert sorted(p.name for p in (isolated_cache / "MNIST" / "raw").iterdir()) == sorted(
+        GZ + [name[:-3] for name in GZ]
+    )
+
+
+def test_named_root_is_the_one_read(
+    fake_originals,
+    tmp_path: Path,
+    isolated_cache: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+):
+    """Once the cache holds MNIST, a named root that lacks it or holds other files is refused."""
+    root, arrays = fake_originals
+    monkeypatch.setattr(urllib.request, "urlopen", _offline)
+    monkeypatch.delenv("BDL_DATA_DIR", raising=False)
+    load(root=root, validation=10, download=False)
+    cached = _snapshot(isolated_cache)
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    for download in (False, True):
+        with pytest.raises(DataError, match=rf"data root {a_file} .*is a file, not a folder"):
+            load(root=a_file, validation=10, download=download)
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DataError) as err:
+        load(root=empty, validation=10, download=False)
+    assert str(empty / "MNIST" / "raw") in str(err.value)
+    assert all(name in str(err.value) for name in GZ)
+    monkeypatch.setenv("BDL_DATA_DIR", str(empty))  # named through the environment
+    with pytest.raises(DataError, match="dataset.download=false"):
+        load(validation=10, download=False)
+
+    other = tmp_path / "other"
+    write_fake_mnist(other, 100, 20, seed=1)  # not the originals: the md5 sums differ
+    for download in (False, True):
+        with pytest.raises(DataError, match="md5") as err:
+            load(root=other, validation=10, download=download)
+        assert str(other / "MNIST" / "raw" / GZ[0]) in str(err.value)
+
+    # download=true lets the cache's md5-checked originals stand in, saying so.
+    with caplog.at_level("WARNING", logger="bdl.data.mnist"):
+        ds = load(root=empty, validation=10, download=True)
+    assert ds.y_test.tolist() == arrays["t10k-labels-idx1-ubyte.gz"].tolist()
+    assert f"not in the data root {empty / 'MNIST' / 'raw'}" in caplog.text
+    # With no root named, the cache is where downloads land and is read as such.
+    monkeypatch.delenv("BDL_DATA_DIR")
+    assert load(validation=10, download=False).num_train == 90
+    assert _snapshot(isolated_cache) == cached
+
+
+_SETUP = """
+import json, sys
+import bdl.data.mnist as mnist
+mnist.MD5 = json.loads(sys.argv[1])  # the fake files stand in for the originals
+mnist.NUM_TRAIN_TOTAL = int(sys.argv[2])
+"""
+_LOAD = """
+ds = mnist.load(root=sys.argv[3], validation=10, download=False)
+print(json.dumps([ds.x_train.double().sum().item(), ds.y_test.tolist()]))
+"""
+
+
+def test_concurrent_first_extraction(tmp_path: Path, race):
+    """Two processes extracting into one empty cache at once both load the data."""
+    root = tmp_path / "root"
+    arrays = write_fake_mnist(root, 3000, 500, seed=2)
+    cache = tmp_path / "cache"
+    env = {**os.environ, "BDL_CACHE_DIR": str(cache)}
+    outputs = race(_SETUP, _LOAD, [json.dumps(_md5s(root)), "3000", str(root)], env)
+    want_x = float((arrays["train-images-idx3-ubyte.gz"][:2990] / 255.0).astype(np.float32).sum())
+    for out in outputs:
+        x_sum, y_test = json.loads(out)
+        assert x_sum == pytest.approx(want_x, rel=1e-6)
+        assert y_test == arrays["t10k-labels-idx1-ubyte.gz"].tolist()
+    staged = cache / "MNIST" / "raw"
+    assert sorted(p.name for p in staged.iterdir()) == sorted(GZ + [n[:-3] for n in GZ])
+    for name in GZ:
+        with gzip.open(root / "MNIST" / "raw" / name) as f:
+            assert (staged / name[:-3]).read_bytes() == f.read()

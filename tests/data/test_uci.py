@@ -146,3 +146,133 @@ def test_constant_feature_gets_unit_scale(tmp_path: Path):
     assert ds.target_mean == pytest.approx(data[:8, 2].mean(), rel=1e-6)
     with pytest.raises(DataError, match=r"dataset.split"):
         uci.load("toy", root=tmp_path, split=1, download=False)
+
+
+def _toy(root: Path, rows: int = 10) -> Path:
+    """A valid 3-column UCI-layout dataset 'toy' (features 0, 1; target 2) with one split."""
+    folder = root / "uci" / "toy"
+    folder.mkdir(parents=True, exist_ok=True)
+    data = np.arange(rows * 3, dtype=float).reshape(rows, 3) ** 1.5
+    np.savetxt(folder / "data.txt", data)
+    (folder / "index_features.txt").write_text("0\n1\n")
+    (folder / "index_target.txt").write_text("2\n")
+    (folder / "n_splits.txt").write_text("1\n")
+    np.savetxt(folder / "index_train_0.txt", np.arange(rows - 2), fmt="%d")
+    np.savetxt(folder / "index_test_0.txt", np.arange(rows - 2, rows), fmt="%d")
+    return folder
+
+
+def _replace_line(path: Path, lineno: int, text: str) -> None:
+    lines = path.read_text().splitlines()
+    lines[lineno - 1] = text
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize(
+    ("cell", "why"),
+    [
+        ("nan", "not a finite number"),
+        ("inf", "not a finite number"),
+        ("-Inf", "not a finite"),
+        ("abc", "not a number"),
+        ("1,5", "not a number"),
+    ],
+)
+def test_bad_cell_in_data_names_line_and_column(tmp_path: Path, cell: str, why: str):
+    folder = _toy(tmp_path)
+    _replace_line(folder / "data.txt", 4, f"1.0 {cell} 2.0")
+    with pytest.raises(DataError) as err:
+        uci.load("toy", root=tmp_path, download=False)
+    msg = str(err.value)
+    assert str(folder / "data.txt") in msg
+    assert f"line 4, column 2 is {cell!r}, {why}" in msg and "replace the file" in msg
+
+
+def test_ragged_row_names_line(tmp_path: Path):
+    folder = _toy(tmp_path)
+    _replace_line(folder / "data.txt", 7, "1.0 2.0")
+    with pytest.raises(DataError, match=r"data.txt: line 7 has 2 columns where line 1 has 3"):
+        uci.load("toy", root=tmp_path, download=False)
+
+
+@pytest.mark.parametrize(
+    ("filename", "content", "expected"),
+    [
+        (
+            "index_train_0.txt",
+            "0\n1\n2.5\n",
+            r"index_train_0.txt: line 3, column 1 is '2.5', not an integer",
+        ),
+        (
+            "index_test_0.txt",
+            "8\nnine\n",
+            r"index_test_0.txt: line 2, column 1 is 'nine', not a number",
+        ),
+        (
+            "index_train_0.txt",
+            "0\n1\n10\n",
+            r"index_train_0.txt: line 3 holds row index 10, outside \[0, 10\)",
+        ),
+        (
+            "index_test_0.txt",
+            "-1\n",
+            r"index_test_0.txt: line 1 holds row index -1, outside \[0, 10\)",
+        ),
+        (
+            "index_features.txt",
+            "0\n3\n",
+            r"index_features.txt: line 2 holds column index 3, outside \[0, 3\)",
+        ),
+        ("index_target.txt", "1\n2\n", r"index_target.txt should name exactly one column"),
+        ("index_train_0.txt", "0 1\n2 3\n", r"index_train_0.txt has 2 columns"),
+        ("index_test_0.txt", "", r"index_test_0.txt is empty: split 0 needs"),
+        ("index_train_0.txt", "\n\n", r"index_train_0.txt is empty"),
+        ("n_splits.txt", "nan\n", r"n_splits.txt: line 1, column 1 is 'nan'"),
+    ],
+)
+def test_bad_index_file_is_named(tmp_path: Path, filename: str, content: str, expected: str):
+    folder = _toy(tmp_path)
+    (folder / filename).write_text(content)
+    with pytest.raises(DataError, match=expected) as err:
+        uci.load("toy", root=tmp_path, download=False)
+    assert str(folder / filename) in str(err.value)
+
+
+def test_valid_toy_loads(tmp_path: Path):
+    """The fixture itself is valid, so the failures above come from the one damaged file."""
+    ds = uci.load("toy", root=_toy(tmp_path).parent.parent, download=False)
+    assert ds.x_train.shape == (8, 2) and ds.x_test.shape == (2, 2)
+
+
+def test_named_root_is_read_not_the_cache(
+    tmp_path: Path, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Files cached from a download never stand in for a named root that lacks them."""
+    cached = _toy(isolated_cache)
+    monkeypatch.setattr(uci, "urlopen", _no_network)
+    # Default root (nothing named): the cache is where downloads land, so it is read.
+    monkeypatch.delenv("BDL_DATA_DIR", raising=False)
+    assert uci.load("toy", download=False).num_train == 8
+    # A named empty folder or a file: refused offline, naming the folder expected.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    with pytest.raises(DataError, match=r"missing file .*empty/uci/toy/n_splits.txt"):
+        uci.load("toy", root=empty, download=False)
+    monkeypatch.setenv("BDL_DATA_DIR", str(empty))
+    with pytest.raises(DataError, match=r"missing file .*empty/uci/toy/n_splits.txt"):
+        uci.load("toy", download=False)
+    with pytest.raises(DataError, match=rf"data root {a_file} .* is a file, not a folder"):
+        uci.load("toy", root=a_file, download=True)
+    # A named root holding the dataset's folder is read alone: a file missing there is not
+    # taken from the cache even with download=true.
+    own = _toy(tmp_path / "own", rows=20)
+    (own / "index_test_0.txt").unlink()
+    with pytest.raises(DataError, match=r"holds other files of the dataset but not this one"):
+        uci.load("toy", root=tmp_path / "own", download=True)
+    assert (cached / "index_test_0.txt").is_file()
+
+
+def _no_network(*args, **kwargs):
+    raise URLError("network unreachable")

