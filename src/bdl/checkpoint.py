@@ -24,8 +24,7 @@ from safetensors.torch import save as _st_save
 from torch import Tensor
 
 from bdl.samplers.base import SamplerState
-from bdl.store import StoreError
-from bdl.store import _atomic_write as atomic_write
+from bdl.store import StoreError, atomic_write
 
 FILE = "checkpoint.safetensors"
 FORMAT_VERSION = 1

@@ -11,7 +11,6 @@ with the run's ``status``), the predictive, the samples and the optional wandb m
 from __future__ import annotations
 
 import csv
-import errno
 import fcntl
 import io
 import json
@@ -26,8 +25,14 @@ from torch import Tensor
 
 from bdl import checkpoint
 from bdl.config import ConfigError
-from bdl.store import PREDICTIVE, SampleStore, StoreError, save_predictive
-from bdl.store import _atomic_write as atomic_write
+from bdl.store import (
+    PREDICTIVE,
+    SampleStore,
+    atomic_write,
+    make_dir,
+    save_predictive,
+    write_error,
+)
 
 log = logging.getLogger("bdl")
 
@@ -61,11 +66,11 @@ class RunDirectory:
     def claim(self, cfg: DictConfig, resume: bool) -> None:
         """Make this process the directory's only writer; refuse a directory holding another
         run unless ``resume``. Writes the run's config (``.hydra/``) on a fresh start."""
+        make_dir(self.path)
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as error:
-            raise StoreError(_unwritable(self.path, error)) from None
+            raise write_error(self.path / LOCK, error) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -137,14 +142,6 @@ class RunDirectory:
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None
-
-
-def _unwritable(path: Path, error: OSError) -> str:
-    if error.errno == errno.ENOSPC:
-        return f"no space left on the device holding {path}: free some space and resume"
-    if error.errno in (errno.ENOTDIR, errno.EEXIST):
-        return f"cannot use {path} as the run directory: a file stands in its way ({error})"
-    return f"cannot write into {path} ({error.strerror}): choose a writable hydra.run.dir"
 
 
 def start_wandb(cfg: DictConfig, directory: Path, run_id: str | None):

@@ -37,6 +37,9 @@ __all__ = [
     "PREDICTIVE",
     "SampleStore",
     "StoreError",
+    "atomic_write",
+    "make_dir",
+    "write_error",
     "load_reference",
     "load_samples",
     "save_predictive",
@@ -65,7 +68,7 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _write_error(path: Path, err: OSError) -> StoreError:
+def write_error(path: Path, err: OSError) -> StoreError:
     """One message for a failed write, saying that what was written before is still there."""
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
         return StoreError(
@@ -78,7 +81,7 @@ def _write_error(path: Path, err: OSError) -> StoreError:
     )
 
 
-def _make_dir(directory: Path) -> None:
+def make_dir(directory: Path) -> None:
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -89,14 +92,14 @@ def _make_dir(directory: Path) -> None:
         ) from None
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
     """Write through :func:`bdl.atomic.atomic_file`: readers never see a partial file, and a
     failed write (a full disk) leaves the previous file as it was."""
     try:
         with atomic_file(path) as f:
             f.write(data)
     except OSError as e:
-        raise _write_error(path, e) from None
+        raise write_error(path, e) from None
 
 
 def _to_cpu_tensors(tensors: Mapping[str, Any]) -> dict[str, Tensor]:
@@ -159,7 +162,7 @@ class SampleStore:
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
-        _make_dir(self.directory)
+        make_dir(self.directory)
         if (self.directory / MANIFEST).exists():
             self._entries = _read_manifest(self.directory)
         else:
@@ -185,7 +188,7 @@ class SampleStore:
         name = f"sample_{index:05d}.safetensors"
         path = self.directory / name
         data = _st_save(_to_cpu_tensors(params), metadata={"index": str(index)})
-        _atomic_write(path, data)
+        atomic_write(path, data)
         entry = {"index": index, "file": name, "sha256": _sha256(data), **metadata}
         del data
         entries = [*self._entries, entry]
@@ -215,7 +218,7 @@ class SampleStore:
         self._next = max((e["index"] for e in kept), default=-1) + 1
 
     def _write_manifest(self, entries: list[dict]) -> None:
-        _atomic_write(
+        atomic_write(
             self.directory / MANIFEST, (json.dumps(entries, indent=1) + "\n").encode("utf-8")
         )
 
@@ -275,8 +278,8 @@ def save_predictive(path: str | Path, predictive: Tensor, **tensors: Tensor) -> 
     path = Path(path)
     if path.is_dir():
         path = path / PREDICTIVE
-    _make_dir(path.parent)
-    _atomic_write(path, _st_save(_to_cpu_tensors({"predictive": predictive, **tensors})))
+    make_dir(path.parent)
+    atomic_write(path, _st_save(_to_cpu_tensors({"predictive": predictive, **tensors})))
 
 
 def load_reference(path: str | Path) -> Tensor:
