@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file, save_file
 
 import bdl
+from bdl.data.shift import rotate
 from bdl.evaluate import main as bdl_eval
 from bdl.posterior import RunError, load_run
 from bdl.run import run
@@ -226,3 +227,29 @@ def test_public_api():
     assert bdl.__version__ == importlib.metadata.version("bdl")
     assert bdl.load_run is load_run
     assert {"SGLD", "SGHMC", "Potential", "priors", "likelihoods"} <= set(bdl.__all__)
+
+
+def test_mnist_validation_and_rotated_test_set(tmp_path: Path, data_dir: Path):
+    """On real MNIST: the held-out images and the rotated test set are scored as by hand."""
+    run_dir = make_run(
+        tmp_path / "mnist-run",
+        f"dataset.root={data_dir}",
+        "dataset.validation=55000",
+        "epochs=4",
+        "burn_in=2",
+        "batch_size=100",
+    )
+    assert bdl_eval([str(run_dir), "split=validation"]) == 0
+    assert bdl_eval([str(run_dir), "shift.rotate=60"]) == 0
+    posterior = load_run(run_dir)
+    for label, x, y in (
+        ("mnist-validation", posterior.data.x_validation, posterior.data.y_validation),
+        ("mnist-test-rotate60", rotate(posterior.data.x_test, 60), posterior.data.y_test),
+    ):
+        metrics = json.loads((run_dir / "eval" / label / "metrics.json").read_text())
+        probs = load_file(run_dir / "eval" / label / "predictive.safetensors")["predictive"]
+        assert torch.equal(probs, posterior.predict(x))
+        assert metrics["test_accuracy"] == (probs.argmax(-1) == y).double().mean().item()
+    validation = json.loads((run_dir / "eval" / "mnist-validation" / "metrics.json").read_text())
+    rotated = json.loads((run_dir / "eval" / "mnist-test-rotate60" / "metrics.json").read_text())
+    assert validation["test_accuracy"] > 0.5 and rotated["test_accuracy"] < 0.5
