@@ -7,6 +7,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -253,3 +254,32 @@ def test_mnist_validation_and_rotated_test_set(tmp_path: Path, data_dir: Path):
     validation = json.loads((run_dir / "eval" / "mnist-validation" / "metrics.json").read_text())
     rotated = json.loads((run_dir / "eval" / "mnist-test-rotate60" / "metrics.json").read_text())
     assert validation["test_accuracy"] > 0.5 and rotated["test_accuracy"] < 0.5
+
+
+def readme_examples() -> list[str]:
+    readme = Path(__file__).parents[1] / "README.md"
+    return re.findall(r"```python\n(.*?)```", readme.read_text(encoding="utf-8"), re.S)
+
+
+def test_readme_load_run_example(uci_run: Path, capsys):
+    namespace = {"bdl": bdl, "run_dir": uci_run}
+    exec(readme_examples()[0], namespace)
+    saved = load_file(uci_run / "predictive.safetensors")["predictive"]
+    assert torch.equal(namespace["average"], saved)
+    assert namespace["first"].draw == 0 and namespace["first"].info["epoch"] == 2
+    assert set(namespace["idata"].posterior.data_vars) == {"layers.0.bias", "layers.2.bias"}
+    assert "test_rmse" in capsys.readouterr().out
+
+
+def test_readme_python_example_samples_the_closed_form_posterior(capsys):
+    """The README's SGHMC example against Bayesian linear regression's posterior mean
+    Σ Xᵀy/σ², Σ = (XᵀX/σ² + I)⁻¹ (Bishop 2006, eqs. 3.53-3.54)."""
+    namespace: dict = {}
+    exec(readme_examples()[1], namespace)
+    x, y = namespace["x"].double(), namespace["y"].double()
+    design = torch.cat([x, torch.ones_like(x)], 1)
+    covariance = torch.linalg.inv(design.T @ design / 0.25 + torch.eye(2, dtype=torch.float64))
+    slope = (covariance @ design.T @ y / 0.25)[0].item()
+    mean = sum(namespace["slopes"]) / len(namespace["slopes"])
+    assert abs(mean - slope) < 0.5 * covariance[0, 0].sqrt().item()
+    assert f"{mean:.3f}" in capsys.readouterr().out
