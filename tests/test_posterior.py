@@ -217,6 +217,31 @@ def test_not_a_run_from_the_command_line(tmp_path: Path):
     assert result.stderr.startswith("bdl-eval: error: ") and ".hydra/config.yaml" in result.stderr
 
 
+def test_gibbs_noise_precision_is_not_in_the_samples(tmp_path: Path, uci_root: Path):
+    run_dir = make_run(
+        tmp_path / "gibbs-run",
+        "dataset=boston",
+        "dataset.name=tiny",
+        f"dataset.root={uci_root}",
+        "likelihood.gibbs=true",
+        "epochs=2",
+        "burn_in=1",
+        "thin=1",
+        "batch_size=16",
+    )
+    posterior = load_run(run_dir)
+    assert len(posterior) == 1  # its samples can be read, but not turned into predictions
+    with pytest.raises(RunError, match="likelihood.gibbs=true"):
+        posterior.predict(posterior.data.x_test)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_predict_on_another_device(cifar_run: Path):
+    posterior = load_run(cifar_run)
+    x = posterior.data.x_test
+    torch.testing.assert_close(posterior.predict(x.cuda()), posterior.predict(x, device="cpu"))
+
+
 def test_a_run_without_samples_is_named(tmp_path: Path):
     (tmp_path / ".hydra").mkdir()
     (tmp_path / ".hydra" / "config.yaml").write_text("seed: 0\n")

@@ -71,7 +71,7 @@ def evaluation_set(
     if "data" in options:
         path = Path(options["data"])
         x, y = _read_file(path)
-        label = path.stem
+        x, label = x.to(run_data.x_test.dtype), path.stem
         task = "regression" if y.is_floating_point() else "classification"
         if task == "regression":
             y = (y.double() - run_data.target_mean) / run_data.target_std

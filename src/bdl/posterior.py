@@ -123,14 +123,6 @@ class Posterior:
                 self.metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
                 raise RunError(f"{metrics_path} is not readable JSON ({e}); re-run") from None
-        if self.config.likelihood.gibbs:
-            # The Gibbs-sampled noise precision is a buffer of the likelihood, which the sample
-            # store does not record: predictive variances could not be those of the run.
-            raise RunError(
-                f"{self.directory} resampled the noise precision by Gibbs steps "
-                "(likelihood.gibbs=true), and its samples do not hold it: its predictive cannot "
-                "be rebuilt"
-            )
 
     @property
     def num_chains(self) -> int:
@@ -179,6 +171,14 @@ class Posterior:
         targets ``y`` are in the standardised units of the run's dataset. The network runs on
         ``device`` (``x``'s by default), one sample at a time.
         """
+        if self.config.likelihood.gibbs:
+            # The Gibbs-sampled noise precision is a buffer of the likelihood, which the sample
+            # store does not record: predictive variances could not be those of the run.
+            raise RunError(
+                f"{self.directory} resampled the noise precision by Gibbs steps "
+                "(likelihood.gibbs=true), and its samples do not hold it: its predictive cannot "
+                "be rebuilt"
+            )
         device = torch.device(device) if device is not None else x.device
         expected = self.data.input_shape
         if tuple(x.shape[1:]) != expected:
