@@ -36,6 +36,7 @@ from bdl.data import Dataset
 from bdl.metrics import ClassificationAverage, RegressionAverage
 from bdl.run import build_network, load_data, named_parameters, predict
 from bdl.store import MANIFEST, load_samples, read_manifest
+from bdl.task import Task
 
 __all__ = ["Posterior", "RunError", "Sample", "load_run"]
 
@@ -186,15 +187,8 @@ class Posterior:
                 f"{self.directory} holds a network for inputs of shape {expected}, got inputs of "
                 f"shape {tuple(x.shape[1:])}"
             )
-        if self.data.task == "classification":
-            average: Any = ClassificationAverage()
-        else:
-            # Without targets (predict), the log-likelihood accumulated against zeros is unused.
-            average = RegressionAverage(
-                torch.zeros(x.shape[0]) if y is None else y.cpu(),
-                self.data.target_mean,
-                self.data.target_std,
-            )
+        # Without targets (predict), a regression average's log-likelihood against zeros is unused.
+        average = Task(self.data, torch.zeros(x.shape[0]) if y is None else y.cpu()).average()
         model, likelihood = self.network(device)
         live = named_parameters(_Network(model, likelihood))
         x = x.to(device)
