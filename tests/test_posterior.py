@@ -24,7 +24,7 @@ import bdl
 from bdl.data.shift import rotate
 from bdl.evaluate import main as bdl_eval
 from bdl.posterior import RunError, load_run
-from bdl.run import run
+from bdl.run import load_data, run
 
 pytestmark = pytest.mark.usefixtures("isolated_cache")
 
@@ -59,6 +59,7 @@ def uci_root(tmp_path: Path) -> Path:
     root = tmp_path / "data"
     write_uci(root, "tiny", features=3)
     write_uci(root, "wide", features=5, seed=1)
+    write_uci(root, "other", features=3, seed=2)
     return root
 
 
@@ -203,6 +204,27 @@ def test_data_file_and_rotation(cifar_run: Path):
     b = load_file(cifar_run / "b" / "predictive.safetensors")["predictive"]
     torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(b, load_file(cifar_run / "predictive.safetensors")["predictive"])
+
+
+def test_regression_targets_in_original_units(uci_run: Path, uci_root: Path):
+    """Targets of another dataset (or a file) are compared in original units: the RMSE is that of
+    the model average's mean against the raw data file's target column."""
+    posterior = load_run(uci_run)
+    assert bdl_eval([str(uci_run), "dataset.name=other", f"out={uci_run / 'other'}"]) == 0
+    raw = np.loadtxt(uci_root / "uci" / "other" / "data.txt")[48:]
+    other = load_data(OmegaConf.create({"dataset": {**posterior.config.dataset, "name": "other"}}))
+    mean = posterior.predict(other.x_test)[:, 0].numpy()
+    written = json.loads((uci_run / "other" / "metrics.json").read_text())
+    assert written["test_rmse"] == pytest.approx(np.sqrt(np.mean((mean - raw[:, 3]) ** 2)))
+    # The run's own test points from a file, targets in original units: the run's metrics.
+    original = posterior.data.y_test.double() * posterior.data.target_std
+    points = {"x": posterior.data.x_test, "y": original + posterior.data.target_mean}
+    save_file(points, uci_run / "points.safetensors")
+    out = uci_run / "points"
+    assert bdl_eval([str(uci_run), f"data={uci_run / 'points.safetensors'}", f"out={out}"]) == 0
+    written = json.loads((out / "metrics.json").read_text())
+    for key in ("test_rmse", "test_ll"):
+        assert written[key] == pytest.approx(posterior.metrics[key], rel=1e-9)
 
 
 def test_not_a_run_from_the_command_line(tmp_path: Path):
