@@ -1,0 +1,49 @@
+"""bdl: Bayesian deep learning through stochastic dynamics.
+
+The command-line tools (``bdl-run``, ``bdl-eval``, ``bdl-report``, ``bdl-check``) are built from
+the pieces exported here, which can also be used directly from Python (README, "Python use"):
+the potential ``U`` (:class:`Potential`), priors and likelihoods (:mod:`bdl.priors`,
+:mod:`bdl.likelihoods`), the samplers, and a saved run's posterior (:func:`load_run`).
+"""
+
+from importlib.metadata import version
+
+from bdl import likelihoods, priors
+from bdl.posterior import Posterior, Sample, load_run
+from bdl.potential import Potential
+from bdl.samplers import (
+    HMC,
+    MALA,
+    PSGLD,
+    RWMH,
+    SGD,
+    SGHMC,
+    SGLD,
+    ConstantSGD,
+    NaiveSGHMC,
+    Sampler,
+    SamplerState,
+)
+
+__version__ = version("bdl")
+
+__all__ = [
+    "HMC",
+    "MALA",
+    "PSGLD",
+    "RWMH",
+    "SGD",
+    "SGHMC",
+    "SGLD",
+    "ConstantSGD",
+    "NaiveSGHMC",
+    "Posterior",
+    "Potential",
+    "Sample",
+    "Sampler",
+    "SamplerState",
+    "__version__",
+    "likelihoods",
+    "load_run",
+    "priors",
+]

@@ -534,6 +534,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--metrics", nargs="+", metavar="M", help="metrics to show (default: all)")
     parser.add_argument(
+        "--plot",
+        action="store_true",
+        help="also draw the runs' test error against epochs and gradient evaluations, traces and "
+        "R-hat histograms (PNG and PDF) in PATH/plots/ (bdl.plots)",
+    )
+    parser.add_argument(
         "--pruning",
         action="store_true",
         help=f"print each run's {PRUNING_FILE} as Blundell et al.'s Table 1 (bdl-run pruning=true)",
@@ -589,6 +595,11 @@ def main(argv: list[str] | None = None) -> int:
     print(to_markdown(summary))
 
     first = Path(args.paths[0])
+    if args.plot:
+        from bdl.plots import draw  # matplotlib is imported only when asked for
+
+        plots = draw(df, summary.attrs["by"], (first if first.is_dir() else Path()) / "plots")
+        _err(f"wrote {len(plots)} files in {plots[0].parent}" if plots else "no curve.csv to plot")
     if args.csv:
         summary_csv = Path(args.csv)
         runs_csv = (

@@ -188,6 +188,18 @@ class Experiment:
         return predict(self.potential.model, self.potential.likelihood, self.x_test).cpu()
 
 
+def load_data(cfg: DictConfig) -> Dataset:
+    """The dataset of ``cfg``, from the loader keys of ``cfg.dataset``."""
+    loader_keys = [key for key in cfg.dataset if key not in RUNNER_DATASET_KEYS]
+    return instantiate(OmegaConf.masked_copy(cfg.dataset, loader_keys))
+
+
+def build_network(cfg: DictConfig, data: Dataset) -> tuple[nn.Module, nn.Module]:
+    """The network of ``cfg`` for ``data``'s shapes, and the likelihood of ``data``'s task."""
+    model = instantiate(cfg.model)(input_shape=data.input_shape, out_features=data.out_features)
+    return model, Task(data, data.y_test).likelihood(cfg.likelihood)
+
+
 def build(cfg: DictConfig) -> Experiment:
     """The experiment ``cfg`` (validated) describes: data read, model initialised from
     ``seed``."""
@@ -195,12 +207,10 @@ def build(cfg: DictConfig) -> Experiment:
     reference = load_reference(cfg.reference) if cfg.reference else None
     torch.manual_seed(cfg.seed)
 
-    loader_keys = [key for key in cfg.dataset if key not in RUNNER_DATASET_KEYS]
-    data: Dataset = instantiate(OmegaConf.masked_copy(cfg.dataset, loader_keys))
+    data = load_data(cfg)
     task = Task(data, data.y_test)
     _check_reference(cfg, data, reference)
-    model = instantiate(cfg.model)(input_shape=data.input_shape, out_features=data.out_features)
-    likelihood = task.likelihood(cfg.likelihood)
+    model, likelihood = build_network(cfg, data)
     potential = Potential(
         model.to(device),
         likelihood.to(device),

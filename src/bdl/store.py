@@ -42,6 +42,7 @@ __all__ = [
     "write_error",
     "load_reference",
     "load_samples",
+    "read_manifest",
     "save_predictive",
 ]
 
@@ -243,6 +244,12 @@ def load_samples(directory: str | Path) -> Iterator[tuple[dict[str, Tensor], dic
     directory = Path(directory)
     entries = _read_manifest(directory)
     return _iter_samples(directory, entries)
+
+
+def read_manifest(directory: str | Path) -> list[dict]:
+    """The manifest entries of the store in ``directory``, in index order (checked as
+    :func:`load_samples` checks them, without reading any sample)."""
+    return _read_manifest(Path(directory))
 
 
 def _iter_samples(directory: Path, entries: list[dict]) -> Iterator[tuple[dict[str, Tensor], dict]]:

@@ -85,6 +85,19 @@ def test_pixels_match_the_idx_files(mnist):
         assert torch.equal(ds.x_train[i, 0], want)
 
 
+def test_validation_split_is_the_held_out_tail(mnist):
+    """The last 10000 training images, never trained on, are kept as the validation split."""
+    ds, root = mnist[0], mnist[1]
+    with gzip.open(root / "MNIST" / "raw" / "train-images-idx3-ubyte.gz") as f:
+        images = np.frombuffer(f.read(), dtype=np.uint8, offset=16).reshape(-1, 28, 28)
+    with gzip.open(root / "MNIST" / "raw" / "train-labels-idx1-ubyte.gz") as f:
+        labels = np.frombuffer(f.read(), dtype=np.uint8, offset=8)
+    assert ds.x_validation.shape == (10000, 1, 28, 28)
+    want = torch.from_numpy(images[50000:].astype(np.float32) / 255.0)
+    assert torch.equal(ds.x_validation[:, 0], want)
+    assert torch.equal(ds.y_validation, torch.from_numpy(labels[50000:].astype(np.int64)))
+
+
 def test_read_only_root_untouched_and_cache_used(mnist):
     _, root, cache, before, after = mnist
     assert before == after

@@ -49,6 +49,10 @@ class Dataset:
     num_classes: int | None = None
     target_mean: float = 0.0
     target_std: float = 1.0
+    # Held-out training points that no run trains on (MNIST's last images), for bdl-eval
+    # split=validation; None for datasets without such a split.
+    x_validation: Tensor | None = None
+    y_validation: Tensor | None = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:

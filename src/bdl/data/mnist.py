@@ -147,10 +147,11 @@ def load(
     """Load MNIST with the last ``validation`` training images held out.
 
     Holding out the tail (50k train by default) follows Chen et al. (2014), whose SGHMC MNIST
-    results the experiments are compared against; the held-out images are simply dropped so
-    every run sees the same training set. Pixels are divided by ``pixel_divisor``: 255 gives
-    [0, 1]; Blundell et al. (2015) divided by 126. They are scaled straight from ``.data``
-    rather than through per-item transforms, which would be needlessly slow for full-batch use.
+    results the experiments are compared against; no run trains on the held-out images, which
+    are kept as the validation split (``x_validation``, ``bdl-eval split=validation``). Pixels
+    are divided by ``pixel_divisor``: 255 gives [0, 1]; Blundell et al. (2015) divided by 126.
+    They are scaled straight from ``.data`` rather than through per-item transforms, which would
+    be needlessly slow for full-batch use.
     """
     if (
         isinstance(validation, bool)
@@ -202,6 +203,8 @@ def load(
         x_test=_to_float(x_test, pixel_divisor),
         y_test=y_test.to(torch.int64).clone(),
         num_classes=10,
+        x_validation=_to_float(x_all[n:], pixel_divisor) if validation else None,
+        y_validation=y_all[n:].to(torch.int64).clone() if validation else None,
     )
 
 

@@ -1,0 +1,198 @@
+"""``bdl-eval``: a saved posterior evaluated on a dataset, with the metrics of ``metrics.json``.
+
+    bdl-eval RUN_DIR [dataset=NAME] [dataset.KEY=VALUE ...] [split=test|validation]
+                     [shift.rotate=DEGREES] [data=FILE] [device=cpu|cuda|auto] [out=DIR]
+
+Without ``dataset=`` the run's own dataset is used, so ``bdl-eval RUN_DIR`` on the run's device
+reproduces the test metrics of its ``metrics.json``. ``dataset=NAME`` is an option of the
+``dataset`` config group of ``bdl-run``; ``split=validation`` takes the points the protocol holds
+out of training (MNIST's last 10 000 training images); ``shift.rotate=30`` rotates the images by
+30 degrees (rotated MNIST, Ovadia et al. 2019). ``data=FILE`` is a ``.safetensors`` file with
+tensors ``x`` (inputs preprocessed as the run's dataset preprocesses them) and ``y`` (integer
+labels, or regression targets in original units). The metrics and the model average are written
+to ``OUT/metrics.json`` and ``OUT/predictive.safetensors``, ``OUT`` being
+``RUN_DIR/eval/<dataset>-<split>[-rotate<deg>]`` unless ``out=`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from safetensors import SafetensorError
+from safetensors.torch import load as st_load
+from torch import Tensor
+
+from bdl.data import DataError, Dataset
+from bdl.data.shift import rotate
+from bdl.posterior import Posterior, RunError
+from bdl.run import load_data, resolve_device
+from bdl.store import StoreError, save_predictive
+
+__all__ = ["evaluation_set", "main"]
+
+KEYS = ("dataset", "split", "shift.rotate", "data", "device", "out")
+USER_ERRORS = (RunError, StoreError, DataError, ValueError, HydraException, OmegaConfBaseException)
+
+
+def _dataset_config(name: str) -> DictConfig:
+    """The ``dataset`` node of bdl-run's config with ``dataset=name`` chosen."""
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module(config_module="bdl.conf", version_base="1.3"):
+        return compose(config_name="config", overrides=[f"dataset={name}"]).dataset
+
+
+def _read_file(path: Path) -> tuple[Tensor, Tensor]:
+    try:
+        tensors = st_load(path.read_bytes())
+    except (OSError, SafetensorError, ValueError, RuntimeError) as e:
+        raise DataError(f"data={path} cannot be read as safetensors ({e})") from None
+    if not {"x", "y"} <= tensors.keys():
+        raise DataError(
+            f"data={path} holds the tensors {sorted(tensors)}; it needs 'x' (inputs) and 'y' "
+            "(labels or targets)"
+        )
+    return tensors["x"], tensors["y"]
+
+
+def evaluation_set(
+    posterior: Posterior, options: dict[str, str]
+) -> tuple[str, str, Tensor, Tensor]:
+    """``(label, task, x, y)`` of the evaluation set that ``options`` describe, checked against
+    the run: regression targets come back in the standardised units of the run's dataset."""
+    run_data = posterior.data
+    if "data" in options:
+        path = Path(options["data"])
+        x, y = _read_file(path)
+        x, label = x.to(run_data.x_test.dtype), path.stem
+        task = "regression" if y.is_floating_point() else "classification"
+        if task == "regression":
+            y = (y.double() - run_data.target_mean) / run_data.target_std
+        elif y.numel() and not 0 <= int(y.min()) <= int(y.max()) < run_data.out_features:
+            raise DataError(
+                f"data={path} has labels in [{int(y.min())}, {int(y.max())}], but the run "
+                f"classifies into {run_data.out_features} classes"
+            )
+    else:
+        dataset = (
+            _dataset_config(options["dataset"])
+            if "dataset" in options
+            else posterior.config.dataset.copy()
+        )
+        overrides = [f"{k}={v}" for k, v in options.items() if k.startswith("dataset.")]
+        if overrides:
+            dataset = OmegaConf.merge(dataset, OmegaConf.from_dotlist(overrides).dataset)
+        data: Dataset = load_data(OmegaConf.create({"dataset": dataset}))
+        split = options.get("split", "test")
+        if split == "test":
+            x, y = data.x_test, data.y_test
+        elif split == "validation":
+            if data.x_validation is None:
+                raise DataError(
+                    f"{data.name} has no validation split here (MNIST holds out "
+                    "dataset.validation training images; it is 0 or the dataset has none)"
+                )
+            x, y = data.x_validation, data.y_validation
+        else:
+            raise ValueError(f"split={split} is unknown: use split=test or split=validation")
+        label, task = f"{data.name}-{split}", data.task
+        if task != run_data.task or data.out_features != run_data.out_features:
+            raise DataError(
+                f"{posterior.directory} was trained for {_describe(run_data)} on "
+                f"{run_data.name}, but {data.name} is {_describe(data)}: evaluate it on a dataset "
+                "of the same task"
+            )
+        if task == "regression" and (data.target_mean, data.target_std) != (
+            run_data.target_mean,
+            run_data.target_std,
+        ):
+            original = y.double() * data.target_std + data.target_mean
+            y = (original - run_data.target_mean) / run_data.target_std
+    if task != run_data.task:
+        raise DataError(
+            f"{posterior.directory} was trained for {_describe(run_data)}, but the targets of "
+            f"{label} are {'real numbers' if task == 'regression' else 'integer labels'}"
+        )
+    if tuple(x.shape[1:]) != run_data.input_shape:
+        raise DataError(
+            f"{posterior.directory} holds a network for inputs of shape {run_data.input_shape} "
+            f"({run_data.name}), but {label} has inputs of shape {tuple(x.shape[1:])}: evaluate "
+            "it on data of the same shape"
+        )
+    if "shift.rotate" in options:
+        degrees = float(options["shift.rotate"])
+        x = rotate(x, degrees)
+        label += f"-rotate{degrees:g}"
+    return label, task, x, y
+
+
+def _describe(data: Dataset) -> str:
+    if data.task == "classification":
+        return f"classification into {data.out_features} classes"
+    return "regression"
+
+
+def _parse(argv: list[str] | None) -> tuple[Path, dict[str, str]]:
+    parser = argparse.ArgumentParser(
+        prog="bdl-eval",
+        description="Evaluate a saved posterior (a bdl-run directory) on a dataset.",
+        epilog="Options: dataset=NAME, dataset.KEY=VALUE, split=test|validation, "
+        "shift.rotate=DEGREES, data=FILE.safetensors (tensors x, y), device=cpu|cuda|auto, "
+        "out=DIR.",
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by bdl-run")
+    parser.add_argument("options", nargs="*", metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    options: dict[str, str] = {}
+    for item in args.options:
+        key, sep, value = item.partition("=")
+        if not sep or not value or not (key in KEYS or key.startswith("dataset.")):
+            raise ValueError(f"{item!r} is not an option: use KEY=VALUE with KEY in {KEYS}")
+        options[key] = value
+    if "data" in options and any(k.startswith("dataset") or k == "split" for k in options):
+        raise ValueError("data=FILE replaces dataset= and split=: give one or the other")
+    return Path(args.run_dir), options
+
+
+def evaluate(run_dir: Path, options: dict[str, str]) -> tuple[dict[str, Any], Path]:
+    """The metrics of the run's posterior on the evaluation set of ``options``, written to disk;
+    returns them and the output directory."""
+    posterior = Posterior(run_dir)
+    label, task, x, y = evaluation_set(posterior, options)
+    device = resolve_device(options.get("device", posterior.config.device.value))
+    average = posterior.average(x, y, device=device)
+    metrics: dict[str, Any] = {**average.metrics(y.cpu()), "num_samples": average.count}
+    metrics["evaluated_on"] = label
+    out = Path(options["out"]) if "out" in options else run_dir / "eval" / label
+    out.mkdir(parents=True, exist_ok=True)
+    targets = y if task == "classification" else average.y
+    save_predictive(out / "predictive.safetensors", average.predictive(), targets=targets)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    return metrics, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``bdl-eval``; user errors end in one line and exit status 2."""
+    try:
+        run_dir, options = _parse(argv)
+        metrics, out = evaluate(run_dir, options)
+    except SystemExit as e:  # --help, or a usage error argparse already reported
+        return e.code if isinstance(e.code, int) else 2
+    except USER_ERRORS as e:
+        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"bdl-eval: error: {message}", file=sys.stderr)
+        return 2
+    print(json.dumps(metrics, indent=2))
+    print(f"bdl-eval: wrote {out / 'metrics.json'}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,332 @@
+"""A saved posterior reloaded: the same predictions and metrics as the run, chains, arviz, and
+bdl-eval's one-line errors. Runs are tiny and made here, on generated data."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+from safetensors.torch import load_file, save_file
+
+import bdl
+from bdl.data.shift import rotate
+from bdl.evaluate import main as bdl_eval
+from bdl.posterior import RunError, load_run
+from bdl.run import load_data, run
+
+pytestmark = pytest.mark.usefixtures("isolated_cache")
+
+
+def write_uci(root: Path, name: str, features: int, rows: int = 60, seed: int = 0) -> None:
+    """A regression set in the layout of the standard UCI splits: y linear in x plus noise."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(rows, features))
+    y = 3.0 + x @ rng.normal(size=features) + 0.1 * rng.normal(size=rows)
+    folder = root / "uci" / name
+    folder.mkdir(parents=True)
+    np.savetxt(folder / "data.txt", np.column_stack([x, y]))
+    np.savetxt(folder / "index_features.txt", np.arange(features), fmt="%d")
+    np.savetxt(folder / "index_target.txt", [features], fmt="%d")
+    np.savetxt(folder / "n_splits.txt", [1], fmt="%d")
+    np.savetxt(folder / "index_train_0.txt", np.arange(48), fmt="%d")
+    np.savetxt(folder / "index_test_0.txt", np.arange(48, rows), fmt="%d")
+
+
+def make_run(directory: Path, *overrides: str) -> Path:
+    """Compose bdl-run's config, save it where Hydra does (unresolved) and run it."""
+    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+        cfg = compose("config", overrides=["device=cpu", "log_every=100", *overrides])
+    (directory / ".hydra").mkdir(parents=True)
+    OmegaConf.save(cfg, directory / ".hydra" / "config.yaml")
+    run(cfg, directory)
+    return directory
+
+
+@pytest.fixture
+def uci_root(tmp_path: Path) -> Path:
+    root = tmp_path / "data"
+    write_uci(root, "tiny", features=3)
+    write_uci(root, "wide", features=5, seed=1)
+    write_uci(root, "other", features=3, seed=2)
+    return root
+
+
+@pytest.fixture
+def uci_run(tmp_path: Path, uci_root: Path) -> Path:
+    return make_run(
+        tmp_path / "uci-run",
+        "dataset=boston",
+        "dataset.name=tiny",
+        f"dataset.root={uci_root}",
+        "dataset.download=false",
+        "epochs=5",
+        "burn_in=2",
+        "thin=1",
+        "batch_size=16",
+    )
+
+
+@pytest.fixture
+def cifar_run(tmp_path: Path, cifar_root: Path) -> Path:
+    return make_run(
+        tmp_path / "cifar-run",
+        "dataset=cifar10",
+        "model=linear",
+        f"dataset.root={cifar_root}",
+        "dataset.download=false",
+        "epochs=4",
+        "burn_in=1",
+        "batch_size=5",
+    )
+
+
+def test_bdl_eval_reproduces_the_regression_runs_metrics(uci_run: Path):
+    assert bdl_eval([str(uci_run)]) == 0
+    written = json.loads((uci_run / "eval" / "tiny-test" / "metrics.json").read_text())
+    metrics = json.loads((uci_run / "metrics.json").read_text())
+    assert metrics["num_samples"] == 3
+    for key in ("test_rmse", "test_ll", "num_samples"):
+        assert written[key] == metrics[key]
+
+
+def test_bdl_eval_reproduces_the_classification_runs_metrics(cifar_run: Path):
+    out = cifar_run.parent / "elsewhere"
+    assert bdl_eval([str(cifar_run), f"out={out}"]) == 0
+    written = json.loads((out / "metrics.json").read_text())
+    metrics = json.loads((cifar_run / "metrics.json").read_text())
+    for key in ("test_accuracy", "test_nll", "test_ece", "test_brier", "num_samples"):
+        assert written[key] == metrics[key]
+    assert written["evaluated_on"] == "cifar10-test"
+
+
+def test_predict_is_the_runs_model_average(cifar_run: Path):
+    posterior = bdl.load_run(cifar_run)
+    saved = load_file(cifar_run / "predictive.safetensors")["predictive"]
+    assert torch.equal(posterior.predict(posterior.data.x_test), saved)
+    # By hand: the mean over the sample files of softmax(W x + b).
+    x = posterior.data.x_test.flatten(1)
+    by_hand = torch.stack(
+        [
+            torch.softmax(x @ s["linear.weight"].T + s["linear.bias"], -1).double()
+            for s in (load_file(p) for p in sorted((cifar_run / "samples").glob("*.safetensors")))
+        ]
+    ).mean(0)
+    torch.testing.assert_close(posterior.predict(posterior.data.x_test), by_hand)
+
+
+def test_config_metrics_and_samples(uci_run: Path):
+    posterior = load_run(uci_run)
+    assert posterior.config.dataset.name == "tiny" and posterior.config.epochs == 5
+    assert posterior.metrics == json.loads((uci_run / "metrics.json").read_text())
+    samples = list(posterior.samples())
+    manifest = json.loads((uci_run / "samples" / "manifest.json").read_text())
+    assert [s.info["epoch"] for s in samples] == [e["epoch"] for e in manifest] == [2, 3, 4]
+    assert [(s.chain, s.draw) for s in samples] == [(0, 0), (0, 1), (0, 2)]
+    first = load_file(uci_run / "samples" / manifest[0]["file"])
+    assert all(torch.equal(samples[0].params[k], first[k]) for k in first)
+    assert "likelihood.log_precision" in first
+
+
+def test_chains_and_inferencedata(uci_run: Path):
+    """The multi-chain layout samples/chain_<k>/: chain 1 here is chain 0 with its samples
+    shifted, so chain 1's draws differ from chain 0's by exactly that shift."""
+    samples = uci_run / "samples"
+    shutil.copytree(samples, uci_run / "chain_0")
+    second = uci_run / "chain_1"
+    shutil.copytree(samples, second)
+    shutil.rmtree(samples)
+    samples.mkdir()
+    shutil.move(uci_run / "chain_0", samples / "chain_0")
+    manifest = json.loads((second / "manifest.json").read_text())
+    for entry in manifest:
+        tensors = {k: v + 1.0 for k, v in load_file(second / entry["file"]).items()}
+        save_file(tensors, second / entry["file"])
+        entry["sha256"] = hashlib.sha256((second / entry["file"]).read_bytes()).hexdigest()
+    (second / "manifest.json").write_text(json.dumps(manifest))
+    shutil.move(second, samples / "chain_1")
+
+    posterior = load_run(uci_run)
+    assert posterior.num_chains == 2 and len(posterior) == 6
+    idata = posterior.to_inferencedata()
+    weight = idata.posterior["layers.0.weight"]
+    assert weight.dims[:2] == ("chain", "draw") and weight.shape == (2, 3, 50, 3)
+    np.testing.assert_allclose(weight.values[1], weight.values[0] + 1.0, rtol=1e-6)
+    first = load_file(samples / "chain_0" / manifest[0]["file"])["layers.0.weight"]
+    np.testing.assert_array_equal(weight.values[0, 0], first.double().numpy())
+    assert idata.sample_stats["epoch"].values.tolist() == [[2, 3, 4], [2, 3, 4]]
+    only_bias = posterior.to_inferencedata(var_names=["*.bias"])
+    assert set(only_bias.posterior.data_vars) == {"layers.0.bias", "layers.2.bias"}
+    # The model average over both chains is the average of the chains' mixtures.
+    x = posterior.data.x_test
+    both, zero, one = (posterior.predict(x, chain=c) for c in (None, 0, 1))
+    torch.testing.assert_close(both[:, 0], (zero[:, 0] + one[:, 0]) / 2)
+
+
+def test_bad_input_one_message_each(uci_run: Path, cifar_run: Path, uci_root: Path, capsys):
+    def error(*args: str) -> str:
+        assert bdl_eval(list(args)) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("bdl-eval: error: ")
+        return lines[0]
+
+    not_a_run = uci_run.parent / "not-a-run"
+    not_a_run.mkdir()
+    assert "is not a bdl run directory" in error(str(not_a_run))
+    shape = error(str(uci_run), "dataset.name=wide")
+    assert "inputs of shape (3,)" in shape and "(5,)" in shape
+    task = error(str(cifar_run), "dataset=boston", "dataset.name=tiny", f"dataset.root={uci_root}")
+    assert "classification into 10 classes" in task and "regression" in task
+    assert "has no validation split" in error(str(uci_run), "split=validation")
+    assert "shift.rotate applies to images" in error(str(uci_run), "shift.rotate=30")
+    assert "is not an option" in error(str(uci_run), "epochs=3")
+
+
+def test_data_file_and_rotation(cifar_run: Path):
+    posterior = load_run(cifar_run)
+    x, y = posterior.data.x_test, posterior.data.y_test
+    # Rotating by 90 degrees moves pixels onto the grid: exactly torch.rot90 (counter-clockwise).
+    save_file({"x": torch.rot90(x, 1, dims=(-2, -1)).contiguous(), "y": y}, cifar_run / "r.st")
+    assert bdl_eval([str(cifar_run), f"data={cifar_run / 'r.st'}", f"out={cifar_run / 'a'}"]) == 0
+    assert bdl_eval([str(cifar_run), "shift.rotate=90", f"out={cifar_run / 'b'}"]) == 0
+    a = load_file(cifar_run / "a" / "predictive.safetensors")["predictive"]
+    b = load_file(cifar_run / "b" / "predictive.safetensors")["predictive"]
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(b, load_file(cifar_run / "predictive.safetensors")["predictive"])
+
+
+def test_regression_targets_in_original_units(uci_run: Path, uci_root: Path):
+    """Targets of another dataset (or a file) are compared in original units: the RMSE is that of
+    the model average's mean against the raw data file's target column."""
+    posterior = load_run(uci_run)
+    assert bdl_eval([str(uci_run), "dataset.name=other", f"out={uci_run / 'other'}"]) == 0
+    raw = np.loadtxt(uci_root / "uci" / "other" / "data.txt")[48:]
+    other = load_data(OmegaConf.create({"dataset": {**posterior.config.dataset, "name": "other"}}))
+    mean = posterior.predict(other.x_test)[:, 0].numpy()
+    written = json.loads((uci_run / "other" / "metrics.json").read_text())
+    assert written["test_rmse"] == pytest.approx(np.sqrt(np.mean((mean - raw[:, 3]) ** 2)))
+    # The run's own test points from a file, targets in original units: the run's metrics.
+    original = posterior.data.y_test.double() * posterior.data.target_std
+    points = {"x": posterior.data.x_test, "y": original + posterior.data.target_mean}
+    save_file(points, uci_run / "points.safetensors")
+    out = uci_run / "points"
+    assert bdl_eval([str(uci_run), f"data={uci_run / 'points.safetensors'}", f"out={out}"]) == 0
+    written = json.loads((out / "metrics.json").read_text())
+    for key in ("test_rmse", "test_ll"):
+        assert written[key] == pytest.approx(posterior.metrics[key], rel=1e-9)
+
+
+def test_not_a_run_from_the_command_line(tmp_path: Path):
+    result = subprocess.run(
+        [sys.executable, "-m", "bdl.evaluate", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=120,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("bdl-eval: error: ") and ".hydra/config.yaml" in result.stderr
+
+
+def test_gibbs_noise_precision_is_not_in_the_samples(tmp_path: Path, uci_root: Path):
+    run_dir = make_run(
+        tmp_path / "gibbs-run",
+        "dataset=boston",
+        "dataset.name=tiny",
+        f"dataset.root={uci_root}",
+        "likelihood.gibbs=true",
+        "epochs=2",
+        "burn_in=1",
+        "thin=1",
+        "batch_size=16",
+    )
+    posterior = load_run(run_dir)
+    assert len(posterior) == 1  # its samples can be read, but not turned into predictions
+    with pytest.raises(RunError, match="likelihood.gibbs=true"):
+        posterior.predict(posterior.data.x_test)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_predict_on_another_device(cifar_run: Path):
+    posterior = load_run(cifar_run)
+    x = posterior.data.x_test
+    torch.testing.assert_close(posterior.predict(x.cuda()), posterior.predict(x, device="cpu"))
+
+
+def test_a_run_without_samples_is_named(tmp_path: Path):
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    with pytest.raises(RunError, match="holds no posterior samples"):
+        load_run(tmp_path)
+
+
+def test_public_api():
+    assert bdl.__version__ == importlib.metadata.version("bdl")
+    assert bdl.load_run is load_run
+    assert {"SGLD", "SGHMC", "Potential", "priors", "likelihoods"} <= set(bdl.__all__)
+
+
+def test_mnist_validation_and_rotated_test_set(tmp_path: Path, data_dir: Path):
+    """On real MNIST: the held-out images and the rotated test set are scored as by hand."""
+    run_dir = make_run(
+        tmp_path / "mnist-run",
+        f"dataset.root={data_dir}",
+        "dataset.validation=55000",
+        "epochs=4",
+        "burn_in=2",
+        "batch_size=100",
+    )
+    assert bdl_eval([str(run_dir), "split=validation"]) == 0
+    assert bdl_eval([str(run_dir), "shift.rotate=60"]) == 0
+    posterior = load_run(run_dir)
+    for label, x, y in (
+        ("mnist-validation", posterior.data.x_validation, posterior.data.y_validation),
+        ("mnist-test-rotate60", rotate(posterior.data.x_test, 60), posterior.data.y_test),
+    ):
+        metrics = json.loads((run_dir / "eval" / label / "metrics.json").read_text())
+        probs = load_file(run_dir / "eval" / label / "predictive.safetensors")["predictive"]
+        assert torch.equal(probs, posterior.predict(x))
+        assert metrics["test_accuracy"] == (probs.argmax(-1) == y).double().mean().item()
+    validation = json.loads((run_dir / "eval" / "mnist-validation" / "metrics.json").read_text())
+    rotated = json.loads((run_dir / "eval" / "mnist-test-rotate60" / "metrics.json").read_text())
+    assert validation["test_accuracy"] > 0.5 and rotated["test_accuracy"] < 0.5
+
+
+def readme_examples() -> list[str]:
+    readme = Path(__file__).parents[1] / "README.md"
+    return re.findall(r"```python\n(.*?)```", readme.read_text(encoding="utf-8"), re.S)
+
+
+def test_readme_load_run_example(uci_run: Path, capsys):
+    namespace = {"bdl": bdl, "run_dir": uci_run}
+    exec(readme_examples()[0], namespace)
+    saved = load_file(uci_run / "predictive.safetensors")["predictive"]
+    assert torch.equal(namespace["average"], saved)
+    assert namespace["first"].draw == 0 and namespace["first"].info["epoch"] == 2
+    assert set(namespace["idata"].posterior.data_vars) == {"layers.0.bias", "layers.2.bias"}
+    assert "test_rmse" in capsys.readouterr().out
+
+
+def test_readme_python_example_samples_the_closed_form_posterior(capsys):
+    """The README's SGHMC example against Bayesian linear regression's posterior mean
+    Σ Xᵀy/σ², Σ = (XᵀX/σ² + I)⁻¹ (Bishop 2006, eqs. 3.53-3.54)."""
+    namespace: dict = {}
+    exec(readme_examples()[1], namespace)
+    x, y = namespace["x"].double(), namespace["y"].double()
+    design = torch.cat([x, torch.ones_like(x)], 1)
+    covariance = torch.linalg.inv(design.T @ design / 0.25 + torch.eye(2, dtype=torch.float64))
+    slope = (covariance @ design.T @ y / 0.25)[0].item()
+    mean = sum(namespace["slopes"]) / len(namespace["slopes"])
+    assert abs(mean - slope) < 0.5 * covariance[0, 0].sqrt().item()
+    assert f"{mean:.3f}" in capsys.readouterr().out
