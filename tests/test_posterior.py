@@ -239,22 +239,23 @@ def test_not_a_run_from_the_command_line(tmp_path: Path):
     assert result.stderr.startswith("bdl-eval: error: ") and ".hydra/config.yaml" in result.stderr
 
 
-def test_gibbs_noise_precision_is_not_in_the_samples(tmp_path: Path, uci_root: Path):
+def test_a_gibbs_sampled_noise_precision_travels_with_its_samples(tmp_path: Path, uci_root: Path):
     run_dir = make_run(
         tmp_path / "gibbs-run",
         "dataset=boston",
         "dataset.name=tiny",
         f"dataset.root={uci_root}",
         "likelihood.gibbs=true",
-        "epochs=2",
+        "epochs=3",
         "burn_in=1",
         "thin=1",
         "batch_size=16",
     )
     posterior = load_run(run_dir)
-    assert len(posterior) == 1  # its samples can be read, but not turned into predictions
-    with pytest.raises(RunError, match="likelihood.gibbs=true"):
-        posterior.predict(posterior.data.x_test)
+    precisions = [s.params["likelihood.log_precision"] for s in posterior.samples()]
+    assert len(precisions) == 2 and not torch.equal(*precisions)  # resampled between samples
+    saved = load_file(run_dir / "predictive.safetensors")["predictive"]
+    torch.testing.assert_close(posterior.predict(posterior.data.x_test), saved, rtol=0, atol=0)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

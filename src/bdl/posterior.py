@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from bdl.config import RunConfig
 from bdl.data import Dataset
 from bdl.metrics import ClassificationAverage, RegressionAverage
-from bdl.run import build_network, load_data, named_parameters, predict
+from bdl.run import build_network, load_data, predict, sample_tensors
 from bdl.store import MANIFEST, load_samples, read_manifest
 from bdl.task import Task
 
@@ -172,14 +172,6 @@ class Posterior:
         targets ``y`` are in the standardised units of the run's dataset. The network runs on
         ``device`` (``x``'s by default), one sample at a time.
         """
-        if self.config.likelihood.gibbs:
-            # The Gibbs-sampled noise precision is a buffer of the likelihood, which the sample
-            # store does not record: predictive variances could not be those of the run.
-            raise RunError(
-                f"{self.directory} resampled the noise precision by Gibbs steps "
-                "(likelihood.gibbs=true), and its samples do not hold it: its predictive cannot "
-                "be rebuilt"
-            )
         device = torch.device(device) if device is not None else x.device
         expected = self.data.input_shape
         if tuple(x.shape[1:]) != expected:
@@ -190,7 +182,7 @@ class Posterior:
         # Without targets (predict), a regression average's log-likelihood against zeros is unused.
         average = Task(self.data, torch.zeros(x.shape[0]) if y is None else y.cpu()).average()
         model, likelihood = self.network(device)
-        live = named_parameters(_Network(model, likelihood))
+        live = sample_tensors(_Network(model, likelihood))
         x = x.to(device)
         for sample in self.samples(chain):
             wrong = [

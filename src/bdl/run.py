@@ -119,6 +119,14 @@ def named_parameters(potential: Potential) -> dict[str, Tensor]:
     return named
 
 
+def sample_tensors(potential: Potential) -> dict[str, Tensor]:
+    """What a posterior sample holds: the parameters, and the likelihood's Gibbs-sampled
+    buffers (a noise precision), without which its predictive could not be rebuilt."""
+    named = named_parameters(potential)
+    named.update({f"likelihood.{k}": v for k, v in potential.likelihood.named_buffers()})
+    return named
+
+
 @torch.no_grad()
 def load_initial(potential: Potential, run_directory: str) -> None:
     """Start from the last sample of an earlier run (``init_from=``), e.g. MFVI's mean from an SGD
@@ -136,7 +144,7 @@ def load_initial(potential: Potential, run_directory: str) -> None:
             f"init_from={run_directory} has no parameters matching this run's {', '.join(wrong)}: "
             "point it at a run of the same model on the same dataset"
         )
-    for name, p in named_parameters(potential).items():
+    for name, p in sample_tensors(potential).items():
         if name in last:
             p.copy_(last[name])
 
@@ -563,7 +571,7 @@ class Sampling:
     def _collect(self, epoch: int) -> None:
         exp, loop = self.experiment, self.loop
         loop.average.update(exp.predict_test())
-        self.store.add(named_parameters(exp.potential), epoch=epoch)
+        self.store.add(sample_tensors(exp.potential), epoch=epoch)
         loop.num_samples = len(self.store)
 
     def _checkpoint_due(self) -> bool:
