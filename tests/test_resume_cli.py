@@ -151,3 +151,16 @@ def test_sigkill_at_random_moments_resumes_bitwise(env, tmp_path, case):
     assert whole.returncode == 0, whole.stderr
     kill_and_resume(args, env, tmp_path / "killed", kills)
     assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
+
+
+@pytest.mark.parametrize("sweep", [False, True])
+def test_a_run_directory_that_cannot_be_made_is_one_line(env, tiny, tmp_path, sweep):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
+    result = finish([*(["-m"] if sweep else []), *tiny, f"{key}={blocker / 'run'}"], env)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == (
+        f"bdl-run: error: cannot create the run directory {blocker / 'run'}: {blocker} is a "
+        f"file; choose another {key}"
+    )

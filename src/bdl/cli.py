@@ -7,7 +7,9 @@ is reported and the sweep goes on with the others; ``bdl-run`` then exits non-ze
 from __future__ import annotations
 
 import logging
+import os
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -52,7 +54,30 @@ def _app(cfg: DictConfig) -> float | None:
     return metrics.get("test_accuracy", metrics.get("test_rmse"))
 
 
+def _check_output_root(argv: list[str]) -> None:
+    """Refuse, before Hydra tries to create it (with a traceback), an output directory that
+    cannot be created: a file in its path, or a read-only parent."""
+    multirun = any(arg in ("-m", "--multirun") for arg in argv)
+    key = "hydra.sweep.dir=" if multirun else "hydra.run.dir="
+    given = [arg[len(key) :] for arg in argv if arg.startswith(key)]
+    path = Path(given[-1] if given else ("multirun" if multirun else "outputs")).absolute()
+    if "${" in str(path):
+        return  # an interpolation: Hydra resolves it
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise SystemExit(
+            f"bdl-run: error: cannot create the run directory {path}: {existing} is a file; "
+            f"choose another {key[:-1]}"
+        )
+    if not os.access(existing, os.W_OK):
+        raise SystemExit(
+            f"bdl-run: error: cannot create the run directory {path}: {existing} is read-only; "
+            f"choose a writable {key[:-1]}"
+        )
+
+
 def main() -> None:
+    _check_output_root(sys.argv[1:])
     _app()
     if _failed_jobs:
         lines = "\n".join(f"  {directory}: {message}" for directory, message in _failed_jobs)

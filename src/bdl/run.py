@@ -19,6 +19,7 @@ minibatch order and the partial sums of an interrupted epoch are part of the che
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import signal
@@ -465,13 +466,14 @@ class Sampling:
         except Interrupted:
             raise
         except BaseException as error:
-            self.directory.write_metrics(
-                {
-                    "status": "failed",
-                    "epoch": loop.epoch,
-                    "error": f"{type(error).__name__}: {error}",
-                }
-            )
+            with contextlib.suppress(StoreError):  # a full disk: keep the error that came first
+                self.directory.write_metrics(
+                    {
+                        "status": "failed",
+                        "epoch": loop.epoch,
+                        "error": f"{type(error).__name__}: {error}",
+                    }
+                )
             raise
         finally:
             progress.close()
