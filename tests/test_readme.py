@@ -70,9 +70,14 @@ def readme_commands(text: str) -> list[str]:
     program name and give it arguments (a bare ``bdl-report`` in prose names the program)."""
     lines, prose = _code_lines(text)
     spans = [" ".join(s.split()) for s in re.findall(r"`([^`]+)`", prose)]
-    commands = []
+    commands, shell = [], {}
     for candidate in [*lines, *spans]:
+        # A shell variable set in a code block (the first value given) stands in for $NAME.
+        for name, value in re.findall(r"\b([A-Z][A-Z_]*)=([^\s;$]+)", candidate):
+            shell.setdefault(name, value)
         if _COMMAND.match(candidate) and len(candidate.split()) > 1:
+            for name, value in shell.items():
+                candidate = candidate.replace(f"${name}", value)
             commands.append(re.sub(r"^\$\s*", "", candidate))
     return list(dict.fromkeys(commands))
 
