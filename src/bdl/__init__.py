@@ -11,37 +11,16 @@ from importlib.metadata import version
 from bdl import likelihoods, priors
 from bdl.posterior import Posterior, Sample, load_run
 from bdl.potential import Potential
-from bdl.samplers import (
-    HMC,
-    MALA,
-    PSGLD,
-    RWMH,
-    SGD,
-    SGHMC,
-    SGLD,
-    ConstantSGD,
-    NaiveSGHMC,
-    Sampler,
-    SamplerState,
-)
+from bdl.samplers import *  # noqa: F403  (every sampler class, listed in bdl.samplers)
+from bdl.samplers import __all__ as _samplers
 
 __version__ = version("bdl")
 
 __all__ = [
-    "HMC",
-    "MALA",
-    "PSGLD",
-    "RWMH",
-    "SGD",
-    "SGHMC",
-    "SGLD",
-    "ConstantSGD",
-    "NaiveSGHMC",
+    *_samplers,
     "Posterior",
     "Potential",
     "Sample",
-    "Sampler",
-    "SamplerState",
     "__version__",
     "likelihoods",
     "load_run",
