@@ -149,6 +149,7 @@ class Run:
             lr=self.potential.step_size(lr) if factory.func.lr_per_datum else lr,
             generator=noise_generator,
         )
+        self.sampler.attach(self.potential, self._train_chunks)
         # A full-batch kernel (HMC) takes one step per epoch; batch_size is then its chunk size.
         self.steps_per_epoch = 1 if self.sampler.full_batch else data.num_train // self.batch_size
         self.gibbs_every = cfg.gibbs_every or self.steps_per_epoch
