@@ -13,6 +13,7 @@ tests allow 5 of those (a chance of about 6e-7 per coordinate to fail by noise).
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -212,3 +213,9 @@ def test_runner_from_an_sgd_run(tmp_path, isolated_cache):
     assert (tmp_path / "laplace" / "pruning.csv").is_file()
     curve = (tmp_path / "laplace" / "curve.csv").read_text().splitlines()
     assert len(curve) == 3
+
+
+def test_without_laplace_torch_the_error_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "laplace", None)  # what `import laplace` meets uninstalled
+    with pytest.raises(ValueError, match=r"pip install 'bdl\[laplace\]'"):
+        Laplace()
