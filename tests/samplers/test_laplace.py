@@ -151,6 +151,11 @@ def test_refuses_priors_and_likelihoods_it_cannot_approximate():
     student = Potential(model, likelihoods.Gaussian(noise_std=1.0), priors.StudentT(), 10)
     with pytest.raises(ValueError, match="prior=gaussian"):
         Laplace().attach(student, lambda: iter(()))
+    wide = Linear((20_000,), 1)  # 20,001 parameters: a full precision matrix of 1.6 GB
+    big = Potential(wide, likelihoods.Gaussian(noise_std=1.0), priors.Gaussian(), 10)
+    with pytest.raises(ValueError, match="subset_of_weights=last_layer"):
+        Laplace(hessian_structure="full").attach(big, lambda: iter(()))
+    Laplace(hessian_structure="kron").attach(big, lambda: iter(()))
 
 
 def _write_uci(root, name: str = "toy", n: int = 120, n_test: int = 30) -> None:

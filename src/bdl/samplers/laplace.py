@@ -53,6 +53,8 @@ from bdl.samplers.base import Batches, Sampler, SamplerState
 
 HESSIAN_STRUCTURES = ("diag", "kron", "full")
 SUBSETS = ("all", "last_layer")
+#: ``full`` holds a D x D precision and its Cholesky factor: 20,000 parameters are 3.2 GB.
+FULL_MAX_PARAMS = 20_000
 
 
 class _TrainingSet:
@@ -144,6 +146,16 @@ class Laplace(Sampler):
                 f"{type(potential.prior).__name__}"
             )
         self._potential, self._batches = potential, batches
+        if self.hessian_structure == "full":
+            covered = self._potential.model
+            if self.subset_of_weights == "last_layer":
+                covered = covered.get_submodule(self._last_layer())
+            size = sum(p.numel() for p in covered.parameters())
+            if size > FULL_MAX_PARAMS:
+                raise ValueError(
+                    f"sampler.hessian_structure=full on {size:,} parameters needs a "
+                    f"{size:,}² matrix: use kron or diag, or sampler.subset_of_weights=last_layer"
+                )
 
     @torch.no_grad()
     def step(
@@ -160,7 +172,9 @@ class Laplace(Sampler):
         state.step += 1
         return state
 
-    def _keep(self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool):
+    def _keep(
+        self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
+    ) -> None:
         """The kernel's update is the identity: θ stays at the mode it was given."""
 
     _update_foreach = _update_loop = _keep
@@ -225,7 +239,8 @@ class Laplace(Sampler):
         state.grad_evals += sum(1 for _ in self._batches())  # the fit's pass over the data
         mode = [p.detach().clone() for p in params]
         sizes = [p.numel() for p in params]
-        # All at once: K-FAC's draws are batched matrix products, a hundred times faster together.
+        # All at once: K-FAC's draws are batched matrix products (the tests' 20,000 draws took
+        # 33 s one at a time, 4 s together).
         draws = approximation.sample(self.num_samples, generator=self.generator)
         try:
             for draw in draws:
