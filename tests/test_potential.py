@@ -314,3 +314,15 @@ def test_gibbs_sampled_noise_precision_is_not_a_parameter():
     assert Gaussian(noise_std=0.5).hyperparameters() == {}
     with pytest.raises(ValueError, match="noise_std"):
         Gaussian(noise_std=0.5, gibbs=True)
+
+
+def test_prior_precision_is_the_prior_terms_curvature_over_t():
+    """1/(σ² T) per parameter: σ = 2 for weights, 10 for biases, T = 0.5 (the Hessian of
+    |θ|²/(2σ²T), by hand); None for a prior that is not Gaussian."""
+    model = torch.nn.Linear(3, 2)
+    prior = GaussianPrior(scale=2.0, layers={"bias": 10.0})
+    precision = Potential(model, Categorical(), prior, 10, temperature=0.5).prior_precision()
+    assert precision["weight"].shape == (2, 3) and precision["bias"].shape == (2,)
+    assert torch.all(precision["weight"] == 0.5)
+    assert torch.allclose(precision["bias"], torch.tensor(0.02))
+    assert Potential(model, Categorical(), Laplace(), 10).prior_precision() is None

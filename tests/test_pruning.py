@@ -107,7 +107,11 @@ def test_report_prints_the_curve_as_blundells_table_1(tmp_path, capsys):
     )
     assert report.main(["--pruning", str(tmp_path)]) == 0
     table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
-    assert table[0].split("|")[1:4] == [" Proportion removed ", " # Weights ", " Test Error "]
+    assert [c.strip() for c in table[0].split("|")[1:4]] == [
+        "Proportion removed",
+        "# Weights",
+        "Test Error",
+    ]
     assert [line.split("|")[2].strip() for line in table[2:]] == ["2.4m", "1.2m", "120k", "48k"]
     assert table[-1].split("|")[3].strip() == "1.39%"
     assert report.main(["--pruning", str(tmp_path / "nowhere")]) == 2

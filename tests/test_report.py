@@ -12,9 +12,12 @@ import pytest
 from bdl.report import (
     RunSkippedWarning,
     find_runs,
+    format_table,
     load_runs,
     main,
+    mean_pm,
     summarize,
+    to_latex,
     to_markdown,
     varying_keys,
 )
@@ -164,34 +167,123 @@ def test_target_grouping_without_hydra_choices(tmp_path):
     assert set(summary["sampler._target_"]) == {t for t, _, _ in SAMPLERS.values()}
 
 
+@pytest.mark.parametrize(
+    "mean, error, text",
+    [
+        # One significant digit of the error, the mean to the same decimal place.
+        (1.2345, 0.0678, "1.23 ± 0.07"),
+        (0.91, 0.2, "0.9 ± 0.2"),
+        (0.5, 0.3, "0.5 ± 0.3"),  # 0.3's leading digit is 3, though 0.3/0.1 = 2.999...
+        # Two when that digit is a 1: 0.0149 -> 0.015 rather than 0.01.
+        (0.9, 0.0149, "0.900 ± 0.015"),
+        (0.91, 0.1, "0.91 ± 0.10"),
+        (12.345, 1.95, "12.3 ± 1.9"),
+        # Rounding up into the next decade: 0.096 -> 0.10.
+        (3.14159, 0.096, "3.14 ± 0.10"),
+        # Errors above 1 round to tens, hundreds: 123456 ± 1234 -> 123500 ± 1200.
+        (123456.0, 1234.0, "123500 ± 1200"),
+        (123456.0, 5678.0, "123000 ± 6000"),
+        (-0.001, 0.04, "0.00 ± 0.04"),  # no "-0.00"
+        (0.9, math.nan, "0.9"),  # a single run: the mean alone, four significant digits
+        (10.0, 0.0, "10 ± 0"),
+        (math.nan, math.nan, "n/a"),
+    ],
+)
+def test_mean_pm_rounding(mean, error, text):
+    assert mean_pm(mean, error) == text
+
+
 def test_markdown(sweep):
     df = load_runs([sweep])
     text = to_markdown(summarize(df))
     lines = text.splitlines()
-    assert len(lines) == 4
-    assert lines[0].split("|")[1].strip() == "sampler"
-    assert [c.strip() for c in lines[0].strip("|").split("|")] == [
+    table = [line for line in lines if line.startswith("|")]
+    assert len(table) == 4
+    # num_samples, epochs and wall_time_s are equal in every run: no column, one line below.
+    assert [c.strip() for c in table[0].strip("|").split("|")] == [
         "sampler",
-        "n_runs",
         "test_accuracy",
         "test_nll",
-        "num_samples",
-        "epochs",
-        "wall_time_s",
     ]
-    assert set(lines[1]) <= set("|-: ")
-    assert "0.91 ± 0.01414" in text
-    assert "123500 ± 0" in text and "e+" not in text  # 4 significant digits, no exponent
-    assert "sghmc" in lines[2] and "sgld" in lines[3]
-    # A group of one run shows its value alone.
+    assert set(table[1]) <= set("|-: ")
+    # sghmc: 0.90, 0.92 -> std 0.01414; sgld: 0.80, 0.84 -> 0.02828; nll 0.5, 1.5 -> 0.7071.
+    assert "| sghmc     |   0.910 ± 0.014 |  1.0 ± 0.7 |" in table
+    assert "| sgld      |     0.82 ± 0.03 |  1.0 ± 0.7 |" in table
+    assert "n_runs = 2" in text and "epochs = 10" in text and "wall_time_s = 123500" in text
+    assert "e+" not in text
+    # The standard error instead: 0.01414 / sqrt(2) = 0.01, 0.02828 / sqrt(2) = 0.02.
+    sem = to_markdown(summarize(df), error="sem")
+    # (0.01 prints as 0.00999..., leading digit 1 after rounding: two digits) and 0.7071 / sqrt(2).
+    assert "0.910 ± 0.010" in sem and "0.82 ± 0.02" in sem and "1.0 ± 0.5" in sem
+    assert "standard error" in sem
+    # A group of one run shows its value alone; a single row drops nothing.
     single = to_markdown(summarize(df, by=["sampler", "seed"], metrics=["test_accuracy"]))
-    assert "|           0.9 |" in single and "±" not in single
+    assert "|             0.9 |" in single and "±" not in single.split("\n\n")[0]
+    one = to_markdown(summarize(df, by=[], metrics=["epochs"])).splitlines()[0]
+    assert [c.strip() for c in one.strip("|").split("|")] == ["n_runs", "epochs"]
 
 
 def test_markdown_escapes_pipes():
     summary = pd.DataFrame({"name": ["a|b"], "n_runs": [1], "x_mean": [1.0], "x_std": [math.nan]})
-    text = to_markdown(summary)
-    assert r"a\|b" in text and text.splitlines()[0].count("|") == 4
+    text = to_markdown(summary).splitlines()[0]
+    assert r"a\|b" in to_markdown(summary) and text.count("|") - text.count(r"\|") == 4
+
+
+def test_latex(sweep):
+    text = to_latex(summarize(load_runs([sweep])))
+    assert r"\begin{tabular}{lrr}" in text
+    assert r"sampler & test\_accuracy & test\_nll \\" in text
+    assert r"sghmc & 0.910 $\pm$ 0.014 & 1.0 $\pm$ 0.7 \\" in text
+    assert r"n\_runs = 2" in text and "±" not in text
+
+
+def test_format_table_rejects_unknown_error(sweep):
+    with pytest.raises(ValueError, match="std, sem"):
+        format_table(summarize(load_runs([sweep])), error="var")
+
+
+def _unfinish(run: Path, status: str | None) -> None:
+    """A run that stopped: metrics.json with ``status``, or none at all, and a curve to epoch 3."""
+    (run / "curve.csv").write_text("epoch,potential\n1,5.0\n2,4.0\n3,nan\n")
+    if status is None:
+        (run / "metrics.json").unlink()
+    else:
+        metrics = json.loads((run / "metrics.json").read_text())
+        (run / "metrics.json").write_text(json.dumps({**metrics, "status": status}))
+
+
+def test_unfinished_runs_are_listed_not_averaged(sweep, capsys):
+    jobs = sweep / "2024-01-01" / "12-00-00"
+    _unfinish(jobs / "1", "diverged")
+    _unfinish(jobs / "3", None)
+    (jobs / "3" / "curve.csv").unlink()  # killed before its first epoch
+    completed = jobs / "0" / "metrics.json"
+    completed.write_text(json.dumps({**json.loads(completed.read_text()), "status": "completed"}))
+    df = load_runs([sweep])
+    assert list(df["seed"]) == [0, 0]  # the two seed-0 runs, one of them marked completed
+    assert "status" not in df.columns
+    assert df.attrs["unfinished"] == [
+        {"run_dir": str(jobs / "1"), "status": "diverged", "epoch": 3},
+        {
+            "run_dir": str(jobs / "3"),
+            "status": "no metrics.json (killed, or still running)",
+            "epoch": None,
+        },
+    ]
+    assert main([str(sweep)]) == 0
+    out = capsys.readouterr().out
+    table, below = out.split("Not in the table (2 runs):")
+    assert "0.9 " in table and "0.92" not in table  # seed 1's sghmc accuracy is not averaged
+    assert f"- {jobs / '1'}: diverged, epoch 3" in below
+    assert f"- {jobs / '3'}: no metrics.json (killed, or still running)\n" in below
+    assert "Not in the table" in (sweep / "report.md").read_text()
+
+
+def test_only_unfinished_runs(tmp_path, capsys):
+    _write_run(tmp_path / "0", "sgld", 0)
+    _unfinish(tmp_path / "0", "interrupted")
+    assert main([str(tmp_path)]) == 0
+    assert "interrupted, epoch 3" in capsys.readouterr().out
 
 
 def test_broken_run_is_skipped(sweep):
@@ -205,29 +297,32 @@ def test_main_writes_csvs(sweep, capsys):
     assert main([str(sweep)]) == 0
     out, err = capsys.readouterr()
     assert out.startswith("| sampler")
-    assert "0.91 ± 0.01414" in out
+    assert "0.910 ± 0.014" in out
     runs = pd.read_csv(sweep / "report.csv")
     summary = pd.read_csv(sweep / "report_summary.csv")
     assert len(runs) == 4 and "run_dir" in runs.columns
     assert list(summary["sampler"]) == ["sghmc", "sgld"]
+    assert summary.loc[0, "test_accuracy_sem"] == pytest.approx(0.01)
+    assert (sweep / "report.md").read_text() == out
+    assert r"\begin{tabular}" in (sweep / "report.tex").read_text()
     assert "report.csv" in err
 
 
 def test_main_options(sweep, tmp_path, capsys):
-    target = tmp_path / "out" / "summary.csv"
-    code = main(
-        [str(sweep), "--by", "sampler", "seed", "--metrics", "test_nll", "--csv", str(target)]
-    )
-    assert code == 0
+    out_dir = tmp_path / "out" / "tables"
+    args = ["--by", "sampler", "seed", "--metrics", "test_nll", "--error", "sem"]
+    assert main([str(sweep), *args, "--out", str(out_dir)]) == 0
     out = capsys.readouterr().out
-    assert "test_accuracy" not in out and "seed" in out
-    assert len(pd.read_csv(target)) == 4
-    assert (sweep / "report.csv").is_file()
+    assert "test_accuracy" not in out and "seed" in out and "standard error" in out
+    names = ["report.csv", "report.md", "report.tex", "report_summary.csv"]
+    assert sorted(p.name for p in out_dir.iterdir()) == names
+    assert len(pd.read_csv(out_dir / "report_summary.csv")) == 4
+    assert not list(sweep.glob("report*"))  # --out places every file
 
 
 def test_main_by_config_key_named_like_a_metric(sweep, capsys):
     assert main([str(sweep), "--by", "epochs"]) == 0
-    assert capsys.readouterr().out.startswith("| config.epochs | n_runs |")
+    assert capsys.readouterr().out.startswith("| config.epochs   |   n_runs |")
 
 
 def test_sample_directories_are_not_searched(sweep):

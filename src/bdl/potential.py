@@ -321,6 +321,23 @@ class Potential:
             value = value - kappa * _entropy(std, grad_std, kappa)
         return value, grads
 
+    def prior_precision(self) -> dict[str, Tensor] | None:
+        r"""The curvature of ``U_T``'s prior term per model parameter, by name and shaped like
+        it: :math:`-\partial^2 \log p(\theta) / \partial\theta_j^2 / T = 1/(\sigma_j^2 T)`
+        when the prior is Gaussian given its hyperparameters, None otherwise. A Laplace
+        approximation adds it to the likelihood term's Hessian (:mod:`bdl.samplers.laplace`)."""
+        stds = self._prior_stds()
+        if stds is None:
+            return None
+        return {
+            name: torch.as_tensor(std, dtype=p.dtype, device=p.device)
+            .square()
+            .reciprocal()
+            .div(self.temperature)
+            .expand_as(p)
+            for (name, p), std in zip(self.model_params.items(), stds, strict=True)
+        }
+
     def _prior_stds(self) -> list[Tensor | float] | None:
         """The prior's standard deviations of the model's parameters if it is Gaussian given its
         hyperparameters, else None."""

@@ -29,13 +29,19 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 __all__ = [
     "DEFAULT_EXCLUDE",
+    "ERRORS",
     "KNOWN_METRICS",
     "RunSkippedWarning",
     "find_runs",
+    "format_table",
     "load_runs",
     "main",
+    "mean_pm",
+    "pruning_table",
     "summarize",
+    "to_latex",
     "to_markdown",
+    "unfinished_lines",
     "varying_keys",
 ]
 
@@ -83,10 +89,15 @@ DEFAULT_EXCLUDE = (
 
 _IMPL_KEYS = ("_target_", "*._target_", "_partial_", "*._partial_")
 _WHAT_IS_A_RUN = (
-    f"a run directory contains {METRICS_FILE} and {CONFIG_FILE.as_posix()} "
-    "(written by a finished `bdl-run`); pass a run directory or a directory above runs, "
+    f"a run directory contains {CONFIG_FILE.as_posix()} (written when `bdl-run` starts) and "
+    f"{METRICS_FILE} (written when it ends); pass a run directory or a directory above runs, "
     "e.g. outputs/ or multirun/"
 )
+CURVE_FILE = "curve.csv"
+#: ``metrics.json``'s status of a run that belongs in the table; runs written before statuses
+#: existed have none and were complete, since only a finished run wrote the file.
+COMPLETED = "completed"
+NO_METRICS = f"no {METRICS_FILE} (killed, or still running)"
 
 
 class RunSkippedWarning(UserWarning):
@@ -97,7 +108,8 @@ class RunSkippedWarning(UserWarning):
 
 
 def _is_run(directory: Path) -> bool:
-    return (directory / METRICS_FILE).is_file() and (directory / CONFIG_FILE).is_file()
+    """A run has its config from the moment it starts; ``metrics.json`` only once it ends."""
+    return (directory / CONFIG_FILE).is_file()
 
 
 def _natural_key(path: Path) -> list[tuple]:
@@ -211,17 +223,34 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _epoch_reached(run: Path) -> int | None:
+    """The last epoch ``curve.csv`` recorded: how far an unfinished run got."""
+    try:
+        epochs = pd.read_csv(run / CURVE_FILE, usecols=["epoch"])["epoch"]
+    except Exception:  # no curve yet, or one cut mid-line: the epoch is just unknown
+        return None
+    return int(epochs.iloc[-1]) if len(epochs) else None
+
+
 def _load_runs(runs: Sequence[Path], skip: Callable[[str], None]) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
+    unfinished: list[dict[str, Any]] = []
     choice_cols: dict[str, None] = {}
     config_cols: dict[str, None] = {}
     metric_cols: dict[str, None] = {}
     other_cols: dict[str, None] = {}
     for run in runs:
+        if not (run / METRICS_FILE).is_file():
+            unfinished.append({"run_dir": str(run), "status": NO_METRICS})
+            continue
         try:
             metrics = json.loads((run / METRICS_FILE).read_text(encoding="utf-8"))
             if not isinstance(metrics, dict):
                 raise ValueError("metrics.json is not a JSON object")
+            status = metrics.pop("status", COMPLETED)
+            if status != COMPLETED:
+                unfinished.append({"run_dir": str(run), "status": str(status)})
+                continue
             metrics = _flatten(metrics)
             config = _config_values(run / CONFIG_FILE)
             choices = _choices(run / HYDRA_FILE)
@@ -251,13 +280,21 @@ def _load_runs(runs: Sequence[Path], skip: Callable[[str], None]) -> pd.DataFram
     df.attrs["choice_columns"] = choice
     df.attrs["config_columns"] = config
     df.attrs["metric_columns"] = metrics_order
+    df.attrs["unfinished"] = [
+        {**u, "epoch": _epoch_reached(Path(u["run_dir"]))} for u in unfinished
+    ]
     return df
 
 
 def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
-    """One row per run below ``paths``: choice columns, flattened config, metrics, ``run_dir``.
+    """One row per completed run below ``paths``: choice columns, flattened config, metrics,
+    ``run_dir``.
 
-    Runs whose files cannot be read are skipped with a :class:`RunSkippedWarning` (a sweep with
+    A run is completed when its ``metrics.json`` says ``"status": "completed"`` or has no status
+    (runs older than the field). The others (diverged, interrupted, failed, or no
+    ``metrics.json`` yet) are in ``df.attrs["unfinished"]``: one ``{"run_dir", "status",
+    "epoch"}`` each, ``epoch`` the last one ``curve.csv`` recorded (None when unknown). Runs
+    whose files cannot be read are skipped with a :class:`RunSkippedWarning` (a sweep with
     one crashed job should still be reportable). A config key named like a metric (``epochs``
     is both) becomes ``config.<key>`` so that neither hides the other. Which columns are
     metrics, config keys and Hydra choices is recorded in ``df.attrs`` for
@@ -352,7 +389,8 @@ def summarize(
     by: Sequence[str] | None = None,
     metrics: Sequence[str] | None = None,
 ) -> pd.DataFrame:
-    """Mean and std (ddof=1, NaN for a single run) of each metric per group, plus ``n_runs``.
+    """Mean, std (ddof=1, NaN for a single run) and standard error of the mean (std/√n, n the
+    runs that report the metric) of each metric per group, plus ``n_runs``.
 
     Args:
         df: as returned by :func:`load_runs`.
@@ -361,14 +399,14 @@ def summarize(
 
     Returns:
         One row per group: the ``by`` columns, ``n_runs``, then ``<metric>_mean`` and
-        ``<metric>_std`` for each metric.
+        ``<metric>_std``, ``<metric>_sem`` for each metric.
     """
     by = _default_by(df) if by is None else list(by)
     metrics = _metric_columns(df) if metrics is None else list(metrics)
     unknown = [k for k in [*by, *metrics] if k not in df.columns]
     if unknown:
         raise ValueError(f"unknown column(s) {unknown}; available: {list(df.columns)}")
-    columns = [*by, "n_runs"] + [f"{m}_{s}" for m in metrics for s in ("mean", "std")]
+    columns = [*by, "n_runs"] + [f"{m}_{s}" for m in metrics for s in ("mean", "std", "sem")]
 
     def stats(sub: pd.DataFrame) -> dict[str, Any]:
         row: dict[str, Any] = {"n_runs": len(sub)}
@@ -376,6 +414,7 @@ def summarize(
             values = pd.to_numeric(sub[m], errors="coerce")
             row[f"{m}_mean"] = values.mean()
             row[f"{m}_std"] = values.std(ddof=1) if values.count() > 1 else math.nan
+            row[f"{m}_sem"] = row[f"{m}_std"] / math.sqrt(values.count())
         return row
 
     rows = []
@@ -398,6 +437,10 @@ def summarize(
 
 # --------------------------------------------------------------------------- formatting
 
+#: What follows ± in a cell: the standard deviation over a row's runs (seeds, splits), or the
+#: standard error of their mean, std/√n_runs.
+ERRORS = {"std": "standard deviation", "sem": "standard error of the mean"}
+
 
 def _sig(x: float) -> str:
     """Four significant digits; large counts without exponent (``123500``, not ``1.235e+05``)."""
@@ -411,21 +454,60 @@ def _sig(x: float) -> str:
     return f"{x:.4g}"
 
 
+def _decimals(error: float) -> int:
+    """Decimal places (negative: tens, hundreds) that keep one significant digit of ``error``,
+    two when that digit is a 1.
+
+    A spread estimated from a few seeds is itself uncertain by tens of percent, so more digits
+    are noise; but a single digit 1 would move 0.0149 to 0.01 (by a third), while a single
+    digit of 2 or more moves it by at most a fifth and two digits starting with 1 by at most a
+    twentieth. The leading digit is read from the decimal notation (``f"{x:e}"``), not from
+    ``x / 10**floor(log10 x)``, which gives 2.999… for 0.3.
+    """
+    mantissa, exponent = f"{error:.3e}".split("e")
+    return -int(exponent) + (mantissa[0] == "1")
+
+
+def _fixed(x: float, decimals: int) -> str:
+    text = f"{x:.{decimals}f}" if decimals >= 0 else f"{round(x, decimals):.0f}"
+    return text[1:] if text.startswith("-") and not text.strip("-0.") else text  # no "-0.00"
+
+
+def mean_pm(mean: float, error: float) -> str:
+    """``mean ± error`` with the error rounded by :func:`_decimals` and the mean to the same
+    decimal place: ``1.2345, 0.0678 → "1.23 ± 0.07"``, ``0.9, 0.0149 → "0.900 ± 0.015"``.
+
+    A NaN error (a single run) leaves the mean alone at four significant digits; a zero error
+    (identical runs) gives ``mean ± 0``.
+    """
+    if pd.isna(mean):
+        return "n/a"
+    if pd.isna(error):
+        return _sig(float(mean))
+    if error == 0 or not math.isfinite(error) or not math.isfinite(mean):
+        return f"{_sig(float(mean))} ± {_sig(float(error))}"
+    decimals = _decimals(float(error))
+    return f"{_fixed(float(mean), decimals)} ± {_fixed(float(error), decimals)}"
+
+
 def _label(value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     if isinstance(value, float):
         return str(int(value)) if value.is_integer() and abs(value) < 1e15 else f"{value:.4g}"
-    text = str(value).replace("\n", " ")
-    return text.replace("|", r"\|")
+    return str(value).replace("\n", " ")
 
 
-def to_markdown(summary: pd.DataFrame) -> str:
-    """A GitHub-flavoured Markdown table: group labels, ``n_runs``, and ``mean ± std`` cells.
+def format_table(summary: pd.DataFrame, error: str = "std") -> pd.DataFrame:
+    """The summary as a reader sees it: group labels, ``n_runs`` and ``mean ± error`` strings.
 
-    Written by hand so that the report needs no ``tabulate``; cells are padded so the table also
-    reads well in a terminal.
+    With two or more rows, a column that holds the same value in every row (a metric with equal
+    means and no spread, such as ``epochs``; ``n_runs`` when every row has as many runs) says
+    nothing about the rows and goes; ``attrs["constant"]`` keeps its name and value for a line
+    under the table.
     """
+    if error not in ERRORS:
+        raise ValueError(f"error must be one of {', '.join(ERRORS)}, not {error!r}")
     metrics = summary.attrs.get("metrics")
     if metrics is None:
         metrics = [
@@ -437,38 +519,68 @@ def to_markdown(summary: pd.DataFrame) -> str:
     if by is None:
         cols = list(summary.columns)
         by = cols[: cols.index("n_runs")] if "n_runs" in cols else []
-    header = [*map(str, by), "n_runs", *metrics]
-    right = [False] * len(by) + [True] * (1 + len(metrics))
-    body = []
-    for _, row in summary.iterrows():
-        cells = [_label(row[k]) for k in by]
-        cells.append(str(int(row["n_runs"])) if "n_runs" in summary.columns else "")
-        for m in metrics:
-            mean, std = row[f"{m}_mean"], row[f"{m}_std"]
-            if pd.isna(mean):
-                cells.append("n/a")
-            elif pd.isna(std):
-                cells.append(_sig(float(mean)))
-            else:
-                cells.append(f"{_sig(float(mean))} ± {_sig(float(std))}")
-        body.append(cells)
-    widths = [max([len(h), 3, *(len(r[i]) for r in body)]) for i, h in enumerate(header)]
+    table = pd.DataFrame({str(k): summary[k].map(_label) for k in by}, index=summary.index)
+    table["n_runs"] = summary["n_runs"].map(_label)
+    constant: dict[str, str] = {}
+    several = len(summary) > 1
+    for key in [*map(str, by), "n_runs"]:
+        if several and table[key].nunique() == 1:
+            constant[key] = table[key].iloc[0]
+            table = table.drop(columns=key)
+    for m in metrics:
+        mean, spread = summary[f"{m}_mean"], summary[f"{m}_{error}"]
+        if several and mean.nunique(dropna=False) == 1 and (spread.fillna(0) == 0).all():
+            constant[m] = "n/a" if pd.isna(mean.iloc[0]) else _sig(float(mean.iloc[0]))
+            continue
+        table[m] = [mean_pm(a, b) for a, b in zip(mean, spread, strict=True)]
+    table.attrs["labels"] = [c for c in table.columns if c in map(str, by)]
+    table.attrs["constant"] = constant
+    table.attrs["legend"] = f"mean ± {ERRORS[error]} over each row's n_runs runs"
+    return table
 
-    def line(cells: list[str]) -> str:
-        padded = [
-            c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True)
-        ]
-        return "| " + " | ".join(padded) + " |"
 
-    rule = (
-        "|"
-        + "|".join(
-            ("-" * (w + 1) + ":") if r else "-" * (w + 2)
-            for w, r in zip(widths, right, strict=True)
-        )
-        + "|"
-    )
-    return "\n".join([line(header), rule, *(line(r) for r in body)])
+def _notes(table: pd.DataFrame) -> list[str]:
+    notes = [f"Cells: {table.attrs['legend']}."]
+    if table.attrs["constant"]:
+        same = ", ".join(f"{k} = {v}" for k, v in table.attrs["constant"].items())
+        notes.append(f"Same in every row: {same}.")
+    return notes
+
+
+def to_markdown(summary: pd.DataFrame, error: str = "std") -> str:
+    """A GitHub-flavoured Markdown table of :func:`format_table` (through pandas and
+    ``tabulate``), then a legend and the columns dropped as constant."""
+    table = format_table(summary, error)
+    labels = table.attrs["labels"]
+    escaped = table.rename(columns=lambda c: c.replace("|", r"\|"))
+    escaped = escaped.map(lambda c: c.replace("|", r"\|"))
+    align = ["left" if c in labels else "right" for c in table.columns]
+    text = escaped.to_markdown(index=False, disable_numparse=True, colalign=align)
+    return "\n\n".join([text, " ".join(_notes(table))])
+
+
+_LATEX_SPECIALS = str.maketrans(
+    {c: rf"\{c}" for c in "&%$#_{}"} | {"\\": r"\textbackslash{}", "~": r"\~{}", "^": r"\^{}"}
+)
+
+
+def to_latex(summary: pd.DataFrame, error: str = "std") -> str:
+    """The table of :func:`to_markdown` as a LaTeX ``tabular`` (booktabs rules) through pandas,
+    with ``$\\pm$`` and the notes as a paragraph after it."""
+    table = format_table(summary, error)
+    labels = table.attrs["labels"]
+    layout = "".join("l" if c in labels else "r" for c in table.columns)
+    text = table.to_latex(index=False, escape=True, column_format=layout)
+    notes = " ".join(_notes(table)).translate(_LATEX_SPECIALS)
+    return text.replace("±", r"$\pm$") + "\n" + notes.replace("±", r"$\pm$") + "\n"
+
+
+def unfinished_lines(df: pd.DataFrame) -> list[str]:
+    """One Markdown list item per run left out of the table: directory, status, epoch reached."""
+    return [
+        f"- {u['run_dir']}: {u['status']}" + ("" if u["epoch"] is None else f", epoch {u['epoch']}")
+        for u in df.attrs.get("unfinished", [])
+    ]
 
 
 PRUNING_FILE = "pruning.csv"
@@ -482,26 +594,21 @@ def _weights(count: int) -> str:
 
 
 def pruning_table(run_dir: str | Path) -> str:
-    """A run's ``pruning.csv`` in the layout of seed 000's Table 1 (Blundell et al. 2015):
-    proportion removed, number of weights kept, test error (or RMSE for regression)."""
+    """A run's ``pruning.csv`` in the layout of Blundell et al. (2015)'s Table 1: proportion
+    removed, number of weights kept, test error (or RMSE for regression)."""
     curve = pd.read_csv(Path(run_dir) / PRUNING_FILE)
     metric = curve.columns[2]
     error = metric == "test_error"
-    header = ["Proportion removed", "# Weights", "Test Error" if error else "Test RMSE"]
-    body = [
-        [
-            f"{100 * row.fraction_removed:g}%",
-            _weights(int(row.weights_kept)),
-            f"{100 * row[metric]:.2f}%" if error else _sig(float(row[metric])),
-        ]
-        for _, row in curve.iterrows()
-    ]
-    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
-    lines = [header, ["-" * w for w in widths], *body]
-    return "\n".join(
-        "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
-        for cells in lines
+    table = pd.DataFrame(
+        {
+            "Proportion removed": [f"{100 * f:g}%" for f in curve["fraction_removed"]],
+            "# Weights": [_weights(int(w)) for w in curve["weights_kept"]],
+            "Test Error" if error else "Test RMSE": [
+                f"{100 * v:.2f}%" if error else _sig(float(v)) for v in curve[metric]
+            ],
+        }
     )
+    return table.to_markdown(index=False, disable_numparse=True)
 
 
 def _print_pruning(paths: list[str]) -> int:
@@ -520,7 +627,7 @@ def _print_pruning(paths: list[str]) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bdl-report",
-        description="Summarise bdl runs (mean ± std over seeds) as a Markdown table and CSV.",
+        description="Summarise bdl runs (mean ± std over seeds) as Markdown, LaTeX and CSV.",
         epilog=_WHAT_IS_A_RUN[0].upper() + _WHAT_IS_A_RUN[1:] + ".",
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="run or sweep directories")
@@ -528,9 +635,17 @@ def _parser() -> argparse.ArgumentParser:
         "--by", nargs="+", metavar="KEY", help="group keys (default: the config keys that vary)"
     )
     parser.add_argument(
-        "--csv",
-        metavar="FILE",
-        help="summary CSV path (default: PATH/report_summary.csv for the first PATH)",
+        "--out",
+        metavar="DIR",
+        help="directory for report.csv (one row per run), report_summary.csv, report.md and "
+        "report.tex (default: the first PATH)",
+    )
+    parser.add_argument(
+        "--error",
+        choices=list(ERRORS),
+        default="std",
+        help="after ±: the standard deviation over runs (std, default) or the standard error "
+        "of their mean (sem)",
     )
     parser.add_argument("--metrics", nargs="+", metavar="M", help="metrics to show (default: all)")
     parser.add_argument(
@@ -568,7 +683,11 @@ def main(argv: list[str] | None = None) -> int:
         _err(f"no run directories found under {', '.join(map(str, args.paths))}; {_WHAT_IS_A_RUN}")
         return 2
     df = _load_runs(runs, lambda msg: _err(f"warning: {msg}"))
+    unfinished = unfinished_lines(df)
     if df.empty:
+        if unfinished:
+            print("No completed run. Not in a table:\n" + "\n".join(unfinished))
+            return 0
         _err(f"none of the {len(runs)} run directories could be read; see the warnings above")
         return 2
 
@@ -592,34 +711,36 @@ def main(argv: list[str] | None = None) -> int:
             return 2
 
     summary = summarize(df, by=args.by, metrics=args.metrics)
-    print(to_markdown(summary))
+    markdown = to_markdown(summary, args.error)
+    if unfinished:
+        markdown += f"\n\nNot in the table ({len(unfinished)} runs):\n" + "\n".join(unfinished)
+    print(markdown)
 
     first = Path(args.paths[0])
     if args.plot:
         from bdl.plots import draw  # matplotlib is imported only when asked for
 
-        plots = draw(df, summary.attrs["by"], (first if first.is_dir() else Path()) / "plots")
+        folder = Path(args.out or (first if first.is_dir() else ".")) / "plots"
+        plots = draw(df, summary.attrs["by"], folder)
         _err(f"wrote {len(plots)} files in {plots[0].parent}" if plots else "no curve.csv to plot")
-    if args.csv:
-        summary_csv = Path(args.csv)
-        runs_csv = (
-            first / "report.csv"
-            if first.is_dir()
-            else summary_csv.with_name(f"{summary_csv.stem}_runs{summary_csv.suffix or '.csv'}")
-        )
-    elif first.is_dir():
-        runs_csv, summary_csv = first / "report.csv", first / "report_summary.csv"
-    else:
-        _err("no CSV written: the first PATH is not a directory (use --csv FILE)")
+    if args.out is None and not first.is_dir():
+        _err("no file written: the first PATH is not a directory (use --out DIR)")
         return 0
+    out = Path(args.out or args.paths[0])
+    files = {
+        "report.csv": lambda f: df.to_csv(f, index=False),
+        "report_summary.csv": lambda f: summary.to_csv(f, index=False),
+        "report.md": lambda f: f.write_text(markdown + "\n", encoding="utf-8"),
+        "report.tex": lambda f: f.write_text(to_latex(summary, args.error), encoding="utf-8"),
+    }
     try:
-        summary_csv.parent.mkdir(parents=True, exist_ok=True)
-        df.to_csv(runs_csv, index=False)
-        summary.to_csv(summary_csv, index=False)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, write in files.items():
+            write(out / name)
     except OSError as e:
-        _err(f"cannot write CSV: {e}")
+        _err(f"cannot write into {out}: {e}")
         return 1
-    _err(f"{len(df)} runs; wrote {runs_csv} and {summary_csv}")
+    _err(f"{len(df)} runs; wrote {', '.join(files)} into {out}")
     return 0
 
 

@@ -264,6 +264,7 @@ def build(cfg: DictConfig) -> Experiment:
         reference=reference,
         generators=generators,
     )
+    sampler.attach(potential, experiment.train_chunks)  # a Laplace fit reads the training set
     if sampler.injects_noise and not any(map(experiment.collects, range(cfg.epochs))):
         raise ConfigError(
             f"no epoch would keep a sample (epochs={cfg.epochs}, burn_in={cfg.burn_in}, "

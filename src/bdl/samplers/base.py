@@ -19,7 +19,9 @@ then, so that the chain that is sampled afterwards is a fixed Markov kernel.
 
 After the last step the runner collects :meth:`Sampler.final_samples`: nothing for Markov chains
 (their samples are the states kept during the run), the final point for optimisers, draws from
-the fitted distribution for variational methods.
+the fitted distribution for variational methods and the Laplace approximation. The last needs
+more than closures (the model, the likelihood, the prior's curvature and the training set): the
+runner hands them over once, before the first step, through :meth:`Sampler.attach`.
 
 Everything a kernel carries between steps (momenta, preconditioners, variational parameters)
 lives in ``state.buffers`` as lists of tensors shaped like ``params`` — including, for the
@@ -35,14 +37,17 @@ from its seed.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from bdl.noise import StandardNormal
-from bdl.potential import Closure
+from bdl.potential import Closure, Potential
+
+#: The training set in order, in chunks: ``batches()`` yields ``(x, y)`` pairs covering all N.
+Batches = Callable[[], Iterator[tuple[Tensor, Tensor]]]
 
 
 @dataclass
@@ -77,6 +82,10 @@ class Sampler(ABC):
         self.foreach = foreach
         self.generator = generator
         self._normal = StandardNormal()
+
+    def attach(self, potential: Potential, batches: Batches) -> None:  # noqa: B027 (optional)
+        """Meet the run's potential and training set, once, before :meth:`init`. Samplers that
+        need only the closures ignore them (the default)."""
 
     def init(self, params: list[Tensor]) -> SamplerState:
         return SamplerState(params=list(params))
