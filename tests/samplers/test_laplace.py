@@ -23,7 +23,7 @@ from hydra import compose, initialize_config_module
 from bdl import likelihoods, priors
 from bdl.models import Linear
 from bdl.potential import Potential
-from bdl.run import Run
+from bdl.run import build, run
 from bdl.samplers.laplace import Laplace
 from bdl.store import load_samples
 
@@ -201,17 +201,16 @@ def test_runner_from_an_sgd_run(tmp_path, isolated_cache):
                 *common,
             ],
         )
-    Run(sgd, tmp_path / "sgd").execute()
-    run = Run(laplace, tmp_path / "laplace")
-    assert run.steps_per_epoch == 1
-    metrics = run.execute()
+    run(sgd, tmp_path / "sgd")
+    assert build(laplace).steps_per_epoch == 1
+    metrics = run(laplace, tmp_path / "laplace")
     assert metrics["num_samples"] == 7 and np.isfinite(metrics["test_rmse"])
     # One full-data evaluation of U at the mode, then one pass of 3 batches of 40 for the fit.
     assert metrics["grad_evals"] == 1 + 3
     manifest = json.loads((tmp_path / "laplace" / "samples" / "manifest.json").read_text())
     assert len(manifest) == 7
     # Last-layer Laplace: the hidden layer stays at the SGD solution, the output layer varies.
-    samples = [sample for sample, _ in load_samples(run.store.directory)]
+    samples = [sample for sample, _ in load_samples(tmp_path / "laplace" / "samples")]
     hidden = torch.stack([s["layers.0.weight"] for s in samples])
     output = torch.stack([s["layers.2.weight"] for s in samples])
     assert (hidden == hidden[0]).all() and (output.std(0) > 0).all()
