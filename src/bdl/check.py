@@ -3,7 +3,7 @@ r"""``bdl-check``: every sampler of bdl against posteriors whose answer is known
 The samplers run unchanged — the classes ``bdl-run`` uses, stepped through closures — on four toy
 targets (:mod:`bdl.targets`), each with many independent chains stacked in one tensor:
 
-1. **Chen et al.'s double well** (2014, Fig. 1; seed 000, Fig. 2): :math:`U = -2\theta^2 +
+1. **Chen et al.'s double well** (2014, Fig. 1; Bühler, Fig. 2): :math:`U = -2\theta^2 +
    \theta^4`, gradient noise :math:`\mathcal N(0, 4)`, :math:`\epsilon = 0.1` (``lr`` =
    :math:`\epsilon^2` = 0.01), :math:`C = 3` (SGHMC's :math:`\alpha = \epsilon C = 0.3`), 50
    leapfrog steps, momentum resampled every 50 steps, 80,000 samples, one per 50 gradient
@@ -19,11 +19,11 @@ targets (:mod:`bdl.targets`), each with many independent chains stacked in one t
    :math:`\mathcal N(0, I)`. Reported: the mean absolute error of the covariance's entries; the
    figure sweeps SGLD's and SGHMC's step sizes as Chen et al.'s code does and plots that error
    against the autocorrelation time.
-3. **Bayesian linear regression** with known noise and a Gaussian prior (seed 001), Gaussian
+3. **Bayesian linear regression** with known noise and a Gaussian prior (Ambrogioni), Gaussian
    posterior in closed form; minibatches of 50 out of 500 points for the stochastic-gradient
    samplers. Reported: :math:`\lVert\hat\mu - \mu\rVert/\lVert\mu\rVert` and
    :math:`\lVert\hat\Sigma - \Sigma\rVert_F/\lVert\Sigma\rVert_F`.
-4. **Seed 003's regression** (:math:`\beta_0, \beta, \sigma`, :math:`N = 30`, flat prior):
+4. **The SG-MCMC tutorial (2020)'s regression** (:math:`\beta_0, \beta, \sigma`, :math:`N = 30`, flat prior):
    random-walk Metropolis with the post's proposal (standard deviation 0.02) and SGLD as the post
    runs them (full-data gradients), and the others, against a long HMC run; same errors as 3.
 
@@ -280,7 +280,7 @@ def double_well(quick: bool, seed: int, out: Path, only: Sequence[str] | None = 
 
 
 def _plot_double_well(target: DoubleWell, histograms: dict[str, Tensor], path: Path) -> None:
-    """Chen et al.'s Fig. 1 (seed 000, Fig. 2)."""
+    """Chen et al.'s Fig. 1 (Bühler, Fig. 2)."""
     plt = _pyplot()
     styles = {
         "hmc": ("Standard HMC (with MH)", "c", "v"),
@@ -429,7 +429,7 @@ def linear_regression(
 
 
 # ---------------------------------------------------------------------------------------------
-# Target 4: seed 003's regression
+# Target 4: the SG-MCMC tutorial (2020)'s regression
 
 
 def seed003_regression(

@@ -59,7 +59,7 @@ class Gaussian(Likelihood):
     r"""Regression :math:`y \sim \mathcal{N}(f(x), \tau^{-1})` with noise precision :math:`\tau`.
 
     With ``noise_std`` set, :math:`\tau = 1/\sigma^2` is fixed. Otherwise :math:`\tau` has the prior
-    :math:`\mathrm{Gamma}(a, b)` (shape, rate; seed 004: "σ₀ ~ Gamma") and is sampled in one of two
+    :math:`\mathrm{Gamma}(a, b)` (shape, rate; Nalisnick: "σ₀ ~ Gamma") and is sampled in one of two
     ways:
 
     - by default :math:`s = \log\tau` is a parameter moved by the sampler with the network, with

@@ -2,7 +2,7 @@ r"""Priors :math:`p(\theta)` over a network's named parameters.
 
 A prior maps parameter names (``"layers.0.weight"``) to tensors and returns ``log_prob(params)``;
 autograd through :class:`bdl.potential.Potential` supplies its gradient, so a new prior is one
-method. Seed 004 ("Bayesian deep learning: priors") lays out the families written here:
+method. Nalisnick's lectures ("Bayesian deep learning: priors") lay out the families written here:
 
 - **per weight, per layer** — :class:`Gaussian`, :class:`Laplace`, :class:`StudentT` and
   :class:`ScaleMixture` are i.i.d. over the elements of a tensor, with a scale that may differ per
@@ -12,7 +12,7 @@ method. Seed 004 ("Bayesian deep learning: priors") lays out the families writte
 - **hierarchical** — :class:`GammaHierarchical` puts a Gamma hyperprior on the precision of each
   parameter tensor and :class:`ARD` on the precision of each input unit (MacKay's automatic
   relevance determination). Their precisions are state of the prior, on the run's device, resampled
-  by the conjugate Gibbs step of seed 002 (:meth:`Prior.gibbs_step`) between the sampler's updates.
+  by the conjugate Gibbs step of Neal 1996 (:meth:`Prior.gibbs_step`) between the sampler's updates.
 
 Priors whose parameters are, given their hyperparameters, Gaussian say so through
 :meth:`Prior.gaussian_std`, which lets the potential differentiate them in closed form
@@ -54,7 +54,7 @@ def conjugate_precision(
 ) -> Tensor:
     r"""A draw of a Gaussian precision :math:`\lambda` from its conjugate conditional under a
     :math:`\mathrm{Gamma}(\alpha, \beta)` prior, given ``count`` values with sum of squares
-    ``squares`` (seed 002): :math:`\mathrm{Gamma}(\alpha + n/2,\ \beta + \sum x^2/2)`, or at
+    ``squares`` (Neal 1996): :math:`\mathrm{Gamma}(\alpha + n/2,\ \beta + \sum x^2/2)`, or at
     temperature :math:`T`, for the joint density to the power :math:`1/T`, shape
     :math:`(\alpha - 1 + n/2)/T + 1` and rate :math:`(\beta + \sum x^2/2)/T`. The Gamma variates
     are drawn in ``like``'s shape and dtype."""
@@ -108,7 +108,7 @@ class ElementwisePrior(Prior):
             matching pattern wins (e.g. ``{"*.bias": 10.0, "layers.4.*": 0.1}``).
         fan_in: divide the scale of every weight tensor (two or more dimensions) by
             :math:`\sqrt{H}`, :math:`H` the fan-in of its layer (input features times kernel
-            size), so that the variance is :math:`s^2/H` (seed 004, "Normal prior"; Neal 1996).
+            size), so that the variance is :math:`s^2/H` (Nalisnick, "Normal prior"; Neal 1996).
             Biases keep :math:`s`: they feed one unit whatever the width.
     """
 
@@ -157,8 +157,8 @@ class Gaussian(ElementwisePrior):
     r"""Gaussian :math:`\theta_j \sim \mathcal{N}(0, \sigma^2)`, ``scale`` :math:`= \sigma`.
 
     :math:`\log p(\theta) = -\lVert\theta\rVert^2 / 2\sigma^2 - \tfrac{D}{2}\log 2\pi\sigma^2`
-    per tensor (seed 000, §2.1, step 1). Its gradient :math:`-\theta/\sigma^2` is weight decay
-    :math:`1/\sigma^2` on the scale of ``U`` (seed 001, "MAP as weight decay").
+    per tensor (Bühler, §2.1, step 1). Its gradient :math:`-\theta/\sigma^2` is weight decay
+    :math:`1/\sigma^2` on the scale of ``U`` (Ambrogioni, "MAP as weight decay").
     """
 
     def __init__(
@@ -197,7 +197,7 @@ class Gaussian(ElementwisePrior):
 
 class Laplace(ElementwisePrior):
     r"""Laplace :math:`p(\theta_j) = e^{-|\theta_j|/b} / 2b`, ``scale`` :math:`= b`: the MAP is
-    L1-regularised (sparse) where the Gaussian's is L2 (seed 004, "On Bayesian classification
+    L1-regularised (sparse) where the Gaussian's is L2 (Nalisnick, "On Bayesian classification
     with Laplace priors")."""
 
     def log_density(self, theta: Tensor, scale: float) -> Tensor:
@@ -213,7 +213,7 @@ class StudentT(ElementwisePrior):
             - \frac{\nu+1}{2}\log\Big(1 + \frac{\theta_j^2}{\nu s^2}\Big),
 
     the marginal of :math:`\theta_j \sim \mathcal{N}(0, \tau^2)` under the inverse-Gamma hyperprior
-    :math:`\tau^2 \sim \Gamma^{-1}(\nu/2, \nu s^2/2)` (seed 004, "Hierarchical priors").
+    :math:`\tau^2 \sim \Gamma^{-1}(\nu/2, \nu s^2/2)` (Nalisnick, "Hierarchical priors").
     """
 
     def __init__(
@@ -236,7 +236,7 @@ class StudentT(ElementwisePrior):
 
 
 class ScaleMixture(ElementwisePrior):
-    r"""Blundell et al. (2015)'s scale mixture of two Gaussians (seed 000, §2.2):
+    r"""Blundell et al. (2015)'s scale mixture of two Gaussians (Bühler, §2.2):
 
     .. math::
 
@@ -292,9 +292,9 @@ class GammaHierarchical(Prior):
         \lambda_g \sim \mathrm{Gamma}(\alpha, \beta)\ \ \text{(shape, rate)},
 
     one group per parameter tensor, so each layer's weights and biases separately, as in Chen et
-    al. (2014)'s MNIST code (``hyperupdater = 'gibbs-sep'``; seed 002). ``log_prob`` is
+    al. (2014)'s MNIST code (``hyperupdater = 'gibbs-sep'``; Neal 1996). ``log_prob`` is
     :math:`\log p(\theta \mid \lambda)` at the current precisions; :meth:`gibbs_step` draws them
-    from their conjugate conditional (seed 002)
+    from their conjugate conditional (Neal 1996)
 
     .. math::
 
@@ -382,7 +382,7 @@ class GammaHierarchical(Prior):
 
 
 class ARD(GammaHierarchical):
-    r"""Automatic relevance determination (MacKay 1994; seed 004, "Hierarchical priors:
+    r"""Automatic relevance determination (MacKay 1994; Nalisnick, "Hierarchical priors:
     structure"): one Gamma-distributed precision per *input unit* of each weight tensor,
 
     .. math::

@@ -1,4 +1,4 @@
-r"""Signal-to-noise pruning curves (Blundell et al. 2015, Table 1; seed 000 §2.2.1).
+r"""Signal-to-noise pruning curves (Blundell et al. 2015, Table 1; Bühler §2.2.1).
 
 The network's parameters are ordered by their posterior signal-to-noise ratio
 :math:`|\mu_j|/\sigma_j` — the mean and standard deviation of :math:`q` for variational methods, the

@@ -43,7 +43,7 @@ class Polynomial(Schedule):
 
     Returned as the multiplier :math:`(1 + t/b)^{-\gamma}` of the sampler's step size, which is
     therefore :math:`\epsilon_0` (i.e. :math:`a = \epsilon_0 b^{\gamma}`). The decay satisfies
-    :math:`\sum\epsilon_t = \infty`, :math:`\sum\epsilon_t^2 < \infty` (seed 000, eq. 40).
+    :math:`\sum\epsilon_t = \infty`, :math:`\sum\epsilon_t^2 < \infty` (Bühler, eq. 40).
     """
 
     def __init__(

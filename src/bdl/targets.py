@@ -107,7 +107,7 @@ class CorrelatedGaussian:
 
 
 class LinearRegression:
-    r"""Bayesian linear regression with known noise (seed 001): :math:`y = Xw + \mathcal N(0,
+    r"""Bayesian linear regression with known noise (Ambrogioni): :math:`y = Xw + \mathcal N(0,
     \sigma^2)`, prior :math:`w \sim \mathcal N(0, \lambda I)`; the posterior is
     :math:`\mathcal N(\mu, \Sigma)` with :math:`\Sigma = (X^\top X/\sigma^2 + I/\lambda)^{-1}`,
     :math:`\mu = \Sigma X^\top y/\sigma^2`.
@@ -177,7 +177,7 @@ class LinearRegression:
 
 
 class ToyRegression:
-    r"""Seed 003's "very simple neural net": :math:`y_n = \beta_0 + \beta x_n + \mathcal N(0,
+    r"""The SG-MCMC tutorial (2020)'s "very simple neural net": :math:`y_n = \beta_0 + \beta x_n + \mathcal N(0,
     \sigma^2)`, :math:`x_n \sim U(-1, 1)`, :math:`N = 30`, :math:`\beta_0 = -1`, :math:`\beta = 2`,
     :math:`\sigma = 0.5` (the post's code), a flat prior and :math:`\sigma` unconstrained with
     :math:`|\sigma|` in the likelihood, as in the post. Its posterior has no closed form (the

@@ -1,4 +1,4 @@
-r"""Bayes by Backprop (Blundell, Cornebise, Kavukcuoglu & Wierstra, ICML 2015; seed 000 §2.2).
+r"""Bayes by Backprop (Blundell, Cornebise, Kavukcuoglu & Wierstra, ICML 2015; Bühler §2.2).
 
 Variational inference with a mean-field Gaussian :math:`q(w\mid\theta)`, :math:`\theta = (\mu,
 \rho)`, fitted by stochastic gradient descent on the variational free energy (eqs. 3-4)

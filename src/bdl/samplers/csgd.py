@@ -2,11 +2,11 @@ r"""Constant SGD as approximate Bayesian inference (Mandt, Hoffman & Blei, JMLR 
 
 SGD with a constant step is a Markov chain whose stationary distribution, near a mode where the
 loss is quadratic and the gradient noise constant, is Gaussian (an Ornstein–Uhlenbeck process,
-seed 000, eqs. 33–35). Choosing the step to minimise the KL divergence from that Gaussian to the
+Bühler, eqs. 33–35). Choosing the step to minimise the KL divergence from that Gaussian to the
 posterior makes the iterates approximate posterior samples, with no noise injected at all: the
 minibatch noise is the noise.
 
-**Mandt et al.'s result** (seed 000, eqs. 36–38), for SGD :math:`\theta \leftarrow \theta -
+**Mandt et al.'s result** (Bühler, eqs. 36–38), for SGD :math:`\theta \leftarrow \theta -
 \varepsilon\,\hat g` on the per-datum average loss, with minibatch gradient :math:`\hat g` of
 covariance :math:`BB^\top/n` (:math:`BB^\top` the per-example gradient covariance, :math:`n` the
 minibatch size, :math:`D` the dimension, :math:`N` the dataset size):

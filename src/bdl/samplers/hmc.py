@@ -1,6 +1,6 @@
 r"""Hamiltonian Monte Carlo on the full-data potential (Duane et al. 1987; Neal 2011).
 
-Seed 000, §3.3.4. Each iteration
+Bühler, §3.3.4. Each iteration
 
 1. refreshes the momentum, :math:`p' = \alpha p + (1 - \alpha^2)^{1/2} r`,
    :math:`r \sim \mathcal N(0, I)` (eq. 41; ``refresh`` :math:`=\alpha`; 0 draws a fresh

@@ -1,7 +1,7 @@
 r"""Langevin Monte Carlo / the Metropolis-adjusted Langevin algorithm (Rossky et al. 1978;
 Roberts & Tweedie 1996).
 
-Seed 000, §4.2.2: HMC with a single leapfrog step, :math:`L = 1`. From a fresh momentum
+Bühler, §4.2.2: HMC with a single leapfrog step, :math:`L = 1`. From a fresh momentum
 :math:`p \sim \mathcal N(0, I)`,
 
 .. math::
@@ -10,12 +10,12 @@ Seed 000, §4.2.2: HMC with a single leapfrog step, :math:`L = 1`. From a fresh 
     p^* &= p - \frac{\epsilon}{2}\nabla U(q) - \frac{\epsilon}{2}\nabla U(q^*)      && (43)
 
 accepted with probability :math:`\min[1, \exp(-(U(q^*) - U(q)) - \tfrac12\sum_i(p_i^{*2} -
-p_i^2))]` (eq. 44). With ``lr`` :math:`=\epsilon^2`, eq. (42) is SGLD's update (seed 000, eq. 39)
+p_i^2))]` (eq. 44). With ``lr`` :math:`=\epsilon^2`, eq. (42) is SGLD's update (Bühler, eq. 39)
 and the kinetic-energy difference is the Hastings correction for its asymmetric Gaussian
 proposal: ``mala`` at ``lr`` is ``sgld`` at ``lr`` made exact by a Metropolis test.
 
 ``approximate=True`` runs on minibatch closures and tests on the minibatch estimate of
-:math:`U` at both ends (seed 001, "approximate stochastic Langevin Monte Carlo": practical but not
+:math:`U` at both ends (Ambrogioni, "approximate stochastic Langevin Monte Carlo": practical but not
 guaranteed to converge to the posterior). It costs two minibatch gradients per step.
 """
 

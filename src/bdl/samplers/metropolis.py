@@ -1,7 +1,7 @@
 r"""Metropolis–Hastings machinery shared by ``hmc``, ``mala``, ``rwmh`` and ``naive_sghmc``.
 
 **The test.** A proposal :math:`x'` from the current :math:`x` is accepted with probability
-:math:`\min[1, \exp(\log r)]` (seed 000, eq. 11); for Hamiltonian proposals
+:math:`\min[1, \exp(\log r)]` (Bühler, eq. 11); for Hamiltonian proposals
 :math:`\log r = H(q, p) - H(q^*, p^*)` with :math:`H = U + \tfrac12\lVert p\rVert^2`
 (eqs. 14–15, 29). Energies are computed in float64: on a network the potential is of order
 :math:`10^5` and the differences that decide the test are of order one. A NaN or infinite energy
@@ -173,7 +173,7 @@ class MetropolisSampler(Sampler):
 
     Subclasses set ``approximate``: ``False`` makes the kernel ``full_batch`` (the runner passes
     the full-data closure); ``True`` lets it run on minibatch closures, testing on the minibatch
-    estimate of ``U`` (seed 001, "approximate stochastic Langevin Monte Carlo": practical, but
+    estimate of ``U`` (Ambrogioni, "approximate stochastic Langevin Monte Carlo": practical, but
     biased — the test no longer makes the posterior invariant).
 
     ``noise=False`` (the exploration phase of a cyclical schedule) is ignored: the proposal noise

@@ -1,9 +1,9 @@
 r"""Naive stochastic-gradient HMC: the leapfrog with minibatch gradients and no friction.
 
-Seed 000, §4.2.3, eq. (45): replacing :math:`\nabla U` by :math:`\nabla\tilde U \approx \nabla U +
+Bühler, §4.2.3, eq. (45): replacing :math:`\nabla U` by :math:`\nabla\tilde U \approx \nabla U +
 \mathcal N(0, V)` in Hamilton's equations gives dynamics that no longer leave the posterior
 invariant — the injected energy makes the chain spread ever wider until the momentum is
-resampled (Chen, Fox & Guestrin 2014, §3.1 and Fig. 1; seed 000, Fig. 2). Kept to reproduce
+resampled (Chen, Fox & Guestrin 2014, §3.1 and Fig. 1; Bühler, Fig. 2). Kept to reproduce
 that figure; ``sghmc`` is the fix (friction).
 
 One step is one leapfrog step with one gradient evaluation,

@@ -1,15 +1,15 @@
 r"""Random-walk Metropolis (Metropolis et al. 1953).
 
-Seed 000, §3.1, and the Metropolis optimiser of seed 003: propose
+Bühler, §3.1, and the Metropolis optimiser of the SG-MCMC tutorial, 2020: propose
 :math:`\theta^* \sim \mathcal N(\theta, \sigma^2 I)` and accept with probability
 :math:`\min[1, \exp(U(\theta) - U(\theta^*))]` (eq. 11; the Gaussian proposal is symmetric, so no
 Hastings correction). ``lr`` is the proposal variance :math:`\sigma^2`, the variance of SGLD's and
-MALA's noise at the same ``lr`` (:mod:`bdl.samplers.metropolis`); seed 003's
+MALA's noise at the same ``lr`` (:mod:`bdl.samplers.metropolis`); the SG-MCMC tutorial (2020)'s
 ``alpha = 0.02`` is a proposal standard deviation, ``lr = 4e-4``.
 
 The gradient the closure returns is not used (the runner's closures always compute it, so on a
 network each proposal costs a forward and a backward pass). ``approximate=True`` tests on the
-minibatch estimate of ``U`` instead (seed 001; biased).
+minibatch estimate of ``U`` instead (Ambrogioni; biased).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 r"""Stochastic gradient Hamiltonian Monte Carlo (Chen, Fox & Guestrin, ICML 2014).
 
-Second-order Langevin dynamics with friction (seed 000, eq. 46), discretised as in Chen et al.'s
+Second-order Langevin dynamics with friction (Bühler, eq. 46), discretised as in Chen et al.'s
 eq. (15) with :math:`v = \eta\, p`:
 
 .. math::

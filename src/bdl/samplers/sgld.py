@@ -1,6 +1,6 @@
 r"""Stochastic gradient Langevin dynamics (Welling & Teh, ICML 2011).
 
-Seed 000, eq. (39):
+Bühler, eq. (39):
 
 .. math::
 
