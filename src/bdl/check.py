@@ -23,9 +23,10 @@ targets (:mod:`bdl.targets`), each with many independent chains stacked in one t
    posterior in closed form; minibatches of 50 out of 500 points for the stochastic-gradient
    samplers. Reported: :math:`\lVert\hat\mu - \mu\rVert/\lVert\mu\rVert` and
    :math:`\lVert\hat\Sigma - \Sigma\rVert_F/\lVert\Sigma\rVert_F`.
-4. **The SG-MCMC tutorial (2020)'s regression** (:math:`\beta_0, \beta, \sigma`, :math:`N = 30`, flat prior):
-   random-walk Metropolis with the post's proposal (standard deviation 0.02) and SGLD as the post
-   runs them (full-data gradients), and the others, against a long HMC run; same errors as 3.
+4. **The SG-MCMC tutorial (2020)'s regression** (:math:`\beta_0, \beta, \sigma`, :math:`N = 30`,
+   flat prior): random-walk Metropolis with the post's proposal (standard deviation 0.02) and SGLD
+   as the post runs them (full-data gradients), and the others, against a long HMC run; same errors
+   as 3.
 
 The table gives, per target and sampler, the error, the verdict against :data:`THRESHOLDS`, the
 bulk effective sample size (arviz, the minimum over coordinates) per gradient evaluation — counted

@@ -177,12 +177,12 @@ class LinearRegression:
 
 
 class ToyRegression:
-    r"""The SG-MCMC tutorial (2020)'s "very simple neural net": :math:`y_n = \beta_0 + \beta x_n + \mathcal N(0,
-    \sigma^2)`, :math:`x_n \sim U(-1, 1)`, :math:`N = 30`, :math:`\beta_0 = -1`, :math:`\beta = 2`,
-    :math:`\sigma = 0.5` (the post's code), a flat prior and :math:`\sigma` unconstrained with
-    :math:`|\sigma|` in the likelihood, as in the post. Its posterior has no closed form (the
-    reference is a long HMC run); :math:`\sigma` is compared through :math:`|\sigma|`.
-    """
+    r"""The SG-MCMC tutorial (2020)'s "very simple neural net": :math:`y_n = \beta_0 + \beta x_n +
+    \mathcal N(0, \sigma^2)`, :math:`x_n \sim U(-1, 1)`, :math:`N = 30`, :math:`\beta_0 = -1`,
+    :math:`\beta = 2`, :math:`\sigma = 0.5` (the post's code), a flat prior and :math:`\sigma`
+    unconstrained with :math:`|\sigma|` in the likelihood, as in the post. Its posterior has no
+    closed form (the reference is a long HMC run); :math:`\sigma` is compared through
+    :math:`|\sigma|`. """
 
     name = "seed003_regression"
 
