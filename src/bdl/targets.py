@@ -182,7 +182,8 @@ class ToyRegression:
     :math:`\beta = 2`, :math:`\sigma = 0.5` (the post's code), a flat prior and :math:`\sigma`
     unconstrained with :math:`|\sigma|` in the likelihood, as in the post. Its posterior has no
     closed form (the reference is a long HMC run); :math:`\sigma` is compared through
-    :math:`|\sigma|`. """
+    :math:`|\sigma|`.
+    """
 
     name = "seed003_regression"
 
