@@ -28,7 +28,7 @@ def test_quick_check_prints_the_table_and_writes_the_csv_and_figures(tmp_path, c
     rows = list(csv.DictReader((tmp_path / "check.csv").open()))
     assert len(table) == 2 + len(rows)
     targets = {row["target"] for row in rows}
-    assert targets == {"double_well", "gaussian_2d", "linear_regression", "seed003_regression"}
+    assert targets == {"double_well", "gaussian_2d", "linear_regression", "toy_regression"}
     assert (tmp_path / "double_well.png").stat().st_size > 10_000
     assert (tmp_path / "gaussian_2d.png").stat().st_size > 10_000
     hmc = next(r for r in rows if r["target"] == "double_well" and r["sampler"] == "hmc")

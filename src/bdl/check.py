@@ -433,7 +433,7 @@ def linear_regression(
 # Target 4: the SG-MCMC tutorial (2020)'s regression
 
 
-def seed003_regression(
+def toy_regression(
     quick: bool, seed: int, out: Path, only: Sequence[str] | None = None
 ) -> list[Row]:
     target = ToyRegression()
@@ -473,7 +473,7 @@ TARGETS = {
     "double_well": double_well,
     "gaussian_2d": gaussian_2d,
     "linear_regression": linear_regression,
-    "seed003_regression": seed003_regression,
+    "toy_regression": toy_regression,
 }
 
 

@@ -185,7 +185,7 @@ class ToyRegression:
     :math:`|\sigma|`.
     """
 
-    name = "seed003_regression"
+    name = "toy_regression"
 
     def __init__(self, num_data: int = 30, seed: int = 0) -> None:
         generator = torch.Generator().manual_seed(seed)
