@@ -16,13 +16,13 @@ TINY_BOSTON = ["dataset=boston", "epochs=4", "burn_in=1", "thin=1"]
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory) -> dict[str, str]:
-    """The user's environment with every cache in a temporary folder, real data if present."""
-    if not os.environ.get("BDL_DATA_DIR"):
-        pytest.skip("needs real data: set BDL_DATA_DIR to a folder with MNIST/raw/ and uci/")
+def env(tmp_path_factory, fake_data_root) -> dict[str, str]:
+    """The user's environment with every cache in a temporary folder and the generated data
+    (real formats, real MNIST and Boston sizes) as BDL_DATA_DIR."""
     cache = tmp_path_factory.mktemp("cache")
     return {
         **os.environ,
+        "BDL_DATA_DIR": str(fake_data_root),
         "BDL_CACHE_DIR": str(cache),
         "XDG_CACHE_HOME": str(cache),
         "OMP_NUM_THREADS": "1",

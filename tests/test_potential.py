@@ -284,9 +284,9 @@ def test_local_reparameterisation_backward_is_the_derivative(bias):
     assert torch.autograd.gradcheck(lambda *a: _LocalNoise.apply(*a), inputs)
 
 
-def test_runner_gibbs_steps_in_any_sampler_are_traced(data_dir, isolated_cache, tmp_path):
+def test_runner_gibbs_steps_in_any_sampler_are_traced(fake_data_root, isolated_cache, tmp_path):
     overrides = [
-        f"dataset.root={data_dir}",
+        f"dataset.root={fake_data_root}",
         "dataset=boston",
         "sampler=sgld",
         "prior=ard",
