@@ -27,7 +27,7 @@ CIFAR_LABEL_NAMES = [
 ]
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def data_dir() -> Path:
     """The real data folder ($BDL_DATA_DIR): the one rule for tests that need the real files.
 
