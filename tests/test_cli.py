@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -59,7 +60,7 @@ def test_tiny_run_writes_every_output(env, tmp_path):
         assert key in metrics
     assert metrics["num_samples"] == 2 and metrics["grad_evals"] == 30
     assert metrics["test_accuracy"] > 0.5
-    assert (run_dir / ".hydra" / "config.yaml").is_file()
+    assert "epochs: 3" in (run_dir / ".hydra" / "config.yaml").read_text().splitlines()
     assert len((run_dir / "curve.csv").read_text().splitlines()) == 1 + 3
     predictive = load_file(run_dir / "predictive.safetensors")
     assert predictive["predictive"].shape == (10000, 10)
@@ -171,4 +172,8 @@ def test_diverged_chain_stops_cleanly_and_keeps_what_was_written(env, tmp_path):
     assert result.returncode != 0
     assert "diverged" in result.stderr and "sampler.lr" in result.stderr
     assert "Traceback" not in result.stderr
-    assert (run_dir / "curve.csv").is_file()
+    # the epochs before the divergence, all finite: the diverged one is not written
+    lines = (run_dir / "curve.csv").read_text().splitlines()
+    assert lines[0].split(",")[1] == "potential"
+    potentials = [float(line.split(",")[1]) for line in lines[1:]]
+    assert len(potentials) < 30 and all(math.isfinite(u) for u in potentials)
