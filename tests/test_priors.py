@@ -232,3 +232,11 @@ def test_gibbs_step_is_reproducible_from_its_generator():
 
     assert torch.equal(run(0), run(0))
     assert not torch.equal(run(0), run(1))
+
+
+def test_gaussian_elementwise_log_density_is_the_normal_log_pdf():
+    """The elementwise form (used where a prior is evaluated per weight) against torch, at a
+    scale where σ² ≠ 2σ."""
+    theta = torch.linspace(-2, 2, 9, dtype=torch.float64)
+    expected = torch.distributions.Normal(0.0, 0.7).log_prob(theta)
+    torch.testing.assert_close(Gaussian(0.7).log_density(theta, 0.7), expected)

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -92,3 +94,17 @@ def test_frn_tlu_thresholds_at_tau():
     with torch.no_grad():
         frn.tau.fill_(0.5)
     assert (frn(torch.randn(3, 2, 4, 4)) >= 0.5).all()
+
+
+def test_resnet20_frn_he_initialisation_has_std_sqrt_2_over_fan_in():
+    """He et al. (2015): weights of std √(2/fan_in), drawn from a normal truncated at ±2 std whose
+    own std is rescaled back to that value; checked on the 36 864 weights of a 64 → 64 layer
+    within 5 standard errors of a sample std (σ/√(2n))."""
+    torch.manual_seed(0)
+    weight = ResNet20FRN(input_shape=(3, 32, 32), out_features=10).blocks[8].conv2.conv.weight
+    target = math.sqrt(2 / (64 * 9))
+    assert abs(weight.std().item() - target) < 5 * target / math.sqrt(2 * weight.numel())
+    assert weight.abs().max().item() <= 2 * target / 0.87962566103423978 + 1e-6
+    assert ResNet20FRN(input_shape=(3, 8, 8), out_features=2, width=1)(
+        torch.zeros(1, 3, 8, 8)
+    ).shape == (1, 2)

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from bdl.samplers import MALA, SGHMC, SGLD
+from bdl.samplers import MALA, SGHMC, SGLD, NaiveSGHMC
 
 MU, SIGMA2, CHAINS = 1.0, 2.0, 100_000
 TOLERANCE = 5.0  # standard errors
@@ -107,4 +107,17 @@ def test_mala_leaves_the_exact_target_invariant():
     state = sampler.init([theta])
     for _ in range(50):
         sampler.step(state, _closure(theta))
+    _assert_gaussian(theta, MU, SIGMA2)
+
+
+def test_naive_sghmc_with_mh_leaves_the_exact_target_invariant():
+    """Each trajectory of L = 5 leapfrog steps from a fresh momentum, tested on its energy error
+    (Neal 2011), is HMC: chains started in N(μ, σ²) stay there. By hand, a trajectory evaluates
+    ∇U at its start, at each of the L − 1 interior kicks and at its end: L + 1 evaluations."""
+    (theta,) = _start(6, np.array([[SIGMA2]]))
+    sampler = NaiveSGHMC(1.5, resample_every=5, mh=True, generator=torch.Generator().manual_seed(7))
+    state = sampler.init([theta])
+    for _ in range(10 * 5):
+        sampler.step(state, _closure(theta))
+    assert state.grad_evals == 10 * (5 + 1)
     _assert_gaussian(theta, MU, SIGMA2)
