@@ -229,6 +229,24 @@ def test_closed_form_kl_matches_torch_and_its_gradient(temperature):
         torch.testing.assert_close(g - g0, e)
 
 
+@pytest.mark.parametrize("local_reparam", [False, True])
+def test_variational_data_term_is_divided_by_the_temperature(local_reparam):
+    """Without the prior term (weight 0) the negative ELBO is −(N/n) Σ log p(y|x, θ) / T: the
+    same draws at T = 0.25 give 4 times the value and gradient of T = 1."""
+    x, y = torch.randn(6, 4, dtype=torch.float64), torch.randint(0, 3, (6,))
+    results = []
+    for temperature in (1.0, 0.25):
+        potential = mlp_potential(GaussianPrior(0.8), temperature)
+        q = mean_field(potential, seed=1)
+        generator = torch.Generator().manual_seed(5)
+        draw = MeanField(q.mean, q.std, generator, local_reparam)
+        results.append(potential.closure(x, y, 0.0)(draw))
+    (cold_value, cold_grads), (value, grads) = results
+    assert value.item() == pytest.approx(4 * cold_value.item(), rel=1e-12)
+    for g, cold in zip(grads, cold_grads):
+        torch.testing.assert_close(g, 4 * cold)
+
+
 def test_closed_form_kl_agrees_with_monte_carlo_kl_in_expectation():
     potential = mlp_potential(GaussianPrior(0.8))
     x, y = torch.randn(6, 4, dtype=torch.float64), torch.randint(0, 3, (6,))
