@@ -247,6 +247,19 @@ def test_variational_data_term_is_divided_by_the_temperature(local_reparam):
         torch.testing.assert_close(g, 4 * cold)
 
 
+def test_local_reparameterisation_noise_comes_from_q_generator():
+    """Same q generator seed, different global seeds: the same estimate (a run's seed fixes it)."""
+    potential = mlp_potential(GaussianPrior(0.8))
+    x, y = torch.randn(6, 4, dtype=torch.float64), torch.randint(0, 3, (6,))
+    q = mean_field(potential, seed=1)
+    values = []
+    for global_seed in (0, 1):
+        torch.manual_seed(global_seed)
+        draw = MeanField(q.mean, q.std, torch.Generator().manual_seed(5), True)
+        values.append(potential.closure(x, y)(draw)[0].item())
+    assert values[0] == values[1]
+
+
 def test_closed_form_kl_agrees_with_monte_carlo_kl_in_expectation():
     potential = mlp_potential(GaussianPrior(0.8))
     x, y = torch.randn(6, 4, dtype=torch.float64), torch.randint(0, 3, (6,))
