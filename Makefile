@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export BDL_DATA_DIR ?= $(abspath ../shared/data)
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-slow lint format bench reproduce-chen-mnist reproduce-uci-boston check \
+.PHONY: help install run test test-slow lint format bench mutation reproduce-chen-mnist reproduce-uci-boston check \
 	reproduce-izmailov-mnist reproduce-blundell-mnist
 
 help: ## list the targets
@@ -35,6 +35,10 @@ lint: install ## ruff lint and format check
 format: install ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff check --fix src tests scripts
 	$(BIN)/ruff format src tests scripts
+
+mutation: install ## mutmut on samplers/, potential, likelihoods, priors, metrics, models/ (hours on 2 cores)
+	OMP_NUM_THREADS=1 $(BIN)/mutmut run
+	$(BIN)/mutmut results
 
 bench: install ## bdl vs bare PyTorch, same process: SGHMC vs SGD-momentum epoch; BBB vs SGD step
 	$(BIN)/python scripts/bench.py

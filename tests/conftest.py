@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import pickle
@@ -29,15 +30,20 @@ CIFAR_LABEL_NAMES = [
 ]
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def data_dir() -> Path:
-    """The real data folder ($BDL_DATA_DIR); tests needing real data skip without it."""
+    """The real data folder ($BDL_DATA_DIR): the one rule for tests that need the real files.
+
+    Unset, the test skips (a machine without the data); set to a folder that does not exist, it
+    fails, since that is a broken setup rather than a missing data set. Everything else (the
+    runner, the CLI, the loaders' formats and error paths) runs on :func:`fake_data_root`.
+    """
     value = os.environ.get("BDL_DATA_DIR")
     if not value:
         pytest.skip("needs real data: set BDL_DATA_DIR to a folder with MNIST/raw/ and uci/")
     path = Path(value).expanduser()
     if not path.is_dir():
-        pytest.skip(f"needs real data: BDL_DATA_DIR={value} does not exist")
+        pytest.fail(f"BDL_DATA_DIR={value} is not a folder: point it at the real data or unset it")
     return path
 
 
@@ -186,3 +192,85 @@ def race(tmp_path: Path) -> Callable[..., list[str]]:
         return [out for out, _ in results]
 
     return run
+
+
+def _idx(array: np.ndarray) -> bytes:
+    """``array`` (uint8) in LeCun's IDX format: magic 0x0000 08 <ndim>, big-endian sizes, data."""
+    header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim)
+    return header + struct.pack(f">{array.ndim}I", *array.shape) + array.tobytes()
+
+
+def mnist_images(labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """28×28 uint8 images in which class k lights rows 2k+4 and 2k+5 above a noisy background,
+    so that a few epochs of a small network learn them (a run's accuracy is checkable)."""
+    images = rng.integers(0, 64, size=(labels.size, 28, 28), dtype=np.uint8)
+    for k in range(10):
+        images[labels == k, 2 * k + 4 : 2 * k + 6, 4:24] = 255
+    return images
+
+
+def write_fake_mnist(root: Path, seed: int = 0) -> Path:
+    """MNIST's four files under ``root/MNIST/raw/`` in the IDX format, both the ``.gz`` archives
+    and the extracted files that torchvision reads in place, with the real sizes (60 000 training
+    and 10 000 test images: the loader checks them). Returns ``root``."""
+    rng = np.random.default_rng(seed)
+    raw = Path(root) / "MNIST" / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    for prefix, count in (("train", 60000), ("t10k", 10000)):
+        labels = rng.integers(0, 10, size=count).astype(np.uint8)
+        for kind, array in (("images", mnist_images(labels, rng)), ("labels", labels)):
+            payload = _idx(array)
+            name = f"{prefix}-{kind}-idx{array.ndim}-ubyte"
+            (raw / name).write_bytes(payload)
+            (raw / f"{name}.gz").write_bytes(gzip.compress(payload, compresslevel=1))
+    return Path(root)
+
+
+# Rows, columns (features + target, the target last) and splits of the fake UCI folders; Boston
+# keeps the real shape (506 × 14, 20 splits of 455 / 51) so outputs have the real sizes.
+FAKE_UCI = {
+    "bostonHousing": (506, 14, 20),
+    "concrete": (40, 9, 20),
+    "energy": (40, 10, 20),
+    "kin8nm": (40, 9, 20),
+    "naval-propulsion-plant": (40, 18, 20),
+    "power-plant": (40, 5, 20),
+    "protein-tertiary-structure": (40, 10, 5),
+    "wine-quality-red": (40, 12, 20),
+    "yacht": (40, 7, 20),
+}
+
+
+def write_fake_uci(root: Path, name: str, rows: int, columns: int, splits: int, seed: int = 0):
+    """One UCI folder in the layout of the standard splits (``data.txt``, ``index_*.txt``,
+    ``n_splits.txt``): a linear target plus noise, 90/10 random splits."""
+    rng = np.random.default_rng(seed)
+    folder = Path(root) / "uci" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    x = rng.normal(size=(rows, columns - 1))
+    y = x @ rng.normal(size=columns - 1) + 0.3 * rng.normal(size=rows)
+    np.savetxt(folder / "data.txt", np.column_stack([x, 10 + 5 * y]), fmt="%.6f")
+    np.savetxt(folder / "index_features.txt", np.arange(columns - 1), fmt="%d")
+    np.savetxt(folder / "index_target.txt", [columns - 1], fmt="%d")
+    np.savetxt(folder / "n_splits.txt", [splits], fmt="%d")
+    n_test = -(-rows // 10)  # the standard splits round the 10% up (Boston: 51 of 506)
+    for i in range(splits):
+        order = rng.permutation(rows)
+        np.savetxt(folder / f"index_train_{i}.txt", np.sort(order[n_test:]), fmt="%d")
+        np.savetxt(folder / f"index_test_{i}.txt", np.sort(order[:n_test]), fmt="%d")
+
+
+@pytest.fixture(scope="session")
+def fake_data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data root generated once per session in the real on-disk formats: ``MNIST/raw/`` (IDX,
+    extracted and ``.gz``), ``uci/<name>/`` for every UCI set and ``cifar-10-batches-py/``
+    (Python 2 pickles; loading it needs :func:`no_cifar_md5`, since the md5s cannot match).
+
+    Runner and CLI tests run on it, so they need no real data; what is learnt from it says
+    nothing about the real benchmarks."""
+    root = tmp_path_factory.mktemp("fake-data")
+    write_fake_mnist(root)
+    for i, (name, shape) in enumerate(FAKE_UCI.items()):
+        write_fake_uci(root, name, *shape, seed=i)
+    write_fake_cifar10(root)
+    return root

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -16,13 +17,13 @@ TINY_BOSTON = ["dataset=boston", "epochs=4", "burn_in=1", "thin=1"]
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory) -> dict[str, str]:
-    """The user's environment with every cache in a temporary folder, real data if present."""
-    if not os.environ.get("BDL_DATA_DIR"):
-        pytest.skip("needs real data: set BDL_DATA_DIR to a folder with MNIST/raw/ and uci/")
+def env(tmp_path_factory, fake_data_root) -> dict[str, str]:
+    """The user's environment with every cache in a temporary folder and the generated data
+    (real formats, real MNIST and Boston sizes) as BDL_DATA_DIR."""
     cache = tmp_path_factory.mktemp("cache")
     return {
         **os.environ,
+        "BDL_DATA_DIR": str(fake_data_root),
         "BDL_CACHE_DIR": str(cache),
         "XDG_CACHE_HOME": str(cache),
         "OMP_NUM_THREADS": "1",
@@ -59,7 +60,7 @@ def test_tiny_run_writes_every_output(env, tmp_path):
         assert key in metrics
     assert metrics["num_samples"] == 2 and metrics["grad_evals"] == 30
     assert metrics["test_accuracy"] > 0.5
-    assert (run_dir / ".hydra" / "config.yaml").is_file()
+    assert "epochs: 3" in (run_dir / ".hydra" / "config.yaml").read_text().splitlines()
     assert len((run_dir / "curve.csv").read_text().splitlines()) == 1 + 3
     predictive = load_file(run_dir / "predictive.safetensors")
     assert predictive["predictive"].shape == (10000, 10)
@@ -171,4 +172,8 @@ def test_diverged_chain_stops_cleanly_and_keeps_what_was_written(env, tmp_path):
     assert result.returncode != 0
     assert "diverged" in result.stderr and "sampler.lr" in result.stderr
     assert "Traceback" not in result.stderr
-    assert (run_dir / "curve.csv").is_file()
+    # the epochs before the divergence, all finite: the diverged one is not written
+    lines = (run_dir / "curve.csv").read_text().splitlines()
+    assert lines[0].split(",")[1] == "potential"
+    potentials = [float(line.split(",")[1]) for line in lines[1:]]
+    assert len(potentials) < 30 and all(math.isfinite(u) for u in potentials)

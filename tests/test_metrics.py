@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -46,6 +47,36 @@ def test_ece_calibrated_and_overconfident():
     assert ece(certain, torch.arange(3)) == pytest.approx(0.0)
 
 
+def _guo_ece(confidences, correct, bins):
+    """The reference computation of Guo et al. (2017)'s code, in NumPy: bins (lo, hi] with
+    ``np.linspace`` edges, |mean confidence − accuracy| weighted by the bin's share."""
+    edges = np.linspace(0, 1, bins + 1)
+    total = 0.0
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        in_bin = (confidences > lo) & (confidences <= hi)
+        if in_bin.any():
+            total += abs(confidences[in_bin].mean() - correct[in_bin].mean()) * in_bin.mean()
+    return total
+
+
+def test_ece_matches_the_reference_binning_on_bin_edges():
+    """Confidences on the edges 0.25, 0.5 and 0.75 of 4 bins, right or wrong in turn: bins closed
+    on the left would move each into the next bin and change the sum."""
+    confidence = np.array([0.25, 0.25, 0.5, 0.5, 0.5, 0.75, 0.75, 0.9, 1.0, 0.6])
+    labels = np.array([0, 1, 0, 0, 1, 0, 1, 0, 0, 1])
+    probs = torch.tensor(np.stack([confidence, 1 - confidence], axis=1))
+    expected = _guo_ece(confidence, (labels == 0).astype(float), bins=4)
+    assert ece(probs, torch.tensor(labels), bins=4) == pytest.approx(expected, abs=1e-12)
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.full(5, 0.5), size=400)
+    labels = rng.integers(0, 5, size=400)
+    correct = (probs.argmax(1) == labels).astype(float)
+    for bins in (1, 7, 15):
+        expected = _guo_ece(probs.max(1), correct, bins)
+        got = ece(torch.tensor(probs), torch.tensor(labels), bins=bins)
+        assert got == pytest.approx(expected, abs=1e-12)
+
+
 def test_agreement_and_total_variation_by_hand():
     probs = torch.tensor([[0.7, 0.3], [0.4, 0.6]])
     ref = torch.tensor([[0.6, 0.4], [0.8, 0.2]])
@@ -59,7 +90,7 @@ def test_agreement_and_total_variation_identities():
     q = torch.distributions.Dirichlet(torch.ones(5)).sample((50,))
     assert agreement(p, p) == 1.0
     assert total_variation(p, p) == 0.0
-    assert 0.0 <= total_variation(p, q) <= 1.0
+    assert total_variation(p, q) == pytest.approx(0.5 * (p - q).abs().sum(-1).mean().item())
     assert total_variation(p, q) == pytest.approx(total_variation(q, p))
     assert total_variation(torch.eye(3), torch.eye(3).roll(1, 0)) == pytest.approx(1.0)
 

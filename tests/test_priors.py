@@ -232,3 +232,19 @@ def test_gibbs_step_is_reproducible_from_its_generator():
 
     assert torch.equal(run(0), run(0))
     assert not torch.equal(run(0), run(1))
+
+
+def test_gaussian_elementwise_log_density_is_the_normal_log_pdf():
+    """The elementwise form (used where a prior is evaluated per weight) against torch, at a
+    scale where σ² ≠ 2σ."""
+    theta = torch.linspace(-2, 2, 9, dtype=torch.float64)
+    expected = torch.distributions.Normal(0.0, 0.7).log_prob(theta)
+    torch.testing.assert_close(Gaussian(0.7).log_density(theta, 0.7), expected)
+
+
+def test_gamma_hierarchical_std_before_any_log_prob():
+    """A variational run asks for the prior's σ = λ^(-1/2) before the prior has seen the weights
+    (the closed-form KL comes first): λ starts at its initial value, here 4, so σ = 1/2."""
+    prior = GammaHierarchical(precision=4.0)
+    std = prior.gaussian_std("layers.0.weight", torch.zeros(3, 2))
+    torch.testing.assert_close(std.expand(3, 2), torch.full((3, 2), 0.5))

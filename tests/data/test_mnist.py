@@ -40,12 +40,9 @@ def _offline(*args, **kwargs):
 
 
 @pytest.fixture(scope="module")
-def mnist(tmp_path_factory: pytest.TempPathFactory):
+def mnist(tmp_path_factory: pytest.TempPathFactory, data_dir: Path):
     """Load the real MNIST once for the module, with every cache in a temporary folder."""
-    value = os.environ.get("BDL_DATA_DIR")
-    if not value or not (Path(value) / "MNIST" / "raw").is_dir():
-        pytest.skip("needs real data: set BDL_DATA_DIR to a folder containing MNIST/raw/*.gz")
-    root = Path(value)
+    root = data_dir
     tmp = tmp_path_factory.mktemp("mnist-cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XDG_CACHE_HOME", str(tmp / "xdg"))

@@ -34,10 +34,27 @@ def test_mlp_accepts_hydra_listconfig_and_empty_hidden():
     assert len(linear.layers) == 1
 
 
-@pytest.mark.parametrize("activation", ["sigmoid", "relu", "tanh", "swish"])
-def test_mlp_activations(activation):
-    model = MLP(input_shape=(3,), out_features=2, activation=activation)
-    assert torch.isfinite(model(torch.randn(4, 3))).all()
+# Each activation written from its definition, not with torch's own function.
+DEFINITIONS = {
+    "sigmoid": lambda z: 1 / (1 + torch.exp(-z)),
+    "relu": lambda z: torch.where(z > 0, z, torch.zeros_like(z)),
+    "tanh": lambda z: (torch.exp(z) - torch.exp(-z)) / (torch.exp(z) + torch.exp(-z)),
+    "swish": lambda z: z / (1 + torch.exp(-z)),  # Ramachandran et al. (2017): z·σ(z)
+}
+
+
+@pytest.mark.parametrize("activation", sorted(DEFINITIONS))
+def test_mlp_forward_is_affine_activation_affine(activation):
+    torch.manual_seed(0)
+    model = MLP(input_shape=(1, 2, 3), out_features=2, hidden=[5, 4], activation=activation)
+    x = 2 * torch.randn(7, 1, 2, 3)
+    h = x.reshape(7, 6).double()
+    w = {name: p.detach().double() for name, p in model.named_parameters()}
+    f = DEFINITIONS[activation]
+    h = f(h @ w["layers.0.weight"].T + w["layers.0.bias"])
+    h = f(h @ w["layers.2.weight"].T + w["layers.2.bias"])
+    expected = h @ w["layers.4.weight"].T + w["layers.4.bias"]
+    torch.testing.assert_close(model(x).double(), expected, rtol=1e-5, atol=1e-6)
 
 
 def test_mlp_bad_activation_names_config_key_and_choices():

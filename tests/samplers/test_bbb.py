@@ -140,9 +140,9 @@ def test_recovers_a_factorised_gaussian_posterior():
     )
 
 
-def test_mfvi_starts_from_the_last_sample_of_an_sgd_run(data_dir, isolated_cache, tmp_path):
+def test_mfvi_starts_from_the_last_sample_of_an_sgd_run(fake_data_root, isolated_cache, tmp_path):
     common = [
-        f"dataset.root={data_dir}",
+        f"dataset.root={fake_data_root}",
         "dataset.validation=59000",
         "epochs=1",
         "burn_in=0",

@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from bdl.samplers import SGD, SGHMC, SGLD
+from bdl.samplers import HMC, PSGLD, SGD, SGHMC, SGLD, ConstantSGD, NaiveSGHMC
+from bdl.samplers.bbb import BBB
 
 
 def quadratic_closure(params, scale=1.0):
@@ -142,6 +143,7 @@ def test_noise_flag_switches_off_injected_noise():
         (lambda: SGHMC(lr=0.1, alpha=0.0), "alpha"),
         (lambda: SGHMC(lr=0.0), "lr"),
         (lambda: SGD(lr=0.1, momentum=1.0), "momentum"),
+        (lambda: HMC(lr=0.1, num_steps=None, trajectory_length=0.0), "trajectory_length"),
     ],
 )
 def test_bad_hyperparameters_raise_value_error_naming_the_key(build, key):
@@ -158,3 +160,19 @@ def test_sgld_samples_a_gaussian():
     for _ in range(3000):
         sampler.step(state, quadratic_closure(params, scale=1 / sigma2))
     assert params[0].var().item() == pytest.approx(sigma2, rel=0.1)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: BBB(0.1, num_samples=1, betas=(0.0, 0.0)),
+        lambda: ConstantSGD(0.1, variance_floor=1.0),
+        lambda: NaiveSGHMC(0.1, resample_every=1),
+        lambda: PSGLD(0.1, beta=0.0),
+    ],
+    ids=["bbb", "csgd", "naive_sghmc", "psgld"],
+)
+def test_hyperparameters_on_the_edge_of_their_range_are_accepted(build):
+    """The closed ends of each range (one sample, Adam's β = 0, a variance floor of 1, one step
+    between momentum resamplings, no RMSprop averaging) are valid settings."""
+    build()

@@ -73,3 +73,22 @@ def test_foreach_equals_loop(assert_foreach_matches_loop, quadratic, grad_var):
 def test_bad_grad_var_names_the_key(grad_var):
     with pytest.raises(ValueError, match="sampler.grad_var"):
         SGHMC(0.01, grad_var=grad_var)
+
+
+def test_foreach_equals_loop_with_noisy_gradients(assert_foreach_matches_loop):
+    """With gradients that vary between steps the online variance estimate is not zero, so the
+    twins' β̂ = ½ηV̂ is exercised (a deterministic gradient leaves V̂ = 0)."""
+    steps = {}
+
+    def noisy(params):
+        t = steps[id(params)] = steps.get(id(params), -1) + 1
+        return lambda: (None, [p + 0.5 * (-1) ** t * (1 + p.abs()) for p in params])
+
+    assert_foreach_matches_loop(
+        lambda foreach: SGHMC(
+            0.1, 0.5, grad_var="online", foreach=foreach, generator=torch.Generator().manual_seed(7)
+        ),
+        noisy,
+        steps=8,
+        step_options=lambda t: {"tune": t < 5},
+    )
