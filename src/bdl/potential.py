@@ -248,8 +248,15 @@ class Potential:
             self.likelihood.gibbs_step(outputs, generator, self.temperature)
 
     def hyperparameters(self) -> dict[str, Tensor]:
-        """The Gibbs-sampled hyperparameters by trace name (the prior's, then the likelihood's)."""
+        """The hyperparameters by trace name (the prior's, then the likelihood's): the
+        Gibbs-sampled ones, and a noise precision the sampler moves."""
         return {**self.prior.hyperparameters(), **self.likelihood.hyperparameters()}
+
+    @property
+    def has_gibbs_step(self) -> bool:
+        """Whether :meth:`gibbs_step` changes anything (else ``U`` never changes under a
+        kernel, and the runner need not call it)."""
+        return bool(self.prior.state_dict()) or self.likelihood.gibbs
 
     def state_dict(self) -> dict[str, Tensor]:
         """Everything outside ``params`` that a run changes (Gibbs-sampled precisions of the prior

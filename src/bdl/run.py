@@ -176,12 +176,6 @@ class Experiment:
     #: data: minibatch order and augmentation; noise: the sampler's; gibbs: hyperparameters'
     generators: dict[str, torch.Generator]
 
-    @property
-    def resamples(self) -> bool:
-        """Whether there are hyperparameters to Gibbs-sample (else U never changes under a
-        kernel)."""
-        return bool(self.potential.hyperparameters())
-
     def collects(self, epoch: int) -> bool:
         """Whether the state after (0-based) ``epoch`` is kept as a posterior sample."""
         return self.sampler.injects_noise and self.schedule.collects(
@@ -508,7 +502,7 @@ class Sampling:
             if "accepted" in info:  # this step made a Metropolis test
                 loop.accepted = loop.accepted + info["accepted"].double().mean()
                 loop.tests += 1
-            if exp.resamples and (t + 1) % exp.gibbs_every == 0:
+            if exp.potential.has_gibbs_step and (t + 1) % exp.gibbs_every == 0:
                 exp.potential.gibbs_step(exp.generators["gibbs"], exp.train_chunks)
                 loop.sampler.buffers.pop("grad", None)  # U changed: a kernel's cached ∇U is stale
             loop.step = i + 1
