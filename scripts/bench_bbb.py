@@ -46,7 +46,7 @@ def main() -> None:
         "sampler=bbb",
         "sampler.kl_weighting=uniform",  # every step pays for the KL term
         "experiment=blundell2015_mnist",
-        f"dataset.mlp.hidden=[{args.hidden},{args.hidden}]",
+        f"protocol.mlp.hidden=[{args.hidden},{args.hidden}]",
         f"device={args.device}",
     ]
     runs = {name: build(composed(base + extra)) for name, extra in VARIANTS.items()}

@@ -32,7 +32,7 @@ def sampling(cfg: DictConfig, directory: Path, start_epoch: int = 0) -> Sampling
 def bare_model(run: Experiment) -> nn.Module:
     """A freshly initialised network of the run's architecture, for the bare PyTorch loops."""
     torch.manual_seed(0)
-    mlp = run.cfg.dataset.mlp
+    mlp = run.cfg.model
     return type(run.potential.model)(
         input_shape=run.data.input_shape,
         out_features=run.data.out_features,

@@ -9,11 +9,9 @@ import pytest
 import torch
 from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
 import bdl.config  # noqa: F401  (registers the root schema)
 from bdl.config import ConfigError, validate
-from bdl.run import RUNNER_DATASET_KEYS
 
 
 def options(group: str) -> list[str]:
@@ -95,10 +93,7 @@ def test_experiment_presets_compose(option):
 def test_dataset_options(option, fake_data_root, isolated_cache, no_cifar_md5):
     cfg = composed(f"dataset={option}", f"dataset.root={fake_data_root}")
     validate(cfg)
-    loader = OmegaConf.masked_copy(
-        cfg.dataset, [k for k in cfg.dataset if k not in RUNNER_DATASET_KEYS]
-    )
-    data = instantiate(loader)
+    data = instantiate(cfg.dataset)
     assert data.num_train > 0 and data.x_test.shape[1:] == data.x_train.shape[1:]
 
 

@@ -13,7 +13,7 @@ from enum import Enum
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import OmegaConf
+from omegaconf import MISSING, OmegaConf
 
 
 class ConfigError(ValueError):
@@ -43,6 +43,24 @@ class WandbConfig:
 
 
 @dataclass
+class MLPProtocol:
+    # The benchmark's fully connected network (read by model=mlp): widths of the hidden layers,
+    # their activation, and the initial weights' standard deviation (None: PyTorch's default).
+    hidden: list[int] = MISSING
+    activation: str = MISSING
+    init_std: float | None = None
+
+
+@dataclass
+class ProtocolConfig:
+    """A benchmark's protocol beyond the top-level keys it sets (``conf/protocol/``)."""
+
+    mlp: MLPProtocol = field(default_factory=MLPProtocol)
+    prior_scale: float = 1.0  # the Gaussian prior's scale (prior=gaussian)
+    augment: bool = False  # random crop + flip of each training minibatch (images)
+
+
+@dataclass
 class RunConfig:
     seed: int = 0
     device: Device = Device.auto
@@ -64,6 +82,7 @@ class RunConfig:
     checkpoint_every: int | None = None
     likelihood: LikelihoodConfig = field(default_factory=LikelihoodConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
+    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
     dataset: Any = None
     model: Any = None
     prior: Any = None

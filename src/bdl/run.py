@@ -52,9 +52,6 @@ log = logging.getLogger("bdl")
 #: A potential above this multiple of its starting value (or of N, if larger) has diverged: no
 #: sampler recovers from a jump of six orders of magnitude, and a NaN would follow.
 DIVERGENCE_FACTOR = 1e6
-# Keys of the dataset configs read by the runner and the model and prior configs, not by the
-# loaders.
-RUNNER_DATASET_KEYS = ("mlp", "augment", "prior_scale")
 #: Seconds of work between checkpoints when ``checkpoint_every`` is not set.
 CHECKPOINT_SECONDS = 60.0
 #: Config keys that may differ when resuming: where things are, how often to report.
@@ -192,9 +189,8 @@ class Experiment:
 
 
 def load_data(cfg: DictConfig) -> Dataset:
-    """The dataset of ``cfg``, from the loader keys of ``cfg.dataset``."""
-    loader_keys = [key for key in cfg.dataset if key not in RUNNER_DATASET_KEYS]
-    return instantiate(OmegaConf.masked_copy(cfg.dataset, loader_keys))
+    """The dataset of ``cfg``: ``cfg.dataset`` holds its loader's arguments."""
+    return instantiate(cfg.dataset)
 
 
 def build_network(cfg: DictConfig, data: Dataset) -> tuple[nn.Module, nn.Module]:
@@ -254,7 +250,7 @@ def build(cfg: DictConfig) -> Experiment:
         batch_size=batch_size,
         steps_per_epoch=steps_per_epoch,
         gibbs_every=cfg.gibbs_every or steps_per_epoch,
-        augment=bool(cfg.dataset.get("augment", False)),
+        augment=cfg.protocol.augment,
         reference=reference,
         generators=generators,
     )

@@ -84,7 +84,7 @@ def test_cyclical_presets_keep_one_sample_per_cycle(tiny_run, tmp_path, preset):
         "schedule.cycles=2",
         "schedule.samples_per_cycle=1",
         # 80 steps learn from PyTorch's initialisation; Chen et al.'s N(0, 0.01²) needs more
-        "dataset.mlp.init_std=null",
+        "protocol.mlp.init_std=null",
     ]
     metrics = run(tiny_run(overrides), tmp_path)
     assert metrics["num_samples"] == 2 and metrics["test_accuracy"] > 0.3
