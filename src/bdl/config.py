@@ -1,19 +1,33 @@
-"""The root config's schema: a typo or a wrong type fails at composition, before any data is read.
+"""The root config's schema and its validation: every mistake in a config fails before any data is
+read, with one message naming the key.
 
 Hydra merges the YAML files of ``conf/`` into :class:`RunConfig` (registered as ``base_config``),
-so unknown top-level keys and values of the wrong type are rejected by OmegaConf with the key's
-name. :func:`validate` adds the range checks a type cannot express. The option groups (``model``,
-``prior``, ``sampler``, ``dataset``, ``schedule``) are validated by the constructors they name.
+so a misspelt override (``epoch=3``) or a value of the wrong type (``seed=abc``) is rejected at
+composition. :func:`validate` checks the rest: keys added with ``+`` (which Hydra lets through
+even into a schema), the ranges of the top-level keys, and each option group (``dataset``,
+``model``, ``prior``, ``sampler``, ``schedule``) against the signature of the ``_target_`` it names
+(unknown keys, values of the wrong type or not finite); it then builds the objects that need no
+data once, so that their constructors' own range checks run before the data are read.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import importlib
+import inspect
+import math
+import types
+import typing
+from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, OmegaConf
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from bdl.likelihoods import Gaussian
 
 
 class ConfigError(ValueError):
@@ -93,14 +107,59 @@ class RunConfig:
 ConfigStore.instance().store(name="base_config", node=RunConfig)
 
 
+# The groups whose config names a ``_target_``, and the arguments the runner passes when it builds
+# each one (the data's shapes, the run's length), which are therefore no options of the config.
+# Keyword-only arguments (a sampler's ``generator`` and ``foreach``) are no options either.
+RUNTIME_ARGUMENTS = {
+    "dataset": (),
+    "model": ("input_shape", "out_features"),
+    "prior": (),
+    "sampler": (),
+    "schedule": ("total_steps", "steps_per_epoch"),
+}
+
+# Scalar types of the targets' annotations, as a message names them.
+SCALARS = {float: "a finite number", int: "an integer", bool: "true or false", str: "a string"}
+
+
 def validate(cfg: Any) -> None:
-    """Range checks of the top-level keys; raises :class:`ConfigError` naming the key."""
+    """Check a composed config before any data is read; raises :class:`ConfigError` naming the
+    key and the fix."""
+    try:
+        _check_keys(cfg, RunConfig)
+        _check_ranges(cfg)
+        for group in RUNTIME_ARGUMENTS:
+            _check_group(cfg, group)
+        _build_without_data(cfg)
+    except OmegaConfBaseException as error:  # an interpolation that does not resolve
+        raise ConfigError(str(error).splitlines()[0]) from None
+
+
+def _check_keys(node: DictConfig, schema: type, prefix: str = "") -> None:
+    """Keys added with ``+`` (``+unknown_key=1``) bypass Hydra's check against the schema."""
+    names = [f.name for f in fields(schema)]
+    where = f"of {prefix.rstrip('.')}" if prefix else "of the config (top level)"
+    for key in node:
+        if key not in names:
+            raise ConfigError(
+                f"{prefix}{key} is not a key {where}: the keys are {', '.join(names)}"
+            )
+    for name, kind in typing.get_type_hints(schema).items():
+        if is_dataclass(kind):
+            _check_keys(node[name], kind, f"{prefix}{name}.")
+
+
+def _check_ranges(cfg: Any) -> None:
     checks = [
         ("epochs", cfg.epochs >= 1, "a positive number of epochs, e.g. epochs=10"),
         ("batch_size", cfg.batch_size >= 1, "a positive minibatch size, e.g. batch_size=128"),
         ("burn_in", cfg.burn_in >= 0, "burn_in=0 or more epochs"),
         ("thin", cfg.thin >= 1, "thin=1 or more epochs"),
-        ("temperature", cfg.temperature > 0, "a positive temperature (1 = Bayes posterior)"),
+        (
+            "temperature",
+            0 < cfg.temperature < math.inf,
+            "a positive, finite temperature (1 = Bayes posterior)",
+        ),
         ("log_every", cfg.log_every >= 1, "log_every=1 or more epochs"),
         (
             "gibbs_every",
@@ -122,8 +181,94 @@ def validate(cfg: Any) -> None:
     for key, ok, fix in checks:
         if not ok:
             raise ConfigError(f"{key}={OmegaConf.select(cfg, key)} is out of range: use {fix}")
-    if cfg.burn_in >= cfg.epochs:
+
+
+def options(group: str, target: Any) -> dict[str, inspect.Parameter]:
+    """The arguments of a group's ``_target_`` that its config may set."""
+    parameters = inspect.signature(target, eval_str=True).parameters.values()
+    return {
+        p.name: p
+        for p in parameters
+        if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+        and p.name not in RUNTIME_ARGUMENTS[group]
+    }
+
+
+def _check_group(cfg: Any, group: str) -> None:
+    node = cfg[group]
+    module, _, attribute = str(node._target_).rpartition(".")
+    try:
+        target = getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError, ValueError):
+        raise ConfigError(
+            f"{group}._target_={node._target_} cannot be imported: choose a {group} option "
+            "listed by bdl-run --help"
+        ) from None
+    # A class by its name (an alias, Constant, keeps the config's); a function by its path.
+    name = attribute if inspect.isclass(target) else node._target_
+    allowed = options(group, target)
+    for key in node:
+        if key.startswith("_") and key.endswith("_"):  # Hydra's own keys (_target_, _partial_)
+            continue
+        if key not in allowed:
+            raise ConfigError(
+                f"{group}.{key} is not an option of {name} "
+                f"(options: {', '.join(allowed) or 'none'})"
+            )
+        _check_type(f"{group}.{key}", node[key], allowed[key].annotation)
+    for key, parameter in allowed.items():
+        if parameter.default is inspect.Parameter.empty and key not in node:
+            raise ConfigError(f"{group}.{key} is required by {name}: set {group}.{key}=<value>")
+    if group == "sampler" and target.injects_noise and cfg.burn_in >= cfg.epochs:
+        # Optimisers and variational methods keep their final state or draws from q: for them
+        # burn-in is moot, and a protocol's burn_in must not stop a short run.
         raise ConfigError(
             f"burn_in={cfg.burn_in} leaves no epoch to sample in (epochs={cfg.epochs}): "
             "use burn_in < epochs"
         )
+
+
+def _check_type(key: str, value: Any, annotation: Any) -> None:
+    """A value against a scalar annotation (``float``, ``int | None``, ``float | str``...);
+    containers and paths are left to the constructors."""
+    union = isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union
+    kinds = typing.get_args(annotation) if union else (annotation,)
+    nullable = type(None) in kinds
+    kinds = tuple(k for k in kinds if k is not type(None))
+    if not kinds or not all(k in SCALARS for k in kinds):
+        return
+    fits = (
+        (value is None and nullable)
+        or (isinstance(value, bool) and bool in kinds)
+        or (isinstance(value, int) and not isinstance(value, bool) and {int, float} & set(kinds))
+        or (isinstance(value, float) and float in kinds and math.isfinite(value))
+        or (isinstance(value, str) and str in kinds)
+    )
+    if not fits:
+        expected = " or ".join([SCALARS[k] for k in kinds] + (["null"] if nullable else []))
+        raise ConfigError(f"{key}={_shown(value)} must be {expected}")
+
+
+def _shown(value: Any) -> str:
+    """A value as it is written on the command line."""
+    if isinstance(value, DictConfig | ListConfig):
+        value = OmegaConf.to_container(value)
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return str(value)
+
+
+def _build_without_data(cfg: Any) -> None:
+    """Build once what needs no data (prior, likelihood, sampler, schedule), so that their
+    constructors' range checks fail before the data are read; the runner builds them again."""
+    try:
+        instantiate(cfg.prior)
+        Gaussian(**cfg.likelihood)
+        instantiate(cfg.sampler)()
+        instantiate(cfg.schedule)(total_steps=cfg.epochs, steps_per_epoch=1)
+    except InstantiationException as error:
+        if isinstance(error.__cause__, ValueError):
+            raise ConfigError(str(error.__cause__)) from None
+        raise
+    except ValueError as error:
+        raise ConfigError(str(error)) from None

@@ -85,10 +85,15 @@ class Gaussian(Likelihood):
         gibbs: bool = False,
     ) -> None:
         super().__init__()
-        if noise_std is not None and not noise_std > 0:
-            raise ValueError(f"likelihood.noise_std must be positive, got {noise_std}")
-        if not (prior_shape > 0 and prior_rate > 0):
-            raise ValueError("likelihood.prior_shape and likelihood.prior_rate must be positive")
+        if noise_std is not None and not 0 < noise_std < math.inf:
+            raise ValueError(
+                f"likelihood.noise_std must be positive and finite (or null), got {noise_std}"
+            )
+        if not (0 < prior_shape < math.inf and 0 < prior_rate < math.inf):
+            raise ValueError(
+                "likelihood.prior_shape and likelihood.prior_rate must be positive and finite, "
+                f"got {prior_shape} and {prior_rate}"
+            )
         if gibbs and noise_std is not None:
             raise ValueError(
                 "likelihood.gibbs=true resamples the noise precision, so it needs "

@@ -115,12 +115,14 @@ class ElementwisePrior(Prior):
     def __init__(
         self, scale: float = 1.0, layers: Mapping[str, float] | None = None, fan_in: bool = False
     ) -> None:
-        if not scale > 0:
-            raise ValueError(f"prior.scale must be positive, got {scale}")
+        if not 0 < scale < math.inf:
+            raise ValueError(f"prior.scale must be positive and finite, got {scale}")
         self.layers = {str(k): float(v) for k, v in (layers or {}).items()}
         for pattern, value in self.layers.items():
-            if not value > 0:
-                raise ValueError(f"prior.layers[{pattern!r}] must be a positive scale, got {value}")
+            if not 0 < value < math.inf:
+                raise ValueError(
+                    f"prior.layers[{pattern!r}] must be a positive, finite scale, got {value}"
+                )
         self.scale = scale
         self.fan_in = fan_in
         self._scales: dict[str, float] = {}
@@ -224,8 +226,8 @@ class StudentT(ElementwisePrior):
         fan_in: bool = False,
     ) -> None:
         super().__init__(scale, layers, fan_in)
-        if not df > 0:
-            raise ValueError(f"prior.df (degrees of freedom) must be positive, got {df}")
+        if not 0 < df < math.inf:
+            raise ValueError(f"prior.df (degrees of freedom) must be positive and finite, got {df}")
         self.df = df
 
     def log_density(self, theta: Tensor, scale: float) -> Tensor:
@@ -263,6 +265,9 @@ class ScaleMixture(ElementwisePrior):
         super().__init__(scale, layers, fan_in)
         if not 0 < pi < 1:
             raise ValueError(f"prior.pi (the wide component's weight) must be in (0, 1), got {pi}")
+        for key, value in (("neg_log_sigma1", neg_log_sigma1), ("neg_log_sigma2", neg_log_sigma2)):
+            if not math.isfinite(value):
+                raise ValueError(f"prior.{key} must be finite, got {value}")
         self.pi = pi
         self.sigma1 = math.exp(-neg_log_sigma1)
         self.sigma2 = math.exp(-neg_log_sigma2)
@@ -314,8 +319,8 @@ class GammaHierarchical(Prior):
 
     def __init__(self, alpha: float = 1.0, beta: float = 1.0, precision: float = 1.0) -> None:
         for key, value in (("alpha", alpha), ("beta", beta), ("precision", precision)):
-            if not value > 0:
-                raise ValueError(f"prior.{key} must be positive, got {value}")
+            if not 0 < value < math.inf:
+                raise ValueError(f"prior.{key} must be positive and finite, got {value}")
         self.alpha = alpha
         self.beta = beta
         self.initial_precision = precision

@@ -52,8 +52,8 @@ class Polynomial(Schedule):
         super().__init__(total_steps, steps_per_epoch)
         if not 0.5 < gamma <= 1:
             raise ValueError(f"schedule.gamma must be in (0.5, 1], got {gamma}")
-        if not b > 0:
-            raise ValueError(f"schedule.b must be positive, got {b}")
+        if not 0 < b < math.inf:
+            raise ValueError(f"schedule.b must be positive and finite, got {b}")
         self.b = b
         self.gamma = gamma
 

@@ -36,6 +36,7 @@ from its seed.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -76,8 +77,8 @@ class Sampler(ABC):
     def __init__(
         self, lr: float, *, foreach: bool = True, generator: torch.Generator | None = None
     ) -> None:
-        if not lr > 0:
-            raise ValueError(f"sampler.lr must be positive, got {lr}")
+        if not 0 < lr < math.inf:
+            raise ValueError(f"sampler.lr must be positive and finite, got {lr}")
         self.lr = lr
         self.foreach = foreach
         self.generator = generator

@@ -103,8 +103,8 @@ class BBB(Sampler):
                 f"sampler.kl_weighting must be one of {', '.join(KL_WEIGHTINGS)}, got "
                 f"{kl_weighting!r}"
             )
-        if not init_std > 0:
-            raise ValueError(f"sampler.init_std must be positive, got {init_std}")
+        if not 0 < init_std < math.inf:
+            raise ValueError(f"sampler.init_std must be positive and finite, got {init_std}")
         if num_samples < 1:
             raise ValueError(f"sampler.num_samples must be at least 1, got {num_samples}")
         self.betas = (beta1, beta2)

@@ -76,8 +76,10 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
             )
         if num_steps is not None and num_steps < 1:
             raise ValueError(f"sampler.num_steps must be ≥ 1, got {num_steps}")
-        if trajectory_length is not None and not trajectory_length > 0:
-            raise ValueError(f"sampler.trajectory_length must be positive, got {trajectory_length}")
+        if trajectory_length is not None and not 0 < trajectory_length < math.inf:
+            raise ValueError(
+                f"sampler.trajectory_length must be positive and finite, got {trajectory_length}"
+            )
         if not 0 <= refresh < 1:
             raise ValueError(f"sampler.refresh must be in [0, 1), got {refresh}")
         self.num_steps = num_steps

@@ -58,8 +58,8 @@ class PSGLD(Sampler):
         super().__init__(lr, foreach=foreach, generator=generator)
         if not 0 <= beta < 1:
             raise ValueError(f"sampler.beta must be in [0, 1), got {beta}")
-        if not damping > 0:
-            raise ValueError(f"sampler.damping must be positive, got {damping}")
+        if not 0 < damping < math.inf:
+            raise ValueError(f"sampler.damping must be positive and finite, got {damping}")
         self.beta = beta
         self.damping = damping
 

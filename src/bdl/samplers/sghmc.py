@@ -57,8 +57,10 @@ class SGHMC(Sampler):
         if not 0 < alpha <= 1:
             raise ValueError(f"sampler.alpha (friction) must be in (0, 1], got {alpha}")
         self.online = grad_var == "online"
-        if not self.online and not (isinstance(grad_var, int | float) and grad_var >= 0):
-            raise ValueError(f"sampler.grad_var must be a variance ≥ 0 or 'online', got {grad_var}")
+        if not self.online and not (isinstance(grad_var, int | float) and 0 <= grad_var < math.inf):
+            raise ValueError(
+                f"sampler.grad_var must be a finite variance ≥ 0 or 'online', got {grad_var}"
+            )
         self.alpha = alpha
         self.grad_var = 0.0 if self.online else float(grad_var)
 
