@@ -77,7 +77,7 @@ reproduce-izmailov-mnist: install ## Izmailov et al.'s table shape on 5k MNIST: 
 
 BLUNDELL := multirun/blundell2015_mnist
 reproduce-blundell-mnist: install ## Blundell et al. 2015: BBB at N = 1200 (600 epochs: a GPU's work) and SGHMC, pruning tables
-	$(BIN)/bdl-run sampler=bbb experiment=blundell2015_mnist dataset.mlp.hidden=[1200,1200] \
+	$(BIN)/bdl-run sampler=bbb experiment=blundell2015_mnist protocol.mlp.hidden=[1200,1200] \
 		schedule=cosine pruning=true hydra.run.dir=$(BLUNDELL)/bbb1200
 	$(BIN)/bdl-report --pruning $(BLUNDELL)/bbb1200
 	$(BIN)/bdl-run sampler=sghmc experiment=blundell2015_mnist prior.pi=0.05 epochs=40 burn_in=20 \

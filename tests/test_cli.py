@@ -13,7 +13,8 @@ import pytest
 from safetensors.torch import load_file
 
 TINY_MNIST = ["dataset.validation=59000", "epochs=3", "burn_in=1", "batch_size=100"]
-TINY_BOSTON = ["dataset=boston", "epochs=4", "burn_in=1", "thin=1"]
+# sampler.lr: the UCI step size (experiment=uci_sghmc's)
+TINY_BOSTON = ["dataset=boston", "epochs=4", "burn_in=1", "thin=1", "sampler.lr=3e-4"]
 
 
 @pytest.fixture(scope="module")

@@ -59,7 +59,8 @@ def config(root: Path, *overrides: str):
         "dataset.name=tiny",
         f"dataset.root={root}",
         "dataset.download=false",
-        "dataset.mlp.hidden=[8]",
+        "protocol.mlp.hidden=[8]",
+        "sampler.lr=3e-4",  # the UCI step size (experiment=uci_sghmc's)
         "epochs=6",
         "burn_in=2",
         "thin=1",

@@ -35,6 +35,7 @@ def tiny(tmp_path_factory) -> list[str]:
         "dataset.name=tiny",
         f"dataset.root={root}",
         "dataset.download=false",
+        "sampler.lr=3e-4",  # the UCI step size (experiment=uci_sghmc's)
         "epochs=40",
         "burn_in=5",
         "thin=1",
@@ -131,7 +132,7 @@ def kill_and_resume(args: list[str], env: dict[str, str], directory: Path, kills
 
 SLOW_CASES = {
     "sghmc mnist": (["sampler=sghmc", "dataset=mnist", "epochs=30", "burn_in=5"], 20),
-    "hmc uci": (["sampler=hmc", "dataset=boston", "epochs=30", "burn_in=10"], 5),
+    "hmc uci": (["sampler=hmc", "dataset=boston", "sampler.lr=3e-4", "epochs=30", "burn_in=10"], 5),
     "bbb mnist": (["sampler=bbb", "dataset=mnist", "epochs=6", "burn_in=0"], 5),
     "gamma hyperprior": (
         ["sampler=sghmc", "dataset=mnist", "prior=gamma_hierarchical", "epochs=15", "burn_in=5"],

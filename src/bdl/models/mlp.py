@@ -56,7 +56,9 @@ class MLP(nn.Module):
     ) -> None:
         super().__init__()
         if init_std is not None and not 0 < init_std < math.inf:
-            raise ValueError(f"model.init_std must be positive and finite (or null), got {init_std}")
+            raise ValueError(
+                f"model.init_std must be positive and finite (or null), got {init_std}"
+            )
         in_features = math.prod(input_shape)
         make_activation(activation)  # validate even when there are no hidden layers
         modules: list[nn.Module] = []
