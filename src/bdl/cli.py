@@ -77,6 +77,8 @@ def _check_output_root(argv: list[str]) -> None:
 
 
 def main() -> None:
+    if bdl.config.print_sweep(sys.argv[1:]):  # bdl-run -m <sweep> --cfg job
+        return
     _check_output_root(sys.argv[1:])
     _app()
     if _failed_jobs:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import itertools
 import math
 import types
 import typing
@@ -21,8 +22,10 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from typing import Any
 
+from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
-from hydra.errors import InstantiationException
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, InstantiationException
 from hydra.utils import instantiate
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -272,3 +275,30 @@ def _build_without_data(cfg: Any) -> None:
         raise
     except ValueError as error:
         raise ConfigError(str(error)) from None
+
+
+def print_sweep(argv: list[str]) -> bool:
+    """``bdl-run -m <sweep> --cfg job [--resolve]``: print the config of each job the sweep would
+    launch (Hydra refuses to combine ``-m`` and ``--cfg``); ``False``, printing nothing, for any
+    other command line. A mistake ends the program with one line."""
+    if not {"-m", "--multirun"} & set(argv) or not {"-c", "--cfg"} & set(argv):
+        return False
+    after_cfg = [arg for flag, arg in itertools.pairwise(argv) if flag in ("-c", "--cfg")]
+    try:
+        if after_cfg != ["job"]:
+            raise ConfigError("a sweep (-m) prints each job's config with --cfg job only")
+        overrides = [arg for arg in argv if not arg.startswith("-") and arg not in after_cfg]
+        axes = [
+            [f"{o.get_key_element()}={value}" for value in o.sweep_string_iterator()]
+            if o.is_sweep_override()
+            else [o.input_line]
+            for o in OverridesParser.create().parse_overrides(overrides)
+        ]
+        with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+            for number, job in enumerate(itertools.product(*axes)):
+                cfg = compose("config", list(job))
+                print(f"# job {number}: {' '.join(job)}")
+                print(OmegaConf.to_yaml(cfg, resolve="--resolve" in argv))
+    except (ConfigError, HydraException, OmegaConfBaseException) as error:
+        raise SystemExit(f"bdl-run: error: {str(error).splitlines()[0]}") from None
+    return True
