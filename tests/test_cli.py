@@ -5,12 +5,18 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
+from dataclasses import fields
+from importlib.resources import files
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 from safetensors.torch import load_file
+
+from bdl.config import RunConfig
 
 TINY_MNIST = ["dataset.validation=59000", "epochs=3", "burn_in=1", "batch_size=100"]
 # sampler.lr: the UCI step size (experiment=uci_sghmc's)
@@ -137,6 +143,91 @@ def test_bad_input_fails_with_one_message_and_no_traceback(env, tmp_path, overri
     assert result.returncode != 0
     assert named in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
+
+
+@pytest.fixture(scope="module")
+def no_data(tmp_path_factory) -> dict[str, str]:
+    """An environment with no data anywhere: a run that got as far as reading data would fail
+    with a data error, not with the config's."""
+    empty = tmp_path_factory.mktemp("empty")
+    return {
+        **os.environ,
+        "BDL_DATA_DIR": str(empty),
+        "BDL_CACHE_DIR": str(empty),
+        "XDG_CACHE_HOME": str(empty),
+        "HYDRA_FULL_ERROR": "0",
+    }
+
+
+@pytest.mark.parametrize(
+    "overrides, named",
+    [
+        (["+unknown_key=1"], "unknown_key is not a key of the config"),
+        (
+            ["+sampler.foo=1"],
+            "sampler.foo is not an option of SGHMC (options: lr, alpha, grad_var)",
+        ),
+        (["+model.foo=1"], "model.foo is not an option of MLP"),
+        (["+schedule.foo=1"], "schedule.foo is not an option of Constant"),
+        (["+likelihood.foo=1"], "likelihood.foo is not a key of likelihood"),
+        (["sampler.lr=[1,2]"], "sampler.lr=[1, 2] must be a finite number"),
+        (["sampler.lr=fast"], "sampler.lr=fast must be a finite number"),
+        (["temperature=inf"], "temperature=inf is out of range"),
+        (["temperature=nan"], "temperature=nan is out of range"),
+        (["prior.scale=inf"], "prior.scale=inf must be a finite number"),
+        (["likelihood.noise_std=inf"], "likelihood.noise_std must be positive and finite"),
+        (["likelihood.noise_std=nan"], "likelihood.noise_std must be positive and finite"),
+        (["sampler=hmc", "sampler.lr=inf"], "sampler.lr=inf must be a finite number"),
+        (["sampler=hmc", "sampler.lr=nan"], "sampler.lr=nan must be a finite number"),
+    ],
+)
+def test_config_mistakes_end_in_one_line_before_any_data_is_read(
+    no_data, tmp_path, overrides, named
+):
+    result = bdl(
+        *overrides,
+        "dataset.download=false",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        env=no_data,
+        cwd=tmp_path,
+    )
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode != 0
+    assert len(lines) == 1 and lines[0].startswith(f"bdl-run: error: {named}"), result.stderr
+
+
+def test_help_names_the_groups_their_options_and_the_keys(no_data, tmp_path):
+    result = bdl("--help", env=no_data, cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout.startswith("bdl-run")
+    conf = files("bdl.conf")
+    for group in ["dataset", "experiment", "model", "prior", "protocol", "sampler", "schedule"]:
+        options = sorted(p.name[: -len(".yaml")] for p in (conf / group).iterdir())
+        assert f"{group}: {', '.join(options)}" in result.stdout
+    # no internal file (a shared piece, an _underscored one) is listed as an option
+    assert "uci_loader" not in result.stdout and not re.search(r"[:,] _", result.stdout)
+    keys = result.stdout.split("== Top-level keys ==")[1].split("==")[0]
+    groups = {"dataset", "model", "prior", "sampler", "schedule"}
+    assert [f.name for f in fields(RunConfig) if f.name not in groups and f.name not in keys] == []
+
+
+def test_a_sweep_prints_each_jobs_config_with_its_samplers_own_step_size(no_data, tmp_path):
+    samplers = ["sgld", "sghmc", "hmc", "bbb"]
+    result = bdl(
+        "-m",
+        f"sampler={','.join(samplers)}",
+        "dataset=boston",
+        "--cfg",
+        "job",
+        env=no_data,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    jobs = result.stdout.split("# job ")[1:]
+    assert len(jobs) == len(samplers)
+    for sampler, job in zip(samplers, jobs):
+        cfg = OmegaConf.create(job.split("\n", 1)[1])
+        own = OmegaConf.load(str(files("bdl.conf") / "sampler" / f"{sampler}.yaml"))
+        assert cfg.sampler == own and cfg.epochs == 1000
 
 
 def test_bad_split_and_missing_data_name_the_fix(env, tmp_path):
