@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from bdl.config import RunConfig
 
 TINY_MNIST = ["dataset.validation=59000", "epochs=3", "burn_in=1", "batch_size=100"]
-# sampler.lr: the UCI step size (experiment=uci_sghmc's)
+# sampler.lr: the UCI step size (sampler=sghmc_uci's)
 TINY_BOSTON = ["dataset=boston", "epochs=4", "burn_in=1", "thin=1", "sampler.lr=3e-4"]
 
 

@@ -71,7 +71,7 @@ def uci_run(tmp_path: Path, uci_root: Path) -> Path:
         "dataset.name=tiny",
         f"dataset.root={uci_root}",
         "dataset.download=false",
-        "sampler.lr=3e-4",  # the UCI step size (experiment=uci_sghmc's)
+        "sampler.lr=3e-4",  # the UCI step size (sampler=sghmc_uci's)
         "epochs=5",
         "burn_in=2",
         "thin=1",
@@ -247,7 +247,7 @@ def test_a_gibbs_sampled_noise_precision_travels_with_its_samples(tmp_path: Path
         "dataset.name=tiny",
         f"dataset.root={uci_root}",
         "likelihood.gibbs=true",
-        "sampler.lr=3e-4",  # the UCI step size (experiment=uci_sghmc's)
+        "sampler.lr=3e-4",  # the UCI step size (sampler=sghmc_uci's)
         "epochs=3",
         "burn_in=1",
         "thin=1",

@@ -320,7 +320,7 @@ def test_runner_gibbs_steps_in_any_sampler_are_traced(fake_data_root, isolated_c
         f"dataset.root={fake_data_root}",
         "dataset=boston",
         "sampler=sgld",
-        "sampler.lr=3e-4",  # the UCI step size (experiment=uci_sghmc's)
+        "sampler.lr=3e-4",  # the UCI step size (sampler=sghmc_uci's)
         "prior=ard",
         "likelihood.gibbs=true",
         "gibbs_every=3",

@@ -60,7 +60,7 @@ def config(root: Path, *overrides: str):
         f"dataset.root={root}",
         "dataset.download=false",
         "protocol.mlp.hidden=[8]",
-        "sampler.lr=3e-4",  # the UCI step size (experiment=uci_sghmc's)
+        "sampler.lr=3e-4",  # the UCI step size (sampler=sghmc_uci's)
         "epochs=6",
         "burn_in=2",
         "thin=1",

@@ -35,7 +35,7 @@ def tiny(tmp_path_factory) -> list[str]:
         "dataset.name=tiny",
         f"dataset.root={root}",
         "dataset.download=false",
-        "sampler.lr=3e-4",  # the UCI step size (experiment=uci_sghmc's)
+        "sampler.lr=3e-4",  # the UCI step size (sampler=sghmc_uci's)
         "epochs=40",
         "burn_in=5",
         "thin=1",

@@ -15,7 +15,8 @@ from safetensors.torch import load_file
 
 from bdl.run import run
 
-UCI = ["dataset=boston", "dataset.mlp.hidden=[8]", "thin=1", "burn_in=0"]
+# sampler.lr: the UCI step size (sampler=sghmc_uci's), which these runs were written for
+UCI = ["dataset=boston", "protocol.mlp.hidden=[8]", "thin=1", "burn_in=0", "sampler.lr=3e-4"]
 
 
 @pytest.fixture
@@ -113,7 +114,7 @@ def test_classification_metrics_are_those_of_the_written_predictive(run_with):
 def test_cifar10_runs_resnet20_frn(run_with, no_cifar_md5):
     metrics, directory = run_with(
         ["dataset=cifar10", "model.width=4", "epochs=2", "burn_in=1", "batch_size=10"]
-        + ["dataset.augment=true"]
+        + ["protocol.augment=true"]
     )
     assert metrics["num_samples"] == 1 and metrics["grad_evals"] == 2 * 2
     assert load_file(directory / "predictive.safetensors")["predictive"].shape == (6, 10)

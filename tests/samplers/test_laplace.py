@@ -180,7 +180,7 @@ def test_runner_from_an_sgd_run(tmp_path, isolated_cache):
         "dataset.name=toy",
         f"dataset.root={tmp_path / 'data'}",
         "dataset.download=false",
-        "dataset.mlp.hidden=[8]",
+        "protocol.mlp.hidden=[8]",
         "likelihood.noise_std=0.3",
         "batch_size=40",
         "burn_in=0",
