@@ -43,6 +43,12 @@ class WandbConfig:
 
 
 @dataclass
+class DistributedConfig:
+    # torchrun's all-reduce: auto (nccl on GPUs, gloo on the CPU), gloo or nccl
+    backend: str = "auto"
+
+
+@dataclass
 class RunConfig:
     seed: int = 0
     device: Device = Device.auto
@@ -64,6 +70,7 @@ class RunConfig:
     checkpoint_every: int | None = None
     likelihood: LikelihoodConfig = field(default_factory=LikelihoodConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
     dataset: Any = None
     model: Any = None
     prior: Any = None
@@ -98,6 +105,11 @@ def validate(cfg: Any) -> None:
             "wandb.mode",
             cfg.wandb.mode in ("disabled", "offline", "online"),
             "wandb.mode=disabled, offline or online",
+        ),
+        (
+            "distributed.backend",
+            cfg.distributed.backend in ("auto", "gloo", "nccl"),
+            "distributed.backend=auto, gloo or nccl",
         ),
     ]
     for key, ok, fix in checks:

@@ -35,7 +35,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from bdl import checkpoint, pruning
+from bdl import checkpoint, distributed, pruning
 from bdl.config import ConfigError, validate
 from bdl.data import Dataset
 from bdl.data.augment import random_crop_flip
@@ -58,7 +58,15 @@ RUNNER_DATASET_KEYS = ("mlp", "augment", "prior_scale")
 #: Seconds of work between checkpoints when ``checkpoint_every`` is not set.
 CHECKPOINT_SECONDS = 60.0
 #: Config keys that may differ when resuming: where things are, how often to report.
-_RESUMABLE_CHANGES = ("resume", "checkpoint_every", "log_every", "wandb", "device", "dataset.root")
+_RESUMABLE_CHANGES = (
+    "resume",
+    "checkpoint_every",
+    "log_every",
+    "wandb",
+    "device",
+    "dataset.root",
+    "distributed",
+)
 
 
 class DivergedError(RuntimeError):
@@ -76,17 +84,26 @@ class Interrupted(Exception):
 
 class Signals:
     """Catches SIGTERM (a cluster's preemption) and SIGINT (Ctrl-C) for the ``with`` block, so
-    that the run stops where it can checkpoint; a second signal stops it at once."""
+    that the run stops where it can checkpoint; a second signal stops it at once.
+
+    Under submitit (``hydra/launcher=slurm``), SIGUSR2 announces the time limit or a preemption
+    and submitit's handler requeues the job and exits: it is caught too, and handed on to
+    submitit once the run has stopped and checkpointed."""
 
     caught: int | None = None
 
     def __enter__(self) -> Signals:
-        self.previous = {s: signal.signal(s, self._on) for s in (signal.SIGTERM, signal.SIGINT)}
+        signals = [signal.SIGTERM, signal.SIGINT]
+        if callable(signal.getsignal(signal.SIGUSR2)):
+            signals.append(signal.SIGUSR2)
+        self.previous = {s: signal.signal(s, self._on) for s in signals}
         return self
 
     def __exit__(self, *exc: object) -> None:
         for s, handler in self.previous.items():
             signal.signal(s, handler)
+        if self.caught == signal.SIGUSR2:
+            self.previous[signal.SIGUSR2](signal.SIGUSR2, None)
 
     def _on(self, signum: int, frame: Any) -> None:
         if self.caught is not None:
@@ -209,10 +226,11 @@ def build_network(cfg: DictConfig, data: Dataset) -> tuple[nn.Module, nn.Module]
     return model, Task(data, data.y_test).likelihood(cfg.likelihood)
 
 
-def build(cfg: DictConfig) -> Experiment:
+def build(cfg: DictConfig, group: distributed.Group | None = None) -> Experiment:
     """The experiment ``cfg`` (validated) describes: data read, model initialised from
-    ``seed``."""
-    device = resolve_device(cfg.device.name)
+    ``seed``. Under ``torchrun`` (``group``), the training set is this rank's shard of it and
+    the potential sums its data term over the ranks."""
+    device = resolve_device(cfg.device.name) if group is None else group.device
     reference = load_reference(cfg.reference) if cfg.reference else None
     torch.manual_seed(cfg.seed)
 
@@ -226,6 +244,7 @@ def build(cfg: DictConfig) -> Experiment:
         instantiate(cfg.prior),
         data.num_train,
         cfg.temperature,
+        reduce=None if group is None else group.all_reduce,
     )
     if cfg.init_from:
         load_initial(potential, cfg.init_from)
@@ -241,6 +260,10 @@ def build(cfg: DictConfig) -> Experiment:
         generator=generators["noise"],
     )
     batch_size = min(cfg.batch_size, data.num_train)
+    distributed.check_supported(
+        group, type(sampler).__name__, sampler.full_batch, data.num_train, batch_size
+    )
+    shard = slice(None) if group is None else group.shard(data.num_train, batch_size)
     # A full-batch kernel (HMC) takes one step per epoch; batch_size is then its chunk size.
     steps_per_epoch = 1 if sampler.full_batch else data.num_train // batch_size
     schedule = instantiate(cfg.schedule)(
@@ -251,8 +274,8 @@ def build(cfg: DictConfig) -> Experiment:
         device=device,
         data=data,
         task=task,
-        x_train=data.x_train.to(device),
-        y_train=data.y_train.to(device),
+        x_train=data.x_train[shard].to(device),
+        y_train=data.y_train[shard].to(device),
         x_test=data.x_test.to(device),
         potential=potential,
         sampler=sampler,
@@ -283,6 +306,14 @@ def build(cfg: DictConfig) -> Experiment:
         sum(p.numel() for p in potential.params),
         device,
     )
+    if group is not None:
+        log.info(
+            "data-parallel: rank %d of %d holds training points [%d, %d)",
+            group.rank,
+            group.world_size,
+            shard.start,
+            shard.stop,
+        )
     return experiment
 
 
@@ -418,17 +449,25 @@ def _check_same_config(cfg: DictConfig, header: dict[str, Any], path: Path) -> N
 
 
 class Sampling:
-    """Runs a :class:`Loop` to the end of the run, writing into ``directory``."""
+    """Runs a :class:`Loop` to the end of the run, writing into ``directory`` (under
+    ``torchrun``, only rank 0 writes: the others' ``directory`` is not a ``writer``)."""
 
     def __init__(
-        self, experiment: Experiment, directory: RunDirectory, loop: Loop, signals: Signals
+        self,
+        experiment: Experiment,
+        directory: RunDirectory,
+        loop: Loop,
+        signals: Signals,
+        group: distributed.Group | None = None,
     ) -> None:
         self.experiment = experiment
         self.directory = directory
         self.loop = loop
         self.cfg = experiment.cfg
+        self.group = group
         self.store = directory.open_store()
-        self.store.truncate(loop.num_samples)
+        if self.store is not None:
+            self.store.truncate(loop.num_samples)
         self.fields = ["epoch", "potential", "lr_scale", "num_samples", "test_metric"]
         self.fields += ["wall_time_s", "accept_rate", *experiment.potential.hyperparameters()]
         directory.write_curve(self.fields, loop.curve)
@@ -443,8 +482,10 @@ class Sampling:
     def run(self) -> dict[str, Any]:
         cfg, loop = self.cfg, self.loop
         self.signals.check()
-        wandb_run = start_wandb(cfg, self.directory.path, loop.wandb_id)
-        loop.wandb_id = getattr(wandb_run, "id", None)
+        wandb_run = None
+        if self.directory.writer:
+            wandb_run = start_wandb(cfg, self.directory.path, loop.wandb_id)
+            loop.wandb_id = getattr(wandb_run, "id", None)
         progress = Progress(self.experiment, loop)
         try:
             while loop.epoch < cfg.epochs:
@@ -490,7 +531,7 @@ class Sampling:
                 exp.data.num_train, generator=exp.generators["data"], device=exp.device
             )
         for i in range(loop.step, exp.steps_per_epoch):
-            if self.signals.caught is not None:
+            if self._stop_requested():
                 return False
             t = loop.epoch * exp.steps_per_epoch + i
             loop.sampler = sampler.step(
@@ -511,10 +552,16 @@ class Sampling:
                 exp.potential.gibbs_step(exp.generators["gibbs"], exp.train_chunks)
                 loop.sampler.buffers.pop("grad", None)  # U changed: a kernel's cached ∇U is stale
             loop.step = i + 1
-        if self.signals.caught is not None:
+        if self._stop_requested():
             return False
         self._end_epoch()
         return True
+
+    def _stop_requested(self) -> bool:
+        """Whether a signal asks to stop; under ``torchrun``, whether any rank caught one, so
+        that all ranks stop at the same step."""
+        caught = self.signals.caught is not None
+        return caught if self.group is None else self.group.any(caught)
 
     def _closure(self, i: int):
         exp = self.experiment
@@ -573,8 +620,9 @@ class Sampling:
     def _collect(self, epoch: int) -> None:
         exp, loop = self.experiment, self.loop
         loop.average.update(exp.predict_test())
-        self.store.add(sample_tensors(exp.potential), epoch=epoch)
-        loop.num_samples = len(self.store)
+        if self.store is not None:
+            self.store.add(sample_tensors(exp.potential), epoch=epoch)
+        loop.num_samples = loop.average.count
 
     def _checkpoint_due(self) -> bool:
         every = self.cfg.checkpoint_every
@@ -585,10 +633,12 @@ class Sampling:
     def _checkpoint(self) -> None:
         self.loop.elapsed_s = self.elapsed
         self.started = self.last_checkpoint = time.perf_counter()
-        self.loop.save(self.directory.checkpoint, self.experiment)
+        if self.directory.writer:
+            self.loop.save(self.directory.checkpoint, self.experiment)
 
     def _interrupt(self) -> None:
-        loop, signum = self.loop, self.signals.caught
+        # a rank that caught nothing stops because another did: torchrun passes on SIGTERM
+        loop, signum = self.loop, self.signals.caught or signal.SIGTERM
         name = signal.Signals(signum).name
         self._checkpoint()
         where = f"epoch {loop.epoch + 1} of {self.cfg.epochs}"
@@ -604,7 +654,8 @@ class Sampling:
         )
 
     def _kept(self) -> str:
-        return f"the {len(self.store)} samples taken before are kept in {self.store.directory}"
+        samples = self.directory.path / "samples"
+        return f"the {self.loop.num_samples} samples taken before are kept in {samples}"
 
     def _finish(self) -> dict[str, Any]:
         exp, loop = self.experiment, self.loop
@@ -612,7 +663,7 @@ class Sampling:
             self._collect(self.cfg.epochs - 1)
         metrics = self._write_metrics("completed")
         log.info("metrics: %s", metrics)
-        if self.cfg.pruning:
+        if self.cfg.pruning and self.store is not None:
             self._pruning()
         log.info("run directory: %s", self.directory.path)
         return metrics
@@ -718,29 +769,37 @@ def resume_command(directory: Path) -> str:
 
 def run(cfg: DictConfig, directory: str | Path = ".") -> dict[str, Any]:
     """Run the experiment ``cfg`` into ``directory`` (continuing it there if ``cfg.resume``);
-    returns the metrics written to ``metrics.json``."""
+    returns the metrics written to ``metrics.json``. Under ``torchrun`` every rank runs this
+    (:mod:`bdl.distributed`): rank 0 owns ``directory``, the others only read it on resume."""
     validate(cfg)  # before anything is written: a typo leaves no trace
-    output = RunDirectory(directory)
-    with Signals() as signals:
-        output.claim(cfg, cfg.resume)
-        try:
-            return _run_in(cfg, output, signals)
-        finally:
-            output.release()
+    group = distributed.join(cfg.distributed.backend, resolve_device(cfg.device.name))
+    output = RunDirectory(directory, writer=group is None or group.leader)
+    try:
+        with Signals() as signals:
+            distributed.on_leader(group, lambda: output.claim(cfg, cfg.resume))
+            try:
+                return _run_in(cfg, output, signals, group)
+            finally:
+                output.release()
+    finally:
+        if group is not None:
+            group.close()
 
 
-def _run_in(cfg: DictConfig, output: RunDirectory, signals: Signals) -> dict[str, Any]:
+def _run_in(
+    cfg: DictConfig, output: RunDirectory, signals: Signals, group: distributed.Group | None
+) -> dict[str, Any]:
     log.info("run directory: %s", output.path)
     if not cfg.resume:
-        experiment = build(cfg)
-        return Sampling(experiment, output, Loop.start(experiment), signals).run()
+        experiment = build(cfg, group)
+        return Sampling(experiment, output, Loop.start(experiment), signals, group).run()
     if output.read_status() == "completed":
         raise ConfigError(
             f"the run in {output.path} has completed (metrics.json); nothing to resume"
         )
     tensors, header = checkpoint.load(output.checkpoint)
     _check_same_config(cfg, header, output.checkpoint)
-    experiment = build(cfg)
+    experiment = build(cfg, group)
     loop = Loop.restore(experiment, tensors, header)
     log.info("resuming at epoch %d, step %d", loop.epoch + 1, loop.step)
-    return Sampling(experiment, output, loop, signals).run()
+    return Sampling(experiment, output, loop, signals, group).run()
