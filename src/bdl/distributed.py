@@ -146,7 +146,7 @@ def check_supported(
         return
     if not full_batch:
         raise ConfigError(
-            f"sampler={sampler_name} does not run data-parallel under torchrun: its steps read "
+            f"sampler {sampler_name} does not run data-parallel under torchrun: its steps read "
             f"minibatches. Data-parallel samplers: {', '.join(SUPPORTED)} (with "
             "sampler.approximate=false); run others as one process, or sweep them with a launcher"
         )
