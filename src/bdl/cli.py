@@ -192,4 +192,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m bdl.cli` (as torchrun -m runs it): the main of the module bdl.cli, whose failed
+    # jobs list is the one SweepFailures (imported by Hydra as bdl.cli) fills, not __main__'s
+    from bdl.cli import main as cli_main
+
+    sys.exit(cli_main())
