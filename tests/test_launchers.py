@@ -179,7 +179,7 @@ def test_without_submitit_sigusr2_is_left_alone():
         assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
 
 
-@pytest.mark.parametrize("name", ["joblib", "parallel", "submitit_local", "slurm"])
+@pytest.mark.parametrize("name", ["joblib", "submitit_local", "submitit_slurm", "slurm"])
 def test_a_launcher_not_installed_names_the_extra(monkeypatch, name):
     monkeypatch.setattr(importlib.util, "find_spec", lambda module: None)
     with pytest.raises(SystemExit) as stop:

@@ -48,7 +48,6 @@ _SUBMITIT = ("hydra_plugins.hydra_submitit_launcher", "hydra-submitit-launcher")
 #: hydra/launcher options of the `launchers` extra: the module and the package that provide them.
 LAUNCHERS = {
     "joblib": _JOBLIB,
-    "parallel": _JOBLIB,
     "submitit_local": _SUBMITIT,
     "submitit_slurm": _SUBMITIT,
     "slurm": _SUBMITIT,
