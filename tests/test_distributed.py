@@ -197,3 +197,45 @@ def test_more_ranks_than_points_or_chunks_is_refused():
         distributed.check_supported(group(0, 2), "HMC", True, 455, 455)
     with pytest.raises(ConfigError, match="hmc, mala, rwmh"):
         distributed.check_supported(group(0, 2), "SGHMC", False, 455, 32)
+
+
+@pytest.mark.slow
+def test_an_interrupted_two_rank_run_resumes_into_the_one_process_chain(env, tmp_path):
+    """SIGTERM to torchrun (as SLURM sends it): both ranks stop at the same step, rank 0
+    checkpoints; resumed under torchrun, the run ends bitwise as one uninterrupted process."""
+    import signal
+    import time
+
+    args = [*HMC, *CASES["boston"], "epochs=40", "checkpoint_every=1"]
+    stopped = tmp_path / "2"
+    process = subprocess.Popen(
+        [*TORCHRUN, "-m", "bdl.cli", *args, f"hydra.run.dir={stopped}"],
+        env=env,
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    curve = stopped / "curve.csv"
+    while not (curve.exists() and len(curve.read_text().splitlines()) > 12):
+        assert process.poll() is None, process.stderr.read()
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    stderr = process.communicate(timeout=120)[1]
+    assert json.loads((stopped / "metrics.json").read_text())["status"] == "interrupted"
+    assert "torchrun --standalone --nproc_per_node=2 --no-python bdl-run" in stderr
+
+    resumed = bdl(
+        [*TORCHRUN, "-m", "bdl.cli"],
+        [*args, f"hydra.run.dir={stopped}", "resume=true"],
+        env,
+        tmp_path,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    whole = bdl(
+        [sys.executable, "-m", "bdl.cli"], [*args, f"hydra.run.dir={tmp_path / '1'}"], env, tmp_path
+    )
+    assert whole.returncode == 0, whole.stderr
+    (samples_1, metrics_1, _), (samples_2, metrics_2, _) = outputs(tmp_path / "1"), outputs(stopped)
+    assert metrics_1 == metrics_2 and len(samples_1) == len(samples_2) == 40 - 6
+    for a, b in zip(samples_1, samples_2):
+        assert all(torch.equal(a[name], b[name]) for name in a)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import signal
 import sys
 import time
@@ -755,13 +756,20 @@ class Progress:
 
 
 def resume_command(directory: Path) -> str:
-    """The command line that continues the run in ``directory``."""
+    """The command line that continues the run in ``directory`` (under ``torchrun`` as it ran:
+    the same number of ranks per node, and on several nodes ``torchrun``'s own options)."""
     from hydra.core.hydra_config import HydraConfig
 
     overrides = []
     if HydraConfig.initialized():
         overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
-    return " ".join(["bdl-run", *overrides, f"hydra.run.dir={directory}", "resume=true"])
+    command = ["bdl-run", *overrides, f"hydra.run.dir={directory}", "resume=true"]
+    size = distributed.world_size()
+    if size > 1:
+        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", size))
+        nodes = "--standalone" if per_node == size else f"--nnodes={size // per_node} ..."
+        command = ["torchrun", nodes, f"--nproc_per_node={per_node}", "--no-python", *command]
+    return " ".join(command)
 
 
 # --------------------------------------------------------------------------------------------
