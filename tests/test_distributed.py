@@ -177,6 +177,29 @@ def test_the_potential_summed_over_shards_is_the_full_potential():
         assert torch.equal(g, w)
 
 
+def test_the_noise_precisions_gibbs_step_sums_its_statistics_over_shards():
+    """The conjugate draw from one shard's residuals plus the other's count and sum of squares
+    (what all-reduce adds) is the draw from all the residuals."""
+    generator = torch.Generator().manual_seed(0)
+    mean, y = torch.randn(50, 1, generator=generator), torch.randn(50, generator=generator)
+    whole, shard = Gaussian(gibbs=True), Gaussian(gibbs=True)
+    whole.gibbs_step([(mean[:30], y[:30]), (mean[30:], y[30:])], torch.Generator().manual_seed(1))
+    other = [
+        torch.tensor(20.0, dtype=torch.float64),
+        (y[30:] - mean[30:, 0]).double().square().sum(),
+    ]
+
+    def add_other(tensors):
+        for mine, theirs in zip(tensors, other):
+            mine += theirs
+
+    shard.gibbs_step([(mean[:30], y[:30])], torch.Generator().manual_seed(1), reduce=add_other)
+    assert shard.log_precision.item() == whole.log_precision.item()
+    alone = Gaussian(gibbs=True)
+    alone.gibbs_step([(mean[:30], y[:30])], torch.Generator().manual_seed(1))
+    assert alone.log_precision.item() != whole.log_precision.item()  # the test can fail
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_nccl_without_gpus_is_refused_before_any_rendezvous(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
