@@ -154,10 +154,11 @@ def _check_launcher(argv: list[str]) -> None:
             )
 
 
-def _follower_overrides(argv: list[str]) -> tuple[list[str], str | None]:
-    """Overrides for a rank other than 0 under torchrun: no logging, and (unless the run's
-    directory is given, where rank 0 writes and every rank reads a checkpoint) a temporary
-    directory for Hydra to create instead of a second timestamped one; returns that too."""
+def _torchrun_overrides(argv: list[str]) -> tuple[list[str], str | None]:
+    """Overrides for a rank under torchrun. Rank 0: none. The others: no logging, and (unless
+    the run's directory is given, where rank 0 writes and every rank reads a checkpoint) a
+    temporary directory for Hydra to create instead of a second timestamped one, returned too
+    to be removed. A sweep is refused."""
     if any(arg in ("-m", "--multirun") for arg in argv):
         raise SystemExit(
             "bdl-run: error: a sweep (-m) under torchrun: run the sweep's jobs with a launcher "
@@ -177,7 +178,7 @@ def main() -> None:
     _check_launcher(argv)
     scratch = None
     if distributed.world_size() > 1:
-        overrides, scratch = _follower_overrides(argv)
+        overrides, scratch = _torchrun_overrides(argv)
         sys.argv += overrides
     _check_output_root(argv)
     try:

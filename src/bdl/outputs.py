@@ -143,7 +143,10 @@ class RunDirectory:
         sweep's job whose config was refused), unless another run holds the directory."""
         if (self.path / METRICS).exists() or not self.path.is_dir():
             return
-        fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError:
+            return  # a directory we cannot write to: the sweep's summary still lists the job
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -487,7 +487,7 @@ class Sampling:
         if self.directory.writer:
             wandb_run = start_wandb(cfg, self.directory.path, loop.wandb_id)
             loop.wandb_id = getattr(wandb_run, "id", None)
-        progress = Progress(self.experiment, loop)
+        progress = Progress(self.experiment, loop, shown=self.directory.writer)
         try:
             while loop.epoch < cfg.epochs:
                 if not self._epoch():
@@ -716,13 +716,15 @@ class Sampling:
 
 
 class Progress:
-    """A progress bar on a terminal; plain lines every ``log_every`` epochs otherwise (logs, CI)."""
+    """A progress bar on a terminal; plain lines every ``log_every`` epochs otherwise (logs, CI).
+    Not ``shown`` on the ranks of a run under ``torchrun`` but rank 0."""
 
-    def __init__(self, experiment: Experiment, loop: Loop) -> None:
+    def __init__(self, experiment: Experiment, loop: Loop, shown: bool = True) -> None:
         self.experiment = experiment
         self.cfg = experiment.cfg
+        self.shown = shown
         self.bar = None
-        if sys.stderr.isatty():
+        if shown and sys.stderr.isatty():
             from tqdm import tqdm
 
             self.bar = tqdm(
@@ -741,7 +743,7 @@ class Progress:
         if self.bar is not None:
             self.bar.set_postfix(parts, refresh=False)
             self.bar.update(1)
-        elif epoch % self.cfg.log_every == 0 or epoch == self.cfg.epochs:
+        elif self.shown and (epoch % self.cfg.log_every == 0 or epoch == self.cfg.epochs):
             log.info(
                 "epoch %d/%d  %s  samples %d",
                 epoch,
