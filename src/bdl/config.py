@@ -78,6 +78,12 @@ class ProtocolConfig:
 
 
 @dataclass
+class DistributedConfig:
+    # torchrun's all-reduce: auto (nccl on GPUs, gloo on the CPU), gloo or nccl
+    backend: str = "auto"
+
+
+@dataclass
 class RunConfig:
     seed: int = 0
     device: Device = Device.auto
@@ -100,6 +106,7 @@ class RunConfig:
     likelihood: LikelihoodConfig = field(default_factory=LikelihoodConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
     dataset: Any = None
     model: Any = None
     prior: Any = None
@@ -179,6 +186,11 @@ def _check_ranges(cfg: Any) -> None:
             "wandb.mode",
             cfg.wandb.mode in ("disabled", "offline", "online"),
             "wandb.mode=disabled, offline or online",
+        ),
+        (
+            "distributed.backend",
+            cfg.distributed.backend in ("auto", "gloo", "nccl"),
+            "distributed.backend=auto, gloo or nccl",
         ),
     ]
     for key, ok, fix in checks:

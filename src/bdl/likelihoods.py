@@ -11,7 +11,7 @@ network's outputs on the whole training set.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -34,8 +34,10 @@ class Likelihood(nn.Module):
         outputs: Iterable[tuple[Tensor, Tensor]],
         generator: torch.Generator,
         temperature: float = 1.0,
+        reduce: Callable[[list[Tensor]], None] | None = None,
     ) -> None:
-        """Resample the hyperparameters given ``(f(x), y)`` chunks of the whole training set."""
+        """Resample the hyperparameters given ``(f(x), y)`` chunks of the whole training set (or
+        of this process's shard of it, whose statistics ``reduce`` sums over the processes)."""
 
     def hyperparameters(self) -> dict[str, Tensor]:
         """Current hyperparameter values by trace name (extra columns of ``curve.csv``)."""
@@ -127,6 +129,7 @@ class Gaussian(Likelihood):
         outputs: Iterable[tuple[Tensor, Tensor]],
         generator: torch.Generator,
         temperature: float = 1.0,
+        reduce: Callable[[list[Tensor]], None] | None = None,
     ) -> None:
         if not self.gibbs:
             return
@@ -134,6 +137,10 @@ class Gaussian(Likelihood):
         for mean, y in outputs:
             count += y.shape[0]
             squares += (y - mean.squeeze(-1)).double().square().sum()
+        if reduce is not None:
+            total = torch.tensor(float(count), dtype=torch.float64, device=squares.device)
+            reduce([total, squares])
+            count = int(total.item())
         tau = conjugate_precision(
             self.prior_shape,
             self.prior_rate,

@@ -55,10 +55,12 @@ def strict_json(value: Any) -> Any:
 
 
 class RunDirectory:
-    """The output directory of one run."""
+    """The output directory of one run. Not a ``writer`` (the ranks but 0 of a run under
+    ``torchrun``), it is only read: every write below does nothing, and there is no store."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, writer: bool = True) -> None:
         self.path = Path(path)
+        self.writer = writer
         self.checkpoint = self.path / checkpoint.FILE
         self._lock: int | None = None
         self.store: SampleStore | None = None
@@ -109,12 +111,15 @@ class RunDirectory:
         for name, node in files.items():
             atomic_write(folder / name, OmegaConf.to_yaml(node).encode())
 
-    def open_store(self) -> SampleStore:
-        self.store = SampleStore(self.path / "samples")
+    def open_store(self) -> SampleStore | None:
+        if self.writer:
+            self.store = SampleStore(self.path / "samples")
         return self.store
 
     def write_curve(self, fields: list[str], rows: list[dict[str, Any]]) -> None:
         """``curve.csv`` with ``rows``, replaced atomically."""
+        if not self.writer:
+            return
         text = io.StringIO(newline="")
         writer = csv.DictWriter(text, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
@@ -122,12 +127,34 @@ class RunDirectory:
         atomic_write(self.path / CURVE, text.getvalue().encode())
 
     def append_curve(self, fields: list[str], row: dict[str, Any]) -> None:
+        if not self.writer:
+            return
         with (self.path / CURVE).open("a", newline="") as file:
             csv.DictWriter(file, fieldnames=fields, lineterminator="\n").writerow(row)
 
     def write_metrics(self, metrics: dict[str, Any]) -> None:
+        if not self.writer:
+            return
         text = json.dumps(strict_json(metrics), indent=2, allow_nan=False) + "\n"
         atomic_write(self.path / METRICS, text.encode())
+
+    def record_failure(self, error: str) -> None:
+        """``metrics.json`` with status ``failed`` for a run that failed before writing one (a
+        sweep's job whose config was refused), unless another run holds the directory."""
+        if (self.path / METRICS).exists() or not self.path.is_dir():
+            return
+        try:
+            fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError:
+            return  # a directory we cannot write to: the sweep's summary still lists the job
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return
+        else:
+            self.write_metrics({"status": "failed", "error": error})
+        finally:
+            os.close(fd)
 
     def read_status(self) -> str | None:
         try:
@@ -136,6 +163,8 @@ class RunDirectory:
             return None
 
     def write_predictive(self, predictive: Tensor, targets: Tensor) -> None:
+        if not self.writer:
+            return
         save_predictive(self.path / PREDICTIVE, predictive, targets=targets)
 
     def release(self) -> None:

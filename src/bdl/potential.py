@@ -114,6 +114,9 @@ class Potential:
         prior: ``log p(θ)`` over the model's named parameters.
         num_data: ``N``, the number of training points.
         temperature: ``T > 0``.
+        reduce: for a training set split across processes (:mod:`bdl.distributed`), sums a list
+            of tensors in place over the processes; the full-data closure and the Gibbs step
+            pass it their per-process data terms, before the prior is added once.
     """
 
     def __init__(
@@ -123,6 +126,7 @@ class Potential:
         prior: Prior,
         num_data: int,
         temperature: float = 1.0,
+        reduce: Callable[[list[Tensor]], None] | None = None,
     ) -> None:
         if num_data < 1:
             raise ValueError(f"num_data must be positive, got {num_data}")
@@ -133,6 +137,7 @@ class Potential:
         self.prior = prior
         self.num_data = num_data
         self.temperature = temperature
+        self.reduce = reduce
         self.params: list[Tensor] = list(model.parameters()) + list(likelihood.parameters())
         self._samples_likelihood = any(True for _ in likelihood.parameters())  # has a prior term
         # Built once: the prior is evaluated at every step, and the parameters keep their identity.
@@ -171,21 +176,29 @@ class Potential:
     def full_closure(self, batches: Callable[[], Iterator[tuple[Tensor, Tensor]]]) -> Closure:
         """A closure for the full-data ``U_T`` and gradient, accumulated chunk by chunk.
 
-        Memory stays that of one chunk whatever ``N``; the value is accumulated in float64 so that
-        Metropolis tests on differences of ``U`` are not swamped by rounding.
+        Memory stays that of one chunk whatever ``N``. The chunks' values and gradients are
+        accumulated in float64: Metropolis tests on differences of ``U`` are then not swamped by
+        rounding, and a sum of a few float32 numbers in float64 is exact whatever its order, so
+        the same chunks summed in another order or on other processes (``reduce``: ``batches``
+        is this process's shard, and the data term is summed over the processes before the
+        prior term is added) give the same ``U`` and, rounded back, the same gradient.
         """
 
         def evaluate() -> tuple[Tensor, list[Tensor]]:
-            prior_term, grads = self._add_prior(None, 1.0)
-            total = prior_term.double()
+            total = self.params[0].new_zeros((), dtype=torch.float64)
+            sums = [torch.zeros_like(p, dtype=torch.float64) for p in self.params]
             with torch.enable_grad():
                 for x, y in batches():
                     nll = -self.likelihood(self.model(x), y) / self.temperature
                     torch._foreach_add_(
-                        grads, torch.autograd.grad(nll, self.params, materialize_grads=True)
+                        sums, torch.autograd.grad(nll, self.params, materialize_grads=True)
                     )
                     total += nll.detach().double()
-            return total, grads
+            if self.reduce is not None:
+                self.reduce([total, *sums])
+            prior_term, grads = self._add_prior(None, 1.0)
+            torch._foreach_add_(grads, [s.to(g.dtype) for s, g in zip(sums, grads, strict=True)])
+            return total + prior_term.double(), grads
 
         return evaluate
 
@@ -245,7 +258,7 @@ class Potential:
             if batches is None:
                 raise ValueError("the likelihood's Gibbs step needs the training set (batches=)")
             outputs = ((self.model(x), y) for x, y in batches())
-            self.likelihood.gibbs_step(outputs, generator, self.temperature)
+            self.likelihood.gibbs_step(outputs, generator, self.temperature, self.reduce)
 
     def hyperparameters(self) -> dict[str, Tensor]:
         """The hyperparameters by trace name (the prior's, then the likelihood's): the

@@ -239,6 +239,7 @@ def _load_runs(runs: Sequence[Path], skip: Callable[[str], None]) -> pd.DataFram
     config_cols: dict[str, None] = {}
     metric_cols: dict[str, None] = {}
     other_cols: dict[str, None] = {}
+    loaded = []
     for run in runs:
         if not (run / METRICS_FILE).is_file():
             unfinished.append({"run_dir": str(run), "status": NO_METRICS})
@@ -257,9 +258,14 @@ def _load_runs(runs: Sequence[Path], skip: Callable[[str], None]) -> pd.DataFram
         except Exception as e:  # one broken run must not hide the others
             skip(f"skipped {run}: {type(e).__name__}: {e}")
             continue
+        loaded.append((run, metrics, config, choices))
+    # any run's metric names: a run that failed early lacks some, and must name its config
+    # columns as the others do
+    metric_names = {k for _, metrics, _, _ in loaded for k in metrics}
+    for run, metrics, config, choices in loaded:
         row: dict[str, Any] = {}
         for k, v in config.items():
-            key = f"config.{k}" if k in metrics else k  # a metric keeps its plain name
+            key = f"config.{k}" if k in metric_names else k  # a metric keeps its plain name
             row[key] = v
             config_cols[key] = None
         for k, v in choices.items():

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import signal
 import sys
 import time
@@ -35,7 +36,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from bdl import checkpoint, pruning
+from bdl import checkpoint, distributed, pruning
 from bdl.config import ConfigError, validate
 from bdl.data import Dataset
 from bdl.data.augment import random_crop_flip
@@ -55,7 +56,15 @@ DIVERGENCE_FACTOR = 1e6
 #: Seconds of work between checkpoints when ``checkpoint_every`` is not set.
 CHECKPOINT_SECONDS = 60.0
 #: Config keys that may differ when resuming: where things are, how often to report.
-_RESUMABLE_CHANGES = ("resume", "checkpoint_every", "log_every", "wandb", "device", "dataset.root")
+_RESUMABLE_CHANGES = (
+    "resume",
+    "checkpoint_every",
+    "log_every",
+    "wandb",
+    "device",
+    "dataset.root",
+    "distributed",
+)
 
 
 class DivergedError(RuntimeError):
@@ -73,17 +82,26 @@ class Interrupted(Exception):
 
 class Signals:
     """Catches SIGTERM (a cluster's preemption) and SIGINT (Ctrl-C) for the ``with`` block, so
-    that the run stops where it can checkpoint; a second signal stops it at once."""
+    that the run stops where it can checkpoint; a second signal stops it at once.
+
+    Under submitit (``hydra/launcher=slurm``), SIGUSR2 announces the time limit or a preemption
+    and submitit's handler requeues the job and exits: it is caught too, and handed on to
+    submitit once the run has stopped and checkpointed."""
 
     caught: int | None = None
 
     def __enter__(self) -> Signals:
-        self.previous = {s: signal.signal(s, self._on) for s in (signal.SIGTERM, signal.SIGINT)}
+        signals = [signal.SIGTERM, signal.SIGINT]
+        if callable(signal.getsignal(signal.SIGUSR2)):
+            signals.append(signal.SIGUSR2)
+        self.previous = {s: signal.signal(s, self._on) for s in signals}
         return self
 
     def __exit__(self, *exc: object) -> None:
         for s, handler in self.previous.items():
             signal.signal(s, handler)
+        if self.caught == signal.SIGUSR2:
+            self.previous[signal.SIGUSR2](signal.SIGUSR2, None)
 
     def _on(self, signum: int, frame: Any) -> None:
         if self.caught is not None:
@@ -199,10 +217,11 @@ def build_network(cfg: DictConfig, data: Dataset) -> tuple[nn.Module, nn.Module]
     return model, Task(data, data.y_test).likelihood(cfg.likelihood)
 
 
-def build(cfg: DictConfig) -> Experiment:
+def build(cfg: DictConfig, group: distributed.Group | None = None) -> Experiment:
     """The experiment ``cfg`` (validated) describes: data read, model initialised from
-    ``seed``."""
-    device = resolve_device(cfg.device.name)
+    ``seed``. Under ``torchrun`` (``group``), the training set is this rank's shard of it and
+    the potential sums its data term over the ranks."""
+    device = resolve_device(cfg.device.name) if group is None else group.device
     reference = load_reference(cfg.reference) if cfg.reference else None
     torch.manual_seed(cfg.seed)
 
@@ -216,6 +235,7 @@ def build(cfg: DictConfig) -> Experiment:
         instantiate(cfg.prior),
         data.num_train,
         cfg.temperature,
+        reduce=None if group is None else group.all_reduce,
     )
     if cfg.init_from:
         load_initial(potential, cfg.init_from)
@@ -231,6 +251,10 @@ def build(cfg: DictConfig) -> Experiment:
         generator=generators["noise"],
     )
     batch_size = min(cfg.batch_size, data.num_train)
+    distributed.check_supported(
+        group, type(sampler).__name__, sampler.full_batch, data.num_train, batch_size
+    )
+    shard = slice(None) if group is None else group.shard(data.num_train, batch_size)
     # A full-batch kernel (HMC) takes one step per epoch; batch_size is then its chunk size.
     steps_per_epoch = 1 if sampler.full_batch else data.num_train // batch_size
     schedule = instantiate(cfg.schedule)(
@@ -241,8 +265,8 @@ def build(cfg: DictConfig) -> Experiment:
         device=device,
         data=data,
         task=task,
-        x_train=data.x_train.to(device),
-        y_train=data.y_train.to(device),
+        x_train=data.x_train[shard].to(device),
+        y_train=data.y_train[shard].to(device),
         x_test=data.x_test.to(device),
         potential=potential,
         sampler=sampler,
@@ -274,6 +298,14 @@ def build(cfg: DictConfig) -> Experiment:
         sum(p.numel() for p in potential.params),
         device,
     )
+    if group is not None:
+        log.info(
+            "data-parallel: rank %d of %d holds training points [%d, %d)",
+            group.rank,
+            group.world_size,
+            shard.start,
+            shard.stop,
+        )
     return experiment
 
 
@@ -409,17 +441,25 @@ def _check_same_config(cfg: DictConfig, header: dict[str, Any], path: Path) -> N
 
 
 class Sampling:
-    """Runs a :class:`Loop` to the end of the run, writing into ``directory``."""
+    """Runs a :class:`Loop` to the end of the run, writing into ``directory`` (under
+    ``torchrun``, only rank 0 writes: the others' ``directory`` is not a ``writer``)."""
 
     def __init__(
-        self, experiment: Experiment, directory: RunDirectory, loop: Loop, signals: Signals
+        self,
+        experiment: Experiment,
+        directory: RunDirectory,
+        loop: Loop,
+        signals: Signals,
+        group: distributed.Group | None = None,
     ) -> None:
         self.experiment = experiment
         self.directory = directory
         self.loop = loop
         self.cfg = experiment.cfg
+        self.group = group
         self.store = directory.open_store()
-        self.store.truncate(loop.num_samples)
+        if self.store is not None:
+            self.store.truncate(loop.num_samples)
         self.fields = ["epoch", "potential", "lr_scale", "num_samples", "test_metric"]
         self.fields += ["wall_time_s", "accept_rate", *experiment.potential.hyperparameters()]
         directory.write_curve(self.fields, loop.curve)
@@ -434,9 +474,11 @@ class Sampling:
     def run(self) -> dict[str, Any]:
         cfg, loop = self.cfg, self.loop
         self.signals.check()
-        wandb_run = start_wandb(cfg, self.directory.path, loop.wandb_id)
-        loop.wandb_id = getattr(wandb_run, "id", None)
-        progress = Progress(self.experiment, loop)
+        wandb_run = None
+        if self.directory.writer:
+            wandb_run = start_wandb(cfg, self.directory.path, loop.wandb_id)
+            loop.wandb_id = getattr(wandb_run, "id", None)
+        progress = Progress(self.experiment, loop, shown=self.directory.writer)
         try:
             while loop.epoch < cfg.epochs:
                 if not self._epoch():
@@ -481,7 +523,7 @@ class Sampling:
                 exp.data.num_train, generator=exp.generators["data"], device=exp.device
             )
         for i in range(loop.step, exp.steps_per_epoch):
-            if self.signals.caught is not None:
+            if self._stop_requested():
                 return False
             t = loop.epoch * exp.steps_per_epoch + i
             loop.sampler = sampler.step(
@@ -502,10 +544,16 @@ class Sampling:
                 exp.potential.gibbs_step(exp.generators["gibbs"], exp.train_chunks)
                 loop.sampler.buffers.pop("grad", None)  # U changed: a kernel's cached ∇U is stale
             loop.step = i + 1
-        if self.signals.caught is not None:
+        if self._stop_requested():
             return False
         self._end_epoch()
         return True
+
+    def _stop_requested(self) -> bool:
+        """Whether a signal asks to stop; under ``torchrun``, whether any rank caught one, so
+        that all ranks stop at the same step."""
+        caught = self.signals.caught is not None
+        return caught if self.group is None else self.group.any(caught)
 
     def _closure(self, i: int):
         exp = self.experiment
@@ -564,8 +612,9 @@ class Sampling:
     def _collect(self, epoch: int) -> None:
         exp, loop = self.experiment, self.loop
         loop.average.update(exp.predict_test())
-        self.store.add(sample_tensors(exp.potential), epoch=epoch)
-        loop.num_samples = len(self.store)
+        if self.store is not None:
+            self.store.add(sample_tensors(exp.potential), epoch=epoch)
+        loop.num_samples = loop.average.count
 
     def _checkpoint_due(self) -> bool:
         every = self.cfg.checkpoint_every
@@ -576,10 +625,12 @@ class Sampling:
     def _checkpoint(self) -> None:
         self.loop.elapsed_s = self.elapsed
         self.started = self.last_checkpoint = time.perf_counter()
-        self.loop.save(self.directory.checkpoint, self.experiment)
+        if self.directory.writer:
+            self.loop.save(self.directory.checkpoint, self.experiment)
 
     def _interrupt(self) -> None:
-        loop, signum = self.loop, self.signals.caught
+        # a rank that caught nothing stops because another did: torchrun passes on SIGTERM
+        loop, signum = self.loop, self.signals.caught or signal.SIGTERM
         name = signal.Signals(signum).name
         self._checkpoint()
         where = f"epoch {loop.epoch + 1} of {self.cfg.epochs}"
@@ -595,7 +646,8 @@ class Sampling:
         )
 
     def _kept(self) -> str:
-        return f"the {len(self.store)} samples taken before are kept in {self.store.directory}"
+        samples = self.directory.path / "samples"
+        return f"the {self.loop.num_samples} samples taken before are kept in {samples}"
 
     def _finish(self) -> dict[str, Any]:
         exp, loop = self.experiment, self.loop
@@ -603,7 +655,7 @@ class Sampling:
             self._collect(self.cfg.epochs - 1)
         metrics = self._write_metrics("completed")
         log.info("metrics: %s", metrics)
-        if self.cfg.pruning:
+        if self.cfg.pruning and self.store is not None:
             self._pruning()
         log.info("run directory: %s", self.directory.path)
         return metrics
@@ -655,13 +707,15 @@ class Sampling:
 
 
 class Progress:
-    """A progress bar on a terminal; plain lines every ``log_every`` epochs otherwise (logs, CI)."""
+    """A progress bar on a terminal; plain lines every ``log_every`` epochs otherwise (logs, CI).
+    Not ``shown`` on the ranks of a run under ``torchrun`` but rank 0."""
 
-    def __init__(self, experiment: Experiment, loop: Loop) -> None:
+    def __init__(self, experiment: Experiment, loop: Loop, shown: bool = True) -> None:
         self.experiment = experiment
         self.cfg = experiment.cfg
+        self.shown = shown
         self.bar = None
-        if sys.stderr.isatty():
+        if shown and sys.stderr.isatty():
             from tqdm import tqdm
 
             self.bar = tqdm(
@@ -680,7 +734,7 @@ class Progress:
         if self.bar is not None:
             self.bar.set_postfix(parts, refresh=False)
             self.bar.update(1)
-        elif epoch % self.cfg.log_every == 0 or epoch == self.cfg.epochs:
+        elif self.shown and (epoch % self.cfg.log_every == 0 or epoch == self.cfg.epochs):
             log.info(
                 "epoch %d/%d  %s  samples %d",
                 epoch,
@@ -695,13 +749,20 @@ class Progress:
 
 
 def resume_command(directory: Path) -> str:
-    """The command line that continues the run in ``directory``."""
+    """The command line that continues the run in ``directory`` (under ``torchrun`` as it ran:
+    the same number of ranks per node, and on several nodes ``torchrun``'s own options)."""
     from hydra.core.hydra_config import HydraConfig
 
     overrides = []
     if HydraConfig.initialized():
         overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
-    return " ".join(["bdl-run", *overrides, f"hydra.run.dir={directory}", "resume=true"])
+    command = ["bdl-run", *overrides, f"hydra.run.dir={directory}", "resume=true"]
+    size = distributed.world_size()
+    if size > 1:
+        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", size))
+        nodes = "--standalone" if per_node == size else f"--nnodes={size // per_node} ..."
+        command = ["torchrun", nodes, f"--nproc_per_node={per_node}", "--no-python", *command]
+    return " ".join(command)
 
 
 # --------------------------------------------------------------------------------------------
@@ -709,29 +770,37 @@ def resume_command(directory: Path) -> str:
 
 def run(cfg: DictConfig, directory: str | Path = ".") -> dict[str, Any]:
     """Run the experiment ``cfg`` into ``directory`` (continuing it there if ``cfg.resume``);
-    returns the metrics written to ``metrics.json``."""
+    returns the metrics written to ``metrics.json``. Under ``torchrun`` every rank runs this
+    (:mod:`bdl.distributed`): rank 0 owns ``directory``, the others only read it on resume."""
     validate(cfg)  # before anything is written: a typo leaves no trace
-    output = RunDirectory(directory)
-    with Signals() as signals:
-        output.claim(cfg, cfg.resume)
-        try:
-            return _run_in(cfg, output, signals)
-        finally:
-            output.release()
+    group = distributed.join(cfg.distributed.backend, resolve_device(cfg.device.name))
+    output = RunDirectory(directory, writer=group is None or group.leader)
+    try:
+        with Signals() as signals:
+            distributed.on_leader(group, lambda: output.claim(cfg, cfg.resume))
+            try:
+                return _run_in(cfg, output, signals, group)
+            finally:
+                output.release()
+    finally:
+        if group is not None:
+            group.close()
 
 
-def _run_in(cfg: DictConfig, output: RunDirectory, signals: Signals) -> dict[str, Any]:
+def _run_in(
+    cfg: DictConfig, output: RunDirectory, signals: Signals, group: distributed.Group | None
+) -> dict[str, Any]:
     log.info("run directory: %s", output.path)
     if not cfg.resume:
-        experiment = build(cfg)
-        return Sampling(experiment, output, Loop.start(experiment), signals).run()
+        experiment = build(cfg, group)
+        return Sampling(experiment, output, Loop.start(experiment), signals, group).run()
     if output.read_status() == "completed":
         raise ConfigError(
             f"the run in {output.path} has completed (metrics.json); nothing to resume"
         )
     tensors, header = checkpoint.load(output.checkpoint)
     _check_same_config(cfg, header, output.checkpoint)
-    experiment = build(cfg)
+    experiment = build(cfg, group)
     loop = Loop.restore(experiment, tensors, header)
     log.info("resuming at epoch %d, step %d", loop.epoch + 1, loop.step)
-    return Sampling(experiment, output, loop, signals).run()
+    return Sampling(experiment, output, loop, signals, group).run()

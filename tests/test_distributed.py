@@ -1,0 +1,264 @@
+"""Data-parallel full-data kernels: the training set split across ranks gives one process's chain.
+
+The end-to-end tests start ``torchrun`` with two CPU ranks (gloo) and compare every output with a
+one-process run of the same config: the same accept decision at every iteration, the same
+samples and the same ``metrics.json``. The chunk-aligned shards and the float64 sums of
+:meth:`bdl.potential.Potential.full_closure` make them bitwise equal at equal thread counts;
+the tolerance asserted on the samples, 1e-6 relative, would not survive a summation-order
+difference (it grows through the trajectories' chaos to 1e-3 within twenty iterations).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bdl import distributed
+from bdl.config import ConfigError
+from bdl.likelihoods import Gaussian
+from bdl.potential import Potential
+from bdl.priors import Gaussian as GaussianPrior
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+HMC = ["sampler=hmc", "sampler.num_steps=10", "epochs=22", "burn_in=6", "thin=1"]
+CASES = {
+    "boston": ["dataset=boston"],  # N = 455 in 15 chunks of 32: 8 and 7 per rank
+    "mnist": ["dataset.validation=59800", "batch_size=50"],  # N = 200 in 4 chunks
+}
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> dict[str, str]:
+    if not os.environ.get("BDL_DATA_DIR"):
+        pytest.skip("needs real data: set BDL_DATA_DIR to a folder with MNIST/raw/ and uci/")
+    cache = tmp_path_factory.mktemp("cache")
+    return {
+        **os.environ,
+        "BDL_CACHE_DIR": str(cache),
+        "XDG_CACHE_HOME": str(cache),
+        "OMP_NUM_THREADS": "1",  # torchrun's default per rank; the one process's too
+        "HYDRA_FULL_ERROR": "0",
+    }
+
+
+def bdl(prefix: list[str], args: list[str], env: dict[str, str], cwd: Path):
+    return subprocess.run(
+        [*prefix, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+def outputs(directory: Path) -> tuple[list[dict], dict, list[str]]:
+    metrics = json.loads((directory / "metrics.json").read_text())
+    metrics.pop("wall_time_s")
+    samples = [load_file(p) for p in sorted((directory / "samples").glob("sample_*"))]
+    curve = (directory / "curve.csv").read_text().splitlines()
+    return samples, metrics, curve
+
+
+def run_one_process(args: list[str], directory: Path) -> None:
+    """The one-process chain, in this process (a process start costs more than the run), at
+    torchrun's one thread per rank."""
+    from hydra import compose, initialize_config_module
+
+    from bdl.run import run
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with initialize_config_module("bdl.conf", version_base="1.3"):
+            run(compose("config", args), directory)
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_two_ranks_give_the_one_process_chain(env, tmp_path, case, monkeypatch):
+    args = [*HMC, *CASES[case]]
+    for key in ("BDL_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.setenv(key, env[key])
+    run_one_process(args, tmp_path / "1")
+    two = bdl(
+        [*TORCHRUN, "-m", "bdl.cli"], [*args, f"hydra.run.dir={tmp_path / '2'}"], env, tmp_path
+    )
+    assert two.returncode == 0, two.stderr[-3000:]
+
+    (samples_1, metrics_1, curve_1), (samples_2, metrics_2, curve_2) = (
+        outputs(tmp_path / "1"),
+        outputs(tmp_path / "2"),
+    )
+    assert metrics_1 == metrics_2
+    assert len(samples_1) == len(samples_2) == 22 - 6
+    for a, b in zip(samples_1, samples_2):
+        for name in a:
+            torch.testing.assert_close(b[name], a[name], rtol=1e-6, atol=0)
+    header = curve_1[0].split(",")
+    column = header.index("accept_rate")
+    accepts = [[row.split(",")[column] for row in curve[1:]] for curve in (curve_1, curve_2)]
+    assert accepts[0] == accepts[1] and len(accepts[0]) == 22
+    assert "0.0" in accepts[0] and "1.0" in accepts[0]  # both decisions occur
+    # rank 1 wrote nothing: one run directory, and no stray one under outputs/
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_a_minibatch_sampler_is_refused_in_one_line(env, tmp_path):
+    result = bdl(
+        [*TORCHRUN, "-m", "bdl.cli"],
+        ["sampler=sgld", "dataset=boston", "epochs=3", "burn_in=1", f"hydra.run.dir={tmp_path}"],
+        env,
+        tmp_path,
+    )
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.startswith("bdl-run: error")]
+    assert len(errors) == 1  # rank 0 speaks; rank 1 stops with it
+    assert "sampler SGLD does not run data-parallel" in errors[0]
+    assert "hmc, mala, rwmh" in errors[0]
+
+
+def test_every_data_parallel_option_and_no_other_is_full_batch():
+    from hydra import compose, initialize_config_module
+    from hydra.utils import instantiate
+
+    names = sorted(p.stem for p in (Path(__file__).parents[1] / "conf" / "sampler").glob("*.yaml"))
+    with initialize_config_module("bdl.conf", version_base="1.3"):
+        full_batch = {
+            name: instantiate(compose("config", [f"sampler={name}"]).sampler)(lr=1e-3).full_batch
+            for name in names
+        }
+    assert sorted(n for n, full in full_batch.items() if full) == sorted(distributed.SUPPORTED)
+
+
+def group(rank: int, world_size: int) -> distributed.Group:
+    return distributed.Group(rank, world_size, rank, torch.device("cpu"))
+
+
+def test_shards_are_whole_chunks_that_cover_the_data_once():
+    for num, chunk, size in [(455, 32, 2), (455, 32, 3), (200, 50, 4), (10, 1, 10), (7, 3, 3)]:
+        shards = [group(r, size).shard(num, chunk) for r in range(size)]
+        assert shards[0].start == 0 and shards[-1].stop == num
+        for before, after in zip(shards, shards[1:]):
+            assert before.stop == after.start
+        for s in shards:
+            assert s.start % chunk == 0 and s.stop > s.start
+
+
+def test_the_potential_summed_over_shards_is_the_full_potential():
+    """Two shards' data terms, added by ``reduce`` before the prior term, give bitwise the
+    one-process value and gradient (the other shard's part stands in for the other rank's)."""
+    generator = torch.Generator().manual_seed(0)
+    x, y = torch.randn(90, 3, generator=generator), torch.randn(90, generator=generator)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+
+    def potential(reduce=None) -> Potential:
+        return Potential(model, Gaussian(noise_std=0.3), GaussianPrior(1.0), 90, 0.7, reduce)
+
+    def chunks(lo: int, hi: int):
+        return lambda: zip(x[lo:hi].split(20), y[lo:hi].split(20), strict=True)
+
+    whole_u, whole_grads = potential().full_closure(chunks(0, 90))()
+    other = []  # the other shard's data term in float64, as its rank hands it to all-reduce
+    potential(lambda tensors: other.extend(t.clone() for t in tensors)).full_closure(
+        chunks(60, 90)
+    )()
+
+    def add_other(tensors):
+        for mine, theirs in zip(tensors, other):
+            mine += theirs
+
+    u, grads = potential(add_other).full_closure(chunks(0, 60))()
+    assert u.dtype == torch.float64 and u.item() == whole_u.item()
+    for g, w in zip(grads, whole_grads):
+        assert torch.equal(g, w)
+
+
+def test_the_noise_precisions_gibbs_step_sums_its_statistics_over_shards():
+    """The conjugate draw from one shard's residuals plus the other's count and sum of squares
+    (what all-reduce adds) is the draw from all the residuals."""
+    generator = torch.Generator().manual_seed(0)
+    mean, y = torch.randn(50, 1, generator=generator), torch.randn(50, generator=generator)
+    whole, shard = Gaussian(gibbs=True), Gaussian(gibbs=True)
+    whole.gibbs_step([(mean[:30], y[:30]), (mean[30:], y[30:])], torch.Generator().manual_seed(1))
+    other = [
+        torch.tensor(20.0, dtype=torch.float64),
+        (y[30:] - mean[30:, 0]).double().square().sum(),
+    ]
+
+    def add_other(tensors):
+        for mine, theirs in zip(tensors, other):
+            mine += theirs
+
+    shard.gibbs_step([(mean[:30], y[:30])], torch.Generator().manual_seed(1), reduce=add_other)
+    assert shard.log_precision.item() == whole.log_precision.item()
+    alone = Gaussian(gibbs=True)
+    alone.gibbs_step([(mean[:30], y[:30])], torch.Generator().manual_seed(1))
+    assert alone.log_precision.item() != whole.log_precision.item()  # the test can fail
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_nccl_without_gpus_is_refused_before_any_rendezvous(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match="nccl needs GPUs, and none is visible"):
+        distributed.join("nccl", torch.device("cpu"))
+
+
+def test_one_process_has_no_group(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert distributed.join("nccl", torch.device("cpu")) is None
+
+
+def test_more_ranks_than_points_or_chunks_is_refused():
+    assert distributed.check_supported(None, "SGLD", False, 1, 1) is None  # one process
+    with pytest.raises(ConfigError, match="only 3 training points"):
+        distributed.check_supported(group(0, 4), "HMC", True, 3, 1)
+    with pytest.raises(ConfigError, match="batch_size=227 or less"):
+        distributed.check_supported(group(0, 2), "HMC", True, 455, 455)
+    with pytest.raises(ConfigError, match="hmc, mala, rwmh"):
+        distributed.check_supported(group(0, 2), "SGHMC", False, 455, 32)
+
+
+@pytest.mark.slow
+def test_an_interrupted_two_rank_run_resumes_into_the_one_process_chain(env, tmp_path):
+    """SIGTERM to torchrun (as SLURM sends it): both ranks stop at the same step, rank 0
+    checkpoints; resumed under torchrun, the run ends bitwise as one uninterrupted process."""
+    import signal
+    import time
+
+    args = [*HMC, *CASES["boston"], "epochs=40", "checkpoint_every=1"]
+    stopped = tmp_path / "2"
+    process = subprocess.Popen(
+        [*TORCHRUN, "-m", "bdl.cli", *args, f"hydra.run.dir={stopped}"],
+        env=env,
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    curve = stopped / "curve.csv"
+    while not (curve.exists() and len(curve.read_text().splitlines()) > 12):
+        assert process.poll() is None, process.stderr.read()
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    stderr = process.communicate(timeout=120)[1]
+    assert json.loads((stopped / "metrics.json").read_text())["status"] == "interrupted"
+    assert "torchrun --standalone --nproc_per_node=2 --no-python bdl-run" in stderr
+
+    resumed = bdl(
+        [*TORCHRUN, "-m", "bdl.cli"],
+        [*args, f"hydra.run.dir={stopped}", "resume=true"],
+        env,
+        tmp_path,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    whole = bdl(
+        [sys.executable, "-m", "bdl.cli"], [*args, f"hydra.run.dir={tmp_path / '1'}"], env, tmp_path
+    )
+    assert whole.returncode == 0, whole.stderr
+    (samples_1, metrics_1, _), (samples_2, metrics_2, _) = outputs(tmp_path / "1"), outputs(stopped)
+    assert metrics_1 == metrics_2 and len(samples_1) == len(samples_2) == 40 - 6
+    for a, b in zip(samples_1, samples_2):
+        assert all(torch.equal(a[name], b[name]) for name in a)

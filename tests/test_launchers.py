@@ -1,0 +1,189 @@
+"""Sweeps through Hydra's launchers: jobs in parallel processes (joblib), through submitit, and
+the SLURM config with its requeue-and-resume."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bdl import checkpoint, cli
+from bdl.run import Signals
+
+pytest.importorskip(
+    "hydra_plugins.hydra_joblib_launcher", reason="needs the launchers: pip install '.[launchers]'"
+)
+pytest.importorskip(
+    "hydra_plugins.hydra_submitit_launcher",
+    reason="needs the launchers: pip install '.[launchers]'",
+)
+
+TINY_MNIST = ["dataset.validation=59000", "epochs=3", "burn_in=1", "batch_size=100"]
+TINY_BOSTON = ["dataset=boston", "epochs=4", "burn_in=1", "thin=1"]
+
+
+@pytest.fixture
+def env(tmp_path) -> dict[str, str]:
+    """A fresh, empty data cache: the sweep's jobs fill it at the same time."""
+    if not os.environ.get("BDL_DATA_DIR"):
+        pytest.skip("needs real data: set BDL_DATA_DIR to a folder with MNIST/raw/ and uci/")
+    cache = tmp_path / "cache"
+    return {
+        **os.environ,
+        "BDL_CACHE_DIR": str(cache),
+        "XDG_CACHE_HOME": str(cache),
+        "OMP_NUM_THREADS": "1",
+        "HYDRA_FULL_ERROR": "0",
+    }
+
+
+def bdl(*args: str, env: dict[str, str], cwd: Path, module: str = "bdl.cli"):
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def statuses(sweep: Path) -> dict[str, str]:
+    return {
+        path.parent.name: json.loads(path.read_text())["status"]
+        for path in sweep.glob("*/metrics.json")
+    }
+
+
+def test_a_joblib_sweep_runs_jobs_in_parallel_and_lists_its_failures(env, tmp_path):
+    """Four jobs two at a time, in worker processes, into one empty cache; the two with a
+    negative step size fail there, and the launching process lists them and exits 1."""
+    sweep = tmp_path / "sweep"
+    result = bdl(
+        "-m",
+        *TINY_MNIST,
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "sampler=sgld,sghmc",
+        "sampler.lr=0.01,-1",
+        f"hydra.sweep.dir={sweep}",
+        env=env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "2 job(s) of the sweep failed" in result.stderr
+    assert result.stderr.count("sampler.lr") >= 2  # each failure names its key
+    assert sorted(statuses(sweep).values()) == ["completed", "completed", "failed", "failed"]
+    jobs = {path.parents[1].name for path in sweep.glob("*/.hydra/config.yaml")}
+    assert len(jobs) == 4  # one directory each: the jobs did not collide
+
+    report = bdl(str(sweep), env=env, cwd=tmp_path, module="bdl.report")
+    assert report.returncode == 0, report.stderr
+    rows = [line for line in report.stdout.splitlines() if line.startswith("| sg")]
+    assert len(rows) == 4 and "test_accuracy" in report.stdout
+    assert sum("| completed |" in row for row in rows) == 2
+
+
+def test_submitit_local_runs_a_job(env, tmp_path):
+    sweep = tmp_path / "sweep"
+    result = bdl(
+        "-m",
+        *TINY_BOSTON,
+        "hydra/launcher=submitit_local",
+        "hydra.launcher.timeout_min=5",
+        f"hydra.sweep.dir={sweep}",
+        env=env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert list(statuses(sweep).values()) == ["completed"]
+    assert list(sweep.glob(".submitit/*/*_log.out"))  # run by submitit, not in this process
+
+
+def test_the_slurm_config_composes(env, tmp_path):
+    result = bdl(
+        "hydra/launcher=slurm",
+        "hydra.launcher.partition=gpu",
+        "hydra.launcher.gpus_per_node=1",
+        "--cfg",
+        "hydra",
+        "--package",
+        "hydra.launcher",
+        env=env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    for line in [
+        "_target_: bdl.launchers.SlurmLauncher",
+        "partition: gpu",
+        "gpus_per_node: 1",
+        "cpus_per_task: 4",
+        "timeout_min: 240",
+        "max_num_timeout: 20",
+        "requeue: true",
+    ]:
+        assert line in result.stdout
+
+
+def test_a_requeued_slurm_job_resumes_from_its_checkpoint(tmp_path):
+    """What submitit resubmits at a time limit or preemption: the same job with resume=true once
+    it has a checkpoint (and as it was before its first one)."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from bdl.launchers import SlurmLauncher
+
+    with initialize_config_module("bdl.conf", version_base="1.3"):
+        cfg = compose("config", ["hydra/launcher=slurm"], return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir = str(tmp_path)
+    launcher = SlurmLauncher(**{k: v for k, v in cfg.hydra.launcher.items() if k != "_target_"})
+    overrides = ["sampler=sghmc", "seed=1"]
+
+    def resubmitted() -> list[str]:
+        return launcher.checkpoint(overrides, "hydra.sweep.dir", 0, "0", {}).args[0]
+
+    HydraConfig.instance().set_config(cfg)  # as in the job, where submitit calls checkpoint
+    try:
+        assert resubmitted() == overrides
+        (tmp_path / checkpoint.FILE).write_bytes(b"")
+        assert resubmitted() == [*overrides, "resume=true"]
+        overrides = ["resume=false", "seed=1"]
+        assert resubmitted() == ["seed=1", "resume=true"]
+    finally:
+        HydraConfig.instance().cfg = None
+
+
+def test_sigusr2_is_handed_on_to_submitit_once_the_run_has_stopped():
+    received = []
+    previous = signal.signal(signal.SIGUSR2, lambda signum, frame: received.append(signum))
+    try:
+        with Signals() as signals:
+            signal.raise_signal(signal.SIGUSR2)
+            assert signals.caught == signal.SIGUSR2 and received == []  # bdl stops first
+        assert received == [signal.SIGUSR2]
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+
+
+def test_without_submitit_sigusr2_is_left_alone():
+    assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
+    with Signals():
+        assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
+
+
+@pytest.mark.parametrize("name", ["joblib", "submitit_local", "submitit_slurm", "slurm"])
+def test_a_launcher_not_installed_names_the_extra(monkeypatch, name):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda module: None)
+    with pytest.raises(SystemExit) as stop:
+        cli._check_launcher(["-m", f"hydra/launcher={name}", "seed=0,1"])
+    message = str(stop.value)
+    assert message.startswith("bdl-run: error:") and "\n" not in message
+    assert "pip install 'bdl[launchers]'" in message
