@@ -221,8 +221,11 @@ def test_resume_refuses_what_it_cannot_continue(uci_root, tmp_path):
 
     cfg = config(uci_root, "epochs=4")
     runner.run(cfg, tmp_path / "done")
-    with pytest.raises(ConfigError, match="has completed"):
-        runner.run(config(uci_root, "epochs=4", "resume=true"), tmp_path / "done")
+    # a requeued job whose run had completed: nothing to redo, and nothing changed
+    before = {p: p.read_bytes() for p in (tmp_path / "done").rglob("*") if p.is_file()}
+    again = runner.run(config(uci_root, "epochs=4", "resume=true"), tmp_path / "done")
+    assert again == json.loads((tmp_path / "done" / "metrics.json").read_text())
+    assert {p: p.read_bytes() for p in (tmp_path / "done").rglob("*") if p.is_file()} == before
 
     directory = tmp_path / "done"
     (directory / "metrics.json").unlink()  # as if killed before its end

@@ -2,7 +2,7 @@
 
 One directory is one experiment. :meth:`RunDirectory.claim` takes an exclusive lock (released by
 the operating system when the process ends, however it ends) and refuses a directory that already
-holds another run's samples, curve or checkpoint unless the run is being resumed. Everything else
+holds another run's samples or checkpoint unless the run is being resumed. Everything else
 is written through the methods here: the curve (rewritten from the checkpoint's rows on resume,
 so that a resumed run's ``curve.csv`` is the uninterrupted run's), ``metrics.json`` (strict JSON,
 with the run's ``status``), the predictive, the samples and the optional wandb mirror.
@@ -39,8 +39,6 @@ log = logging.getLogger("bdl")
 METRICS = "metrics.json"
 CURVE = "curve.csv"
 LOCK = ".bdl.lock"
-#: Files whose presence means the directory holds a run (besides the checkpoint and samples).
-_RUN_FILES = (CURVE, PREDICTIVE)
 
 
 def strict_json(value: Any) -> Any:
@@ -84,7 +82,9 @@ class RunDirectory:
         self._lock = fd
         if resume:
             return
-        held = [name for name in (checkpoint.FILE, *_RUN_FILES) if (self.path / name).exists()]
+        # A run worth keeping has samples or a checkpoint; one stopped before either (a partial
+        # curve, a failed start) has nothing to continue, and a fresh run replaces it.
+        held = [checkpoint.FILE] if self.checkpoint.exists() else []
         samples = self.path / "samples"
         if samples.is_dir() and any(samples.iterdir()):
             held.append("samples/")
@@ -156,11 +156,16 @@ class RunDirectory:
         finally:
             os.close(fd)
 
-    def read_status(self) -> str | None:
+    def read_metrics(self) -> dict[str, Any]:
+        """``metrics.json`` as written, or {} where there is none (or it is not a JSON object)."""
         try:
-            return json.loads((self.path / METRICS).read_text()).get("status")
-        except (OSError, ValueError, AttributeError):
-            return None
+            metrics = json.loads((self.path / METRICS).read_text())
+        except (OSError, ValueError):
+            return {}
+        return metrics if isinstance(metrics, dict) else {}
+
+    def read_status(self) -> str | None:
+        return self.read_metrics().get("status")
 
     def write_predictive(self, predictive: Tensor, targets: Tensor) -> None:
         if not self.writer:

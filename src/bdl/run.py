@@ -794,12 +794,12 @@ def _run_in(
     if not cfg.resume:
         experiment = build(cfg, group)
         return Sampling(experiment, output, Loop.start(experiment), signals, group).run()
-    if output.read_status() == "completed":
-        raise ConfigError(
-            f"the run in {output.path} has completed (metrics.json); nothing to resume"
-        )
     tensors, header = checkpoint.load(output.checkpoint)
     _check_same_config(cfg, header, output.checkpoint)
+    if output.read_status() == "completed":
+        # a requeued job whose run had ended (perhaps killed on its way out): nothing to redo
+        log.info("the run in %s has completed; nothing to resume", output.path)
+        return output.read_metrics()
     experiment = build(cfg, group)
     loop = Loop.restore(experiment, tensors, header)
     log.info("resuming at epoch %d, step %d", loop.epoch + 1, loop.step)
