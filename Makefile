@@ -2,7 +2,11 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-export BDL_DATA_DIR ?= $(abspath ../shared/data)
+# Real data: a shared/data folder beside the checkout, where there is one (else downloads).
+SHARED_DATA := $(abspath ../shared/data)
+ifneq ($(wildcard $(SHARED_DATA)),)
+export BDL_DATA_DIR ?= $(SHARED_DATA)
+endif
 
 .DEFAULT_GOAL := help
 .PHONY: help install run test test-slow lint format bench mutation reproduce-chen-mnist reproduce-uci-boston check \

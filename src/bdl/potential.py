@@ -8,23 +8,23 @@ Every sampler in bdl moves on the same function,
                   - \log p(\theta)\Big],
 
 an unbiased estimate of :math:`-\log p(\theta\mid\mathcal{D})/T` from a minibatch
-:math:`\mathcal{B}` of size :math:`n` out of :math:`N` training points (seed 000, eq. 30). The
+:math:`\mathcal{B}` of size :math:`n` out of :math:`N` training points (Bühler, eq. 30). The
 target of every sampler is :math:`\propto \exp(-U_T)`: ``T = 1`` is the Bayes posterior, ``T < 1``
 a cold posterior. Samplers receive ``U_T`` and its gradient through a closure and never rescale
 either. :meth:`Potential.step_size` is the single conversion from the per-datum learning rates of
 the configs (the convention of Chen et al.'s code and of deep-learning practice) to the step size
 on the scale of ``U``.
 
-Two extensions serve the methods of issue 4, and leave the above untouched at their defaults:
+Two extensions serve Bayes by Backprop and variational inference, and leave the above untouched at their defaults:
 
 - **Prior weight.** A minibatch closure may carry a weight :math:`\kappa` on the prior term,
   :math:`U = [-\frac{N}{n}\sum\log p(y_i\mid x_i,\theta) - \kappa\log p(\theta)]/T`. Any
   weights with :math:`\frac{n}{N}\sum_{\text{epoch}}\kappa_i = 1` keep the epoch's sum of estimates
   unbiased; Blundell et al.'s :math:`\kappa_i = M\pi_i`, :math:`\pi_i = 2^{M-i}/(2^M - 1)` over
-  the :math:`M` minibatches of an epoch (seed 000 §2.2; ``sampler=bbb``) is one.
+  the :math:`M` minibatches of an epoch (Bühler §2.2; ``sampler=bbb``) is one.
 - **Variational expectations.** Called with a mean-field Gaussian ``q`` (:class:`MeanField`), a
   minibatch closure returns a Monte Carlo estimate of the negative evidence lower bound instead of
-  ``U``, with its gradient in ``q``'s means and standard deviations (seed 000, eqs. 3-9):
+  ``U``, with its gradient in ``q``'s means and standard deviations (Bühler, eqs. 3-9):
 
   .. math::
 
@@ -248,7 +248,7 @@ class Potential:
         batches: Callable[[], Iterator[tuple[Tensor, Tensor]]] | None = None,
     ) -> None:
         """Resample the prior's and the likelihood's hyperparameters from their conditionals given
-        the current parameters (Neal's Gibbs step between dynamics updates, seed 002).
+        the current parameters (Neal's Gibbs step between dynamics updates; Neal 1996).
 
         ``batches`` yields the training set in chunks; it is needed (and only then read) when the
         likelihood's conditional depends on the data (the regression noise precision).
