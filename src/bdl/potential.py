@@ -15,7 +15,8 @@ either. :meth:`Potential.step_size` is the single conversion from the per-datum 
 the configs (the convention of Chen et al.'s code and of deep-learning practice) to the step size
 on the scale of ``U``.
 
-Two extensions serve Bayes by Backprop and variational inference, and leave the above untouched at their defaults:
+Two extensions serve variational inference (Bayes by Backprop), and leave the above untouched
+at their defaults:
 
 - **Prior weight.** A minibatch closure may carry a weight :math:`\kappa` on the prior term,
   :math:`U = [-\frac{N}{n}\sum\log p(y_i\mid x_i,\theta) - \kappa\log p(\theta)]/T`. Any
