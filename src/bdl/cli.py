@@ -77,7 +77,7 @@ def _app(cfg: DictConfig) -> float | None:
             # SystemExit passes through Hydra's error handler, which would print a stack trace.
             raise SystemExit(message) from None
         log.error(message)
-        RunDirectory(hydra_cfg.runtime.output_dir).record_failure(str(error))
+        RunDirectory(hydra_cfg.runtime.output_dir).record_failure(cfg, str(error))
         _failed_jobs.append((hydra_cfg.runtime.output_dir, str(error)))
         return None
     return metrics.get("test_accuracy", metrics.get("test_rmse"))

@@ -138,9 +138,10 @@ class RunDirectory:
         text = json.dumps(strict_json(metrics), indent=2, allow_nan=False) + "\n"
         atomic_write(self.path / METRICS, text.encode())
 
-    def record_failure(self, error: str) -> None:
-        """``metrics.json`` with status ``failed`` for a run that failed before writing one (a
-        sweep's job whose config was refused), unless another run holds the directory."""
+    def record_failure(self, cfg: DictConfig, error: str) -> None:
+        """``metrics.json`` with status ``failed``, and the config, for a run that failed before
+        writing them (a sweep's job whose config was refused), so that ``bdl-report`` lists it;
+        unless another run holds the directory."""
         if (self.path / METRICS).exists() or not self.path.is_dir():
             return
         try:
@@ -152,6 +153,8 @@ class RunDirectory:
         except BlockingIOError:
             return
         else:
+            if not (self.path / ".hydra" / "config.yaml").exists():
+                self._write_config(cfg)
             self.write_metrics({"status": "failed", "error": error})
         finally:
             os.close(fd)
