@@ -131,7 +131,9 @@ def test_every_data_parallel_option_and_no_other_is_full_batch():
             name: instantiate(compose("config", [f"sampler={name}"]).sampler)(lr=1e-3).full_batch
             for name in names
         }
-    assert sorted(n for n, full in full_batch.items() if full) == sorted(distributed.SUPPORTED)
+    # the Laplace fit reads the training set through laplace-torch, which knows no ranks
+    data_parallel = sorted(n for n, full in full_batch.items() if full and n != "laplace")
+    assert data_parallel == sorted(distributed.SUPPORTED)
 
 
 def group(rank: int, world_size: int) -> distributed.Group:
