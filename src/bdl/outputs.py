@@ -68,18 +68,14 @@ class RunDirectory:
         run unless ``resume``. Writes the run's config (``.hydra/``) on a fresh start."""
         make_dir(self.path)
         try:
-            fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+            self._lock = _lock(self.path / LOCK)
         except OSError as error:
             raise write_error(self.path / LOCK, error) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        if self._lock is None:
             raise ConfigError(
                 f"another bdl-run is writing into {self.path}: wait for it, or give this run its "
                 "own directory (hydra.run.dir=...)"
-            ) from None
-        self._lock = fd
+            )
         if resume:
             return
         # A run worth keeping has samples or a checkpoint; one stopped before either (a partial
@@ -145,14 +141,12 @@ class RunDirectory:
         if (self.path / METRICS).exists() or not self.path.is_dir():
             return
         try:
-            fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+            fd = _lock(self.path / LOCK)
         except OSError:
             return  # a directory we cannot write to: the sweep's summary still lists the job
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if fd is None:
             return
-        else:
+        try:
             if not (self.path / ".hydra" / "config.yaml").exists():
                 self._write_config(cfg)
             self.write_metrics({"status": "failed", "error": error})
@@ -179,6 +173,18 @@ class RunDirectory:
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None
+
+
+def _lock(path: Path) -> int | None:
+    """An exclusive ``flock`` on ``path`` (created if need be), held until its descriptor is
+    closed or the process ends; None if another process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def start_wandb(cfg: DictConfig, directory: Path, run_id: str | None):
