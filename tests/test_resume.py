@@ -14,9 +14,9 @@ import json
 import signal
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
+from conftest import write_fake_uci
 from hydra import compose, initialize_config_module
 
 import bdl.checkpoint
@@ -31,20 +31,9 @@ class Kill(BaseException):
     """Stands for SIGKILL: nothing in bdl may catch it and tidy up."""
 
 
-def write_tiny_uci(root: Path, n: int = 60, features: int = 3, seed: int = 0) -> Path:
-    """A UCI folder in the standard splits' layout: ``uci/tiny/`` with one split."""
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, features))
-    y = x @ rng.normal(size=features) + 0.3 * rng.normal(size=n)
-    folder = root / "uci" / "tiny"
-    folder.mkdir(parents=True)
-    np.savetxt(folder / "data.txt", np.column_stack([x, y]))
-    np.savetxt(folder / "index_features.txt", np.arange(features), fmt="%d")
-    np.savetxt(folder / "index_target.txt", [features], fmt="%d")
-    order = rng.permutation(n)
-    np.savetxt(folder / "index_train_0.txt", order[: n * 4 // 5], fmt="%d")
-    np.savetxt(folder / "index_test_0.txt", order[n * 4 // 5 :], fmt="%d")
-    np.savetxt(folder / "n_splits.txt", [1], fmt="%d")
+def write_tiny_uci(root: Path, n: int = 60) -> Path:
+    """A regression set ``uci/tiny/`` in the standard splits' layout, with one split."""
+    write_fake_uci(root, "tiny", rows=n, columns=4, splits=1)
     return root
 
 

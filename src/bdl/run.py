@@ -540,7 +540,7 @@ class Sampling:
             if "accepted" in info:  # this step made a Metropolis test
                 loop.accepted = loop.accepted + info["accepted"].double().mean()
                 loop.tests += 1
-            if exp.potential.has_gibbs_step and (t + 1) % exp.gibbs_every == 0:
+            if (t + 1) % exp.gibbs_every == 0 and exp.potential.has_gibbs_step:
                 exp.potential.gibbs_step(exp.generators["gibbs"], exp.train_chunks)
                 loop.sampler.buffers.pop("grad", None)  # U changed: a kernel's cached ∇U is stale
             loop.step = i + 1
