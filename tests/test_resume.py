@@ -161,26 +161,36 @@ def test_a_kill_while_checkpointing_leaves_the_previous_checkpoint(uci_root, tmp
     assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
 
 
-def test_sigterm_checkpoints_and_resumes_bitwise(uci_root, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize(
+    ("method", "calls", "stopped_at"),
+    [
+        ("_closure", 10, {"epoch": 2, "step": 2}),  # mid-epoch
+        # between epochs, after the progress line: the next epoch must not draw its order twice
+        ("_checkpoint_due", 3, {"epoch": 3, "step": 0}),
+    ],
+)
+def test_sigterm_checkpoints_and_resumes_bitwise(
+    uci_root, tmp_path, monkeypatch, method, calls, stopped_at
+):
     cfg = config(uci_root, "checkpoint_every=100")  # only the signal's checkpoint
     runner.run(cfg, tmp_path / "whole")
-    real_step = runner.Sampling._closure
-    calls = {"n": 0}
+    real = getattr(runner.Sampling, method)
+    count = {"n": 0}
 
-    def signalled(self, i):
-        calls["n"] += 1
-        if calls["n"] == 10:
+    def signalled(self, *args):
+        count["n"] += 1
+        if count["n"] == calls:
             signal.raise_signal(signal.SIGTERM)
-        return real_step(self, i)
+        return real(self, *args)
 
-    monkeypatch.setattr(runner.Sampling, "_closure", signalled)
+    monkeypatch.setattr(runner.Sampling, method, signalled)
     with pytest.raises(runner.Interrupted) as stop:
         runner.run(cfg, tmp_path / "stopped")
     assert stop.value.exit_code == 128 + signal.SIGTERM
     assert "resume=true" in str(stop.value) and "checkpoint" in str(stop.value)
     status = json.loads((tmp_path / "stopped" / "metrics.json").read_text())
-    assert status == {"status": "interrupted", "epoch": 2, "step": 2, "signal": "SIGTERM"}
-    monkeypatch.setattr(runner.Sampling, "_closure", real_step)
+    assert status == {"status": "interrupted", **stopped_at, "signal": "SIGTERM"}
+    monkeypatch.setattr(runner.Sampling, method, real)
     runner.run(config(uci_root, "checkpoint_every=100", "resume=true"), tmp_path / "stopped")
     assert outputs(tmp_path / "stopped") == outputs(tmp_path / "whole")
 

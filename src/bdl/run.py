@@ -518,7 +518,8 @@ class Sampling:
         """Steps to the end of the epoch (from wherever ``loop`` stopped in it); False if a signal
         stopped it first."""
         exp, loop, sampler = self.experiment, self.loop, self.experiment.sampler
-        if loop.step == 0 and not sampler.full_batch:
+        # a stop caught between epochs checkpoints the order already drawn: never draw it twice
+        if loop.order is None and not sampler.full_batch:
             loop.order = torch.randperm(
                 exp.data.num_train, generator=exp.generators["data"], device=exp.device
             )
