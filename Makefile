@@ -49,6 +49,7 @@ bench: install ## bdl vs bare PyTorch, same process: SGHMC vs SGD-momentum epoch
 	$(BIN)/python scripts/bench_bbb.py
 	$(BIN)/python scripts/bench_hmc.py
 	$(BIN)/python scripts/bench_distributed.py
+	$(BIN)/python scripts/bench_chains.py
 
 reproduce-chen-mnist: install ## Chen et al. 2014 MNIST: SGD, SGD+momentum, SGLD, SGHMC x 2 seeds
 	$(BIN)/bdl-run -m experiment=chen2014_mnist sampler=sgd,sgd_momentum,sgld,sghmc seed=0,1 \

@@ -74,7 +74,7 @@ def main() -> None:
             for _ in range(sghmc.steps_per_epoch):
                 noise.normal_(generator=generator)
 
-        epochs = [loop._epoch for loop in loops.values()]
+        epochs = [loop.step_epoch for loop in loops.values()]
         bare, with_noise, without_noise, whole, drawing = alternating_medians(
             [bare_epoch, *epochs, draws], args.rounds
         )

@@ -48,7 +48,7 @@ def main() -> None:
         baseline = bare_model(run)
 
         def hmc_iteration():
-            loop._epoch()
+            loop.step_epoch()
 
         def bare_pass():
             bare_full_pass(baseline, run.x_train, run.y_train, run.batch_size)

@@ -15,18 +15,20 @@ from torch import nn
 
 import bdl.config  # noqa: F401  (registers the root schema)
 from bdl.outputs import RunDirectory
-from bdl.run import Experiment, Loop, Sampling, Signals, build
+from bdl.run import Experiment, Loop, Sampling, Signals, build_chains
 
 
 def sampling(cfg: DictConfig, directory: Path, start_epoch: int = 0) -> Sampling:
-    """The runner's loop on ``cfg``, writing into ``directory``; ``_epoch()`` runs one epoch
-    exactly as ``bdl-run`` does (steps, Gibbs steps, the sample kept, the curve row)."""
-    experiment = build(cfg)
+    """The runner's loop on ``cfg``, writing into ``directory``; ``step_epoch()`` runs one epoch
+    of every chain exactly as ``bdl-run`` does (steps, Gibbs steps, the sample kept, the curve
+    row)."""
+    experiments = build_chains(cfg)
     output = RunDirectory(directory)
     output.claim(cfg, resume=False)
-    loop = Loop.start(experiment)
-    loop.epoch = start_epoch
-    return Sampling(experiment, output, loop, Signals())
+    loops = [Loop.start(experiment) for experiment in experiments]
+    for loop in loops:
+        loop.epoch = start_epoch
+    return Sampling(experiments, output, loops, Signals())
 
 
 def bare_model(run: Experiment) -> nn.Module:

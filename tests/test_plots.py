@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from bdl.plots import RHAT_THRESHOLD, figures
+from bdl.diagnostics import RHAT_THRESHOLD
+from bdl.plots import figures
 from bdl.report import load_runs, main
 
 # Running test accuracy after burn-in (epochs 1-2 are burn-in: empty test_metric).

@@ -95,11 +95,11 @@ def test_a_run_killed_mid_epoch_resumes_bitwise(uci_root, tmp_path, monkeypatch,
     full_batch = name.startswith(("hmc", "mala"))
     kill_at = 4 if full_batch else 17  # epoch 5 of the full-batch kernels; mid-epoch 4 otherwise
 
-    def dying(self, i):
+    def dying(self, *args):
         calls["n"] += 1
         if calls["n"] == kill_at:
             raise Kill
-        return real_step(self, i)
+        return real_step(self, *args)
 
     monkeypatch.setattr(runner.Sampling, "_closure", dying)
     with pytest.raises(Kill):
@@ -156,7 +156,7 @@ def test_a_kill_while_checkpointing_leaves_the_previous_checkpoint(uci_root, tmp
         runner.run(cfg, tmp_path / "killed")
     monkeypatch.setattr(bdl.checkpoint, "atomic_write", real)
     _, header = bdl.checkpoint.load(tmp_path / "killed" / bdl.checkpoint.FILE)
-    assert header["loop"]["epoch"] == 2
+    assert header["chains"][0]["loop"]["epoch"] == 2
     runner.run(config(uci_root, "resume=true"), tmp_path / "killed")
     assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
 
@@ -247,15 +247,16 @@ def test_resume_refuses_what_it_cannot_continue(uci_root, tmp_path):
     assert {p: p.read_bytes() for p in directory.rglob("*") if p.is_file()} == before
 
 
-def test_a_checkpoint_from_a_newer_format_is_refused(tmp_path):
+@pytest.mark.parametrize(("offset", "message"), [(1, "newer bdl"), (-1, "older bdl")])
+def test_a_checkpoint_of_another_format_is_refused(tmp_path, offset, message):
     path = tmp_path / bdl.checkpoint.FILE
     bdl.checkpoint.save(path, {"x": torch.zeros(2)}, {})
     tensors, header = bdl.checkpoint.load(path)
     from safetensors.torch import save
 
-    header["format_version"] = bdl.checkpoint.FORMAT_VERSION + 1
+    header["format_version"] = bdl.checkpoint.FORMAT_VERSION + offset
     path.write_bytes(save(tensors, metadata={"bdl_checkpoint": json.dumps(header)}))
-    with pytest.raises(CheckpointError, match="newer bdl"):
+    with pytest.raises(CheckpointError, match=message):
         bdl.checkpoint.load(path)
 
 

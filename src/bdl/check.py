@@ -49,7 +49,6 @@ import csv
 import math
 import sys
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +58,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from bdl import diagnostics
 from bdl.samplers import (
     HMC,
     MALA,
@@ -172,21 +172,14 @@ def run_chains(target, spec: Spec, chains: int, seed: int) -> Chains:
 def ess(draws: Tensor) -> np.ndarray:
     """Bulk effective sample size of each coordinate of ``(chains, draws, dim)``, by arviz.
 
-    NaN where arviz measured nothing. Its estimator (Vehtari et al. 2021) splits each chain in
-    two halves of ``m = draws // 2`` and sums autocorrelations by Geyer's initial sequence, then
-    floors the autocorrelation time at ``1/log10(M)`` (``M`` = 2 × chains × m, the split draws):
-    an estimate equal to that cap, ``M log10 M``, means that no autocorrelation was measured,
-    which is always the case with ``m <= 4`` (fewer than 10 draws per chain, where the sequence
-    is never evaluated). Such a number depends on ``M`` alone, not on the sampler.
+    NaN where arviz measured nothing: its estimator (Vehtari et al. 2021) sums autocorrelations
+    by Geyer's initial sequence over split chains and caps the result
+    (:func:`bdl.diagnostics.cap`); a value at the cap depends on the number of draws alone, not
+    on the sampler.
     """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # arviz: FutureWarning on import, chains > draws
-        import arviz as az
-
-        values = az.ess(az.convert_to_dataset(draws.numpy()))["x"].values
-    split = 2 * draws.shape[0] * (draws.shape[1] // 2)
-    cap = split * math.log10(split) if split > 1 else 0.0
-    return np.where(values >= cap * (1 - 1e-9), np.nan, values)
+    values = diagnostics.ess(draws.numpy())
+    limit = diagnostics.cap(draws.shape[0], draws.shape[1])
+    return np.where(values >= limit * (1 - 1e-9), np.nan, values)
 
 
 def make_row(target_name: str, spec: Spec, result: Chains, errors: dict, cost: float) -> Row:

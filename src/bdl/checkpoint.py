@@ -27,7 +27,8 @@ from bdl.samplers.base import SamplerState
 from bdl.store import StoreError, atomic_write
 
 FILE = "checkpoint.safetensors"
-FORMAT_VERSION = 1
+# 2: the state of each chain under chain_<k>/ (bdl-run chains=K)
+FORMAT_VERSION = 2
 _HEADER = "bdl_checkpoint"
 _BASE_FIELDS = {f.name for f in dataclasses.fields(SamplerState)}
 
@@ -76,6 +77,11 @@ def load(path: Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
         raise CheckpointError(
             f"{path} was written by a newer bdl (checkpoint format {version}, this bdl reads up "
             f"to {FORMAT_VERSION}): upgrade bdl to resume it"
+        )
+    if version < FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} was written by an older bdl (checkpoint format {version}; this bdl resumes "
+            f"format {FORMAT_VERSION}): finish it with the bdl that started it, or {fix}"
         )
     if _digest(tensors) != header.get("sha256"):
         raise CheckpointError(f"{path} is corrupt (its tensors fail their sha256 check); {fix}")

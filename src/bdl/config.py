@@ -85,7 +85,8 @@ class DistributedConfig:
 
 @dataclass
 class RunConfig:
-    seed: int = 0
+    seed: int = 0  # chain k of a run is seeded seed + k
+    chains: int = 1  # independent chains in one run, stepped an epoch at a time in turn
     device: Device = Device.auto
     epochs: int = 800
     batch_size: int = 500
@@ -161,6 +162,8 @@ def _check_keys(node: DictConfig, schema: type, prefix: str = "") -> None:
 
 def _check_ranges(cfg: Any) -> None:
     checks = [
+        ("seed", cfg.seed >= 0, "seed=0 or more"),
+        ("chains", cfg.chains >= 1, "chains=1 or more independent chains"),
         ("epochs", cfg.epochs >= 1, "a positive number of epochs, e.g. epochs=10"),
         ("batch_size", cfg.batch_size >= 1, "a positive minibatch size, e.g. batch_size=128"),
         ("burn_in", cfg.burn_in >= 0, "burn_in=0 or more epochs"),

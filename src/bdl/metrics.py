@@ -57,8 +57,23 @@ def nll(probs: Tensor, y: Tensor) -> float:
     rather than ``inf`` that would hide every other difference between methods.
     """
     _check_classification(probs, y)
-    p_y = probs.double().gather(-1, y.long().unsqueeze(-1)).squeeze(-1)
-    return -p_y.clamp_min(_PROB_FLOOR).log().mean().item()
+    return -label_log_probability(probs, y).mean().item()
+
+
+def label_log_probability(probs: Tensor, y: Tensor) -> Tensor:
+    """``log p(y_i | x_i)`` of each point, float64, the probabilities floored as in :func:`nll`."""
+    p_y = probs.double().gather(-1, y.long().to(probs.device).unsqueeze(-1)).squeeze(-1)
+    return p_y.clamp_min(_PROB_FLOOR).log()
+
+
+def gaussian_log_likelihood(prediction: Tensor, y: Tensor, mean: float, std: float) -> Tensor:
+    """``log N(y_i | μ_i, σ_i²)`` of each point in original units, float64, from ``(n, 2)``
+    means and variances in units standardised by ``mean`` and ``std`` and targets ``y`` in
+    original units."""
+    prediction = prediction.double()
+    mu = prediction[:, 0] * std + mean
+    var = prediction[:, 1] * std**2
+    return -0.5 * (math.log(2 * math.pi) + var.log() + (y.to(mu) - mu).square() / var)
 
 
 def ece(probs: Tensor, y: Tensor, bins: int = 15) -> float:
@@ -139,6 +154,14 @@ class ClassificationAverage:
             self._sum += prediction.to(self._sum.device)
         self.count += 1
 
+    def merge(self, other: ClassificationAverage) -> ClassificationAverage:
+        """The average over this one's samples and ``other``'s (the chains of one run)."""
+        merged = ClassificationAverage()
+        merged.count = self.count + other.count
+        sums = [s for s in (self._sum, other._sum) if s is not None]
+        merged._sum = sum(sums[1:], sums[0].clone()) if sums else None
+        return merged
+
     def state_dict(self) -> dict[str, Tensor]:
         """The running sum and count, for checkpoints."""
         state = {"count": torch.tensor(self.count)}
@@ -205,11 +228,10 @@ class RegressionAverage:
                 f"prediction must have shape ({n}, 2) (mean, variance per test point), "
                 f"got {tuple(prediction.shape)}"
             )
-        y = self.y.to(prediction.device)
-        self.y = y
+        self.y = self.y.to(prediction.device)
         mean = prediction[:, 0] * self.target_std + self.target_mean
         var = prediction[:, 1] * self.target_std**2
-        log_lik = -0.5 * (math.log(2 * math.pi) + var.log() + (y - mean).square() / var)
+        log_lik = gaussian_log_likelihood(prediction, self.y, self.target_mean, self.target_std)
         self.count += 1
         if self._mean is None:
             self._mean = mean.clone()
@@ -224,6 +246,25 @@ class RegressionAverage:
         self._log_sum = torch.logaddexp(self._log_sum, log_lik)
 
     _SUMS = ("_mean", "_m2", "_var_sum", "_log_sum")
+
+    def merge(self, other: RegressionAverage) -> RegressionAverage:
+        """The mixture over this one's samples and ``other``'s (the chains of one run); the
+        variances of the means combine by Chan, Golub & LeVeque (1979)."""
+        merged = RegressionAverage(self._y_standardised, self.target_mean, self.target_std)
+        if not other.count or not self.count:
+            source = self if self.count else other
+            merged.load_state_dict({k: v.clone() for k, v in source.state_dict().items()})
+            return merged
+        merged.count = self.count + other.count
+        delta = other._mean - self._mean
+        merged._mean = self._mean + delta * (other.count / merged.count)
+        merged._m2 = (
+            self._m2 + other._m2 + delta.square() * (self.count * other.count / merged.count)
+        )
+        merged._var_sum = self._var_sum + other._var_sum
+        merged._log_sum = torch.logaddexp(self._log_sum, other._log_sum)
+        merged.y = self.y
+        return merged
 
     def state_dict(self) -> dict[str, Tensor]:
         """The running sums and count, for checkpoints."""

@@ -61,7 +61,6 @@ class RunDirectory:
         self.writer = writer
         self.checkpoint = self.path / checkpoint.FILE
         self._lock: int | None = None
-        self.store: SampleStore | None = None
 
     def claim(self, cfg: DictConfig, resume: bool) -> None:
         """Make this process the directory's only writer; refuse a directory holding another
@@ -107,20 +106,29 @@ class RunDirectory:
         for name, node in files.items():
             atomic_write(folder / name, OmegaConf.to_yaml(node).encode())
 
-    def open_store(self) -> SampleStore | None:
-        if self.writer:
-            self.store = SampleStore(self.path / "samples")
-        return self.store
+    def open_stores(self, chains: int) -> list[SampleStore] | None:
+        """The sample store of each of ``chains`` chains: ``samples/`` for one,
+        ``samples/chain_<k>/`` for several (as :func:`bdl.posterior.chain_stores` reads them)."""
+        if not self.writer:
+            return None
+        samples = self.path / "samples"
+        if chains == 1:
+            return [SampleStore(samples)]
+        return [SampleStore(samples / f"chain_{k}") for k in range(chains)]
 
     def write_curve(self, fields: list[str], rows: list[dict[str, Any]]) -> None:
         """``curve.csv`` with ``rows``, replaced atomically."""
+        self.write_table(CURVE, fields, rows)
+
+    def write_table(self, name: str, fields: list[str], rows: list[dict[str, Any]]) -> None:
+        """The CSV file ``name`` with ``rows``, replaced atomically."""
         if not self.writer:
             return
         text = io.StringIO(newline="")
         writer = csv.DictWriter(text, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
-        atomic_write(self.path / CURVE, text.getvalue().encode())
+        atomic_write(self.path / name, text.getvalue().encode())
 
     def append_curve(self, fields: list[str], row: dict[str, Any]) -> None:
         if not self.writer:

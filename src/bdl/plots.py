@@ -30,6 +30,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from bdl import diagnostics
+
 __all__ = [
     "curve",
     "draw",
@@ -41,8 +43,6 @@ __all__ = [
 ]
 
 CURVE_FILE = "curve.csv"
-DIAGNOSTICS_FILE = "diagnostics.csv"
-RHAT_THRESHOLD = 1.01  # Vehtari, Gelman, Simpson, Carpenter & Bürkner (2021)
 TASKS = {"classification": ("test_error", "test error"), "regression": ("test_rmse", "test RMSE")}
 
 
@@ -118,7 +118,7 @@ def rhat_figure(rhat: np.ndarray, title: str, bins: int = 30) -> Figure:
     ax = figure.subplots()
     finite = rhat[np.isfinite(rhat)]
     ax.hist(finite, bins=bins)
-    ax.axvline(RHAT_THRESHOLD, color="black", linestyle="--", linewidth=1)
+    ax.axvline(diagnostics.RHAT_THRESHOLD, color="black", linestyle="--", linewidth=1)
     ax.set(xlabel="R-hat", ylabel="test points", title=title)
     return figure
 
@@ -163,9 +163,9 @@ def figures(runs: pd.DataFrame, by: Sequence[str]) -> dict[str, Figure]:
     for run_dir, frame in curves.items():
         label = str(Path(run_dir).relative_to(common)) if common else Path(run_dir).name
         out[f"trace_{_slug(label)}"] = trace_figure(frame, label)
-        diagnostics = Path(run_dir) / DIAGNOSTICS_FILE
-        if diagnostics.is_file():
-            table = pd.read_csv(diagnostics)
+        per_point = Path(run_dir) / diagnostics.FILE
+        if per_point.is_file():
+            table = pd.read_csv(per_point)
             if "rhat" in table:
                 rhat = table["rhat"].to_numpy(dtype=float)
                 out[f"rhat_{_slug(label)}"] = rhat_figure(rhat, f"R-hat, {label}")

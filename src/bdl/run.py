@@ -31,12 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from bdl import checkpoint, distributed, pruning
+from bdl import checkpoint, diagnostics, distributed, pruning
 from bdl.config import ConfigError, validate
 from bdl.data import Dataset
 from bdl.data.augment import random_crop_flip
@@ -53,6 +54,10 @@ log = logging.getLogger("bdl")
 #: A potential above this multiple of its starting value (or of N, if larger) has diverged: no
 #: sampler recovers from a jump of six orders of magnitude, and a NaN would follow.
 DIVERGENCE_FACTOR = 1e6
+#: Per-chain results of a run of several chains.
+CHAINS_FILE = "chains.csv"
+#: Draws per chain below which no R-hat is computed: split R-hat needs two halves of two.
+MIN_DIAGNOSTIC_DRAWS = 4
 #: Seconds of work between checkpoints when ``checkpoint_every`` is not set.
 CHECKPOINT_SECONDS = 60.0
 #: Config keys that may differ when resuming: where things are, how often to report.
@@ -190,6 +195,7 @@ class Experiment:
     reference: Tensor | None
     #: data: minibatch order and augmentation; noise: the sampler's; gibbs: hyperparameters'
     generators: dict[str, torch.Generator]
+    chain: int = 0
 
     def collects(self, epoch: int) -> bool:
         """Whether the state after (0-based) ``epoch`` is kept as a posterior sample."""
@@ -217,17 +223,35 @@ def build_network(cfg: DictConfig, data: Dataset) -> tuple[nn.Module, nn.Module]
     return model, Task(data, data.y_test).likelihood(cfg.likelihood)
 
 
-def build(cfg: DictConfig, group: distributed.Group | None = None) -> Experiment:
-    """The experiment ``cfg`` (validated) describes: data read, model initialised from
-    ``seed``. Under ``torchrun`` (``group``), the training set is this rank's shard of it and
-    the potential sums its data term over the ranks."""
-    device = resolve_device(cfg.device.name) if group is None else group.device
-    reference = load_reference(cfg.reference) if cfg.reference else None
-    torch.manual_seed(cfg.seed)
+def stream_seed(seed: int, stream: int) -> int:
+    """The seed of random stream ``stream`` of the chain seeded ``seed``, hashed from both by
+    numpy's ``SeedSequence``: chain ``k`` of a run is seeded ``seed + k`` (the run ``seed=seed+k``
+    of one chain), and seeds offset by the stream's number would make one chain's sampler noise
+    the next chain's initial weights."""
+    return int(np.random.SeedSequence([seed, stream]).generate_state(1, np.uint64)[0])
 
-    data = load_data(cfg)
+
+def build(
+    cfg: DictConfig,
+    group: distributed.Group | None = None,
+    chain: int = 0,
+    like: Experiment | None = None,
+) -> Experiment:
+    """The experiment ``cfg`` (validated) describes for its chain ``chain``: data read (or those
+    of ``like``, another chain's experiment), model initialised from ``seed + chain``. Under
+    ``torchrun`` (``group``), the training set is this rank's shard of it and the potential sums
+    its data term over the ranks."""
+    device = resolve_device(cfg.device.name) if group is None else group.device
+    seed = cfg.seed + chain
+    torch.manual_seed(seed)
+
+    if like is None:
+        reference = load_reference(cfg.reference) if cfg.reference else None
+        data = load_data(cfg)
+        _check_reference(cfg, data, reference)
+    else:
+        reference, data = like.reference, like.data
     task = Task(data, data.y_test)
-    _check_reference(cfg, data, reference)
     model, likelihood = build_network(cfg, data)
     potential = Potential(
         model.to(device),
@@ -241,8 +265,8 @@ def build(cfg: DictConfig, group: distributed.Group | None = None) -> Experiment
         load_initial(potential, cfg.init_from)
 
     generators = {
-        name: torch.Generator(device).manual_seed(cfg.seed + offset)
-        for offset, name in enumerate(("data", "noise", "gibbs"))
+        name: torch.Generator(device).manual_seed(stream_seed(seed, stream))
+        for stream, name in enumerate(("data", "noise", "gibbs"))
     }
     factory = instantiate(cfg.sampler)
     lr = cfg.sampler.lr
@@ -265,9 +289,10 @@ def build(cfg: DictConfig, group: distributed.Group | None = None) -> Experiment
         device=device,
         data=data,
         task=task,
-        x_train=data.x_train[shard].to(device),
-        y_train=data.y_train[shard].to(device),
-        x_test=data.x_test.to(device),
+        # the chains share one copy of the data on the device
+        x_train=data.x_train[shard].to(device) if like is None else like.x_train,
+        y_train=data.y_train[shard].to(device) if like is None else like.y_train,
+        x_test=data.x_test.to(device) if like is None else like.x_test,
         potential=potential,
         sampler=sampler,
         schedule=schedule,
@@ -277,6 +302,7 @@ def build(cfg: DictConfig, group: distributed.Group | None = None) -> Experiment
         augment=cfg.protocol.augment,
         reference=reference,
         generators=generators,
+        chain=chain,
     )
     sampler.attach(potential, experiment.train_chunks)  # a Laplace fit reads the training set
     if sampler.injects_noise and not any(map(experiment.collects, range(cfg.epochs))):
@@ -285,6 +311,8 @@ def build(cfg: DictConfig, group: distributed.Group | None = None) -> Experiment
             f"thin={cfg.thin}, schedule={cfg.schedule._target_.rsplit('.', 1)[-1]}): "
             "raise epochs or lower burn_in or thin"
         )
+    if chain:
+        return experiment
     log.info(
         "%s on %s: N=%d, n=%d, T=%g, %d steps/epoch, lr %g%s, %d parameters, device %s",
         type(sampler).__name__,
@@ -309,6 +337,42 @@ def build(cfg: DictConfig, group: distributed.Group | None = None) -> Experiment
     return experiment
 
 
+def build_chains(cfg: DictConfig, group: distributed.Group | None = None) -> list[Experiment]:
+    """The experiment of each of the ``cfg.chains`` chains, sharing one copy of the data."""
+    first = build(cfg, group)
+    if cfg.chains > 1:
+        if group is not None:
+            raise ConfigError(
+                "chains>1 under torchrun is not supported: run the chains as a sweep "
+                "(seed=0,1,2,3) or drop torchrun"
+            )
+        if cfg.pruning:
+            raise ConfigError(
+                "pruning=true reads one chain's samples: run it with chains=1, or pruning=false"
+            )
+        _check_memory(first, cfg.chains)
+        log.info("%d chains, seeded %d..%d", cfg.chains, cfg.seed, cfg.seed + cfg.chains - 1)
+    return [first, *(build(cfg, group, k, like=first) for k in range(1, cfg.chains))]
+
+
+def _check_memory(experiment: Experiment, chains: int) -> None:
+    """Refuse ``chains`` whose state would not fit where it lives: counted as four copies of the
+    parameters (themselves, their gradient, and up to two sampler buffers: a momentum, a
+    preconditioner or a variational scale), the model's activations aside."""
+    params = experiment.potential.params
+    per_chain = 4 * sum(p.numel() * p.element_size() for p in params)
+    if experiment.device.type == "cuda":
+        free = torch.cuda.mem_get_info(experiment.device)[0]
+    else:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if per_chain * chains > free:
+        raise ConfigError(
+            f"chains={chains} needs about {per_chain * chains / 2**30:.2f} GiB for the chains' "
+            f"parameters and sampler state ({per_chain / 2**20:.1f} MiB each), and "
+            f"{experiment.device.type} has {free / 2**30:.2f} GiB free: lower chains"
+        )
+
+
 def _check_reference(cfg: DictConfig, data: Dataset, reference: Tensor | None) -> None:
     if reference is None:
         return
@@ -328,9 +392,9 @@ def _check_reference(cfg: DictConfig, data: Dataset, reference: Tensor | None) -
 
 @dataclass
 class Loop:
-    """Everything that changes while sampling. Positions count completed work: ``epoch`` epochs
-    are done, and ``step`` steps of the next one (whose minibatch order is ``order`` and whose
-    per-step potentials so far are ``potentials``)."""
+    """Everything that changes in one chain while sampling. Positions count completed work:
+    ``epoch`` epochs are done, and ``step`` steps of the next one (whose minibatch order is
+    ``order`` and whose per-step potentials so far are ``potentials``)."""
 
     sampler: SamplerState
     average: Any
@@ -343,10 +407,12 @@ class Loop:
     tests: int = 0  # Metropolis tests in the epoch so far
     curve: list[dict[str, Any]] = field(default_factory=list)
     accept_rates: list[float] = field(default_factory=list)  # per sampling epoch
-    elapsed_s: float = 0.0  # wall time of earlier sessions of this run
     initial_potential: float | None = None  # U at the first step: the divergence yardstick
     num_samples: int = 0
-    wandb_id: str | None = None
+    # per sample kept: log p(y_i | x_i, θ) of every test point, and the weight probes
+    # (bdl.diagnostics)
+    log_likelihoods: list[Tensor] = field(default_factory=list)
+    probes: list[Tensor] = field(default_factory=list)
 
     _POSITION = (
         "epoch",
@@ -354,11 +420,10 @@ class Loop:
         "tests",
         "curve",
         "accept_rates",
-        "elapsed_s",
         "initial_potential",
         "num_samples",
-        "wandb_id",
     )
+    _PER_SAMPLE = ("log_likelihoods", "probes")
 
     @classmethod
     def start(cls, experiment: Experiment) -> Loop:
@@ -367,7 +432,8 @@ class Loop:
             average=experiment.task.average(),
         )
 
-    def save(self, path: Path, experiment: Experiment) -> None:
+    def state(self, experiment: Experiment) -> tuple[dict[str, Tensor], dict[str, Any]]:
+        """This chain's tensors and JSON header, for a checkpoint (:meth:`Sampling._checkpoint`)."""
         sampler_tensors, sampler_header = checkpoint.sampler_state(self.sampler)
         tensors = {f"sampler/{k}": t for k, t in sampler_tensors.items()}
         for name, generator in experiment.generators.items():
@@ -379,34 +445,44 @@ class Loop:
         if self.potentials:
             tensors["loop/potentials"] = torch.stack(self.potentials)
         tensors["loop/accepted"] = self.accepted
+        for name in self._PER_SAMPLE:
+            if getattr(self, name):
+                tensors[f"loop/{name}"] = torch.stack(getattr(self, name))
         header = {
-            "config": resumable_config(experiment.cfg),
             "sampler": sampler_header,
             "loop": {name: getattr(self, name) for name in self._POSITION},
         }
-        checkpoint.save(path, tensors, header)
+        return tensors, header
 
     @classmethod
     def restore(
         cls, experiment: Experiment, tensors: dict[str, Tensor], header: dict[str, Any]
     ) -> Loop:
-        def group(prefix: str) -> dict[str, Tensor]:
-            return {k[len(prefix) :]: t for k, t in tensors.items() if k.startswith(prefix)}
-
+        """The loop :meth:`state` wrote, with the experiment's generators and potential set."""
         loop = cls.start(experiment)
-        checkpoint.restore_sampler_state(loop.sampler, group("sampler/"), header["sampler"])
+        checkpoint.restore_sampler_state(
+            loop.sampler, _prefixed(tensors, "sampler/"), header["sampler"]
+        )
         for name, generator in experiment.generators.items():
             generator.set_state(tensors[f"generator/{name}"])
-        experiment.potential.load_state_dict(group("potential/"))
-        loop.average.load_state_dict(group("average/"))
+        experiment.potential.load_state_dict(_prefixed(tensors, "potential/"))
+        loop.average.load_state_dict(_prefixed(tensors, "average/"))
         device = experiment.device
         loop.order = tensors["loop/order"].to(device) if "loop/order" in tensors else None
         if "loop/potentials" in tensors:
             loop.potentials = list(tensors["loop/potentials"].to(device).unbind())
         loop.accepted = tensors["loop/accepted"].to(device)
+        for name in cls._PER_SAMPLE:
+            if f"loop/{name}" in tensors:
+                setattr(loop, name, list(tensors[f"loop/{name}"].unbind()))
         for name, value in header["loop"].items():
             setattr(loop, name, value)
         return loop
+
+
+def _prefixed(tensors: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
+    """The entries of ``tensors`` under ``prefix``, without it."""
+    return {k[len(prefix) :]: t for k, t in tensors.items() if k.startswith(prefix)}
 
 
 def resumable_config(cfg: DictConfig) -> dict[str, Any]:
@@ -441,49 +517,67 @@ def _check_same_config(cfg: DictConfig, header: dict[str, Any], path: Path) -> N
 
 
 class Sampling:
-    """Runs a :class:`Loop` to the end of the run, writing into ``directory`` (under
-    ``torchrun``, only rank 0 writes: the others' ``directory`` is not a ``writer``)."""
+    """Runs the chains of a run, one :class:`Loop` each, to the end: an epoch of every chain
+    in turn, then the next epoch. Writes into ``directory`` (under ``torchrun``, only rank 0
+    writes: the others' ``directory`` is not a ``writer``)."""
 
     def __init__(
         self,
-        experiment: Experiment,
+        experiments: list[Experiment],
         directory: RunDirectory,
-        loop: Loop,
+        loops: list[Loop],
         signals: Signals,
         group: distributed.Group | None = None,
+        elapsed_s: float = 0.0,
+        wandb_id: str | None = None,
     ) -> None:
-        self.experiment = experiment
+        self.experiments = experiments
+        self.experiment = experiments[0]  # what the chains share: the config, data and task
         self.directory = directory
-        self.loop = loop
-        self.cfg = experiment.cfg
+        self.loops = loops
+        self.cfg = self.experiment.cfg
         self.group = group
-        self.store = directory.open_store()
-        if self.store is not None:
-            self.store.truncate(loop.num_samples)
-        self.fields = ["epoch", "potential", "lr_scale", "num_samples", "test_metric"]
-        self.fields += ["wall_time_s", "accept_rate", *experiment.potential.hyperparameters()]
-        directory.write_curve(self.fields, loop.curve)
+        self.stores = directory.open_stores(len(loops))
+        for store, loop in zip(self.stores or [], loops, strict=True):
+            store.truncate(loop.num_samples)
+        self.fields = ["chain"] if len(loops) > 1 else []
+        self.fields += ["epoch", "potential", "lr_scale", "num_samples", "test_metric"]
+        self.fields += ["wall_time_s", "accept_rate", *self.experiment.potential.hyperparameters()]
+        directory.write_curve(self.fields, self._curve())
         self.signals = signals
+        self.stopped = 0  # the chain a signal stopped
+        self.elapsed_before = elapsed_s  # wall time of earlier sessions of this run
+        self.wandb_id = wandb_id
         self.started = time.perf_counter()
         self.last_checkpoint = time.perf_counter()
 
     @property
     def elapsed(self) -> float:
-        return self.loop.elapsed_s + time.perf_counter() - self.started
+        return self.elapsed_before + time.perf_counter() - self.started
+
+    @property
+    def epoch(self) -> int:
+        """The epochs that every chain has completed."""
+        return min(loop.epoch for loop in self.loops)
+
+    def _curve(self) -> list[dict[str, Any]]:
+        """The curve rows of all chains in the order they were written: by epoch, then chain."""
+        rows = [row for loop in self.loops for row in loop.curve]
+        return sorted(rows, key=lambda row: (row["epoch"], row.get("chain", 0)))
 
     def run(self) -> dict[str, Any]:
-        cfg, loop = self.cfg, self.loop
+        cfg = self.cfg
         self.signals.check()
         wandb_run = None
         if self.directory.writer:
-            wandb_run = start_wandb(cfg, self.directory.path, loop.wandb_id)
-            loop.wandb_id = getattr(wandb_run, "id", None)
-        progress = Progress(self.experiment, loop, shown=self.directory.writer)
+            wandb_run = start_wandb(cfg, self.directory.path, self.wandb_id)
+            self.wandb_id = getattr(wandb_run, "id", None)
+        progress = Progress(self.experiment, self.epoch, shown=self.directory.writer)
         try:
-            while loop.epoch < cfg.epochs:
-                if not self._epoch():
+            while self.epoch < cfg.epochs:
+                if not self.step_epoch():
                     self._interrupt()
-                row = loop.curve[-1]
+                row = self._summary_row()
                 progress.update(row)
                 if wandb_run is not None:
                     wandb_run.log(row)
@@ -494,7 +588,7 @@ class Sampling:
             if wandb_run is not None:
                 wandb_run.summary.update(metrics)
         except DivergedError as error:
-            self._write_metrics("diverged", diverged_epoch=loop.epoch + 1)
+            self._write_metrics("diverged", diverged_epoch=self.epoch + 1)
             raise DivergedError(f"{error}; {self._kept()}") from None
         except Interrupted:
             raise
@@ -503,7 +597,7 @@ class Sampling:
                 self.directory.write_metrics(
                     {
                         "status": "failed",
-                        "epoch": loop.epoch,
+                        "epoch": self.epoch,
                         "error": f"{type(error).__name__}: {error}",
                     }
                 )
@@ -514,10 +608,21 @@ class Sampling:
                 wandb_run.finish()
         return metrics
 
-    def _epoch(self) -> bool:
-        """Steps to the end of the epoch (from wherever ``loop`` stopped in it); False if a signal
-        stopped it first."""
-        exp, loop, sampler = self.experiment, self.loop, self.experiment.sampler
+    def step_epoch(self) -> bool:
+        """An epoch of every chain (after a stop mid-epoch, of the chains behind); False if a
+        signal stopped a chain first."""
+        epoch = self.epoch
+        for chain, loop in enumerate(self.loops):
+            if loop.epoch == epoch and not self._epoch(chain):
+                self.stopped = chain
+                return False
+        return True
+
+    def _epoch(self, chain: int) -> bool:
+        """Steps chain ``chain`` to the end of its epoch (from wherever it stopped in it); False
+        if a signal stopped it first."""
+        exp, loop = self.experiments[chain], self.loops[chain]
+        sampler = exp.sampler
         # a stop caught between epochs checkpoints the order already drawn: never draw it twice
         if loop.order is None and not sampler.full_batch:
             loop.order = torch.randperm(
@@ -529,7 +634,7 @@ class Sampling:
             t = loop.epoch * exp.steps_per_epoch + i
             loop.sampler = sampler.step(
                 loop.sampler,
-                self._closure(i),
+                self._closure(chain, i),
                 lr_scale=exp.schedule(t),
                 noise=not exp.schedule.explores(t),
                 tune=loop.epoch < self.cfg.burn_in,
@@ -547,7 +652,7 @@ class Sampling:
             loop.step = i + 1
         if self._stop_requested():
             return False
-        self._end_epoch()
+        self._end_epoch(chain)
         return True
 
     def _stop_requested(self) -> bool:
@@ -556,27 +661,28 @@ class Sampling:
         caught = self.signals.caught is not None
         return caught if self.group is None else self.group.any(caught)
 
-    def _closure(self, i: int):
-        exp = self.experiment
+    def _closure(self, chain: int, i: int):
+        exp = self.experiments[chain]
         if exp.sampler.full_batch:
             return exp.potential.full_closure(exp.train_chunks)
-        index = self.loop.order[i * exp.batch_size : (i + 1) * exp.batch_size]
+        index = self.loops[chain].order[i * exp.batch_size : (i + 1) * exp.batch_size]
         x, y = exp.x_train.index_select(0, index), exp.y_train.index_select(0, index)
         if exp.augment:
             x = random_crop_flip(x, exp.generators["data"])
         return exp.potential.closure(x, y, exp.sampler.prior_weight(i, exp.steps_per_epoch))
 
-    def _end_epoch(self) -> None:
-        exp, loop = self.experiment, self.loop
+    def _end_epoch(self, chain: int) -> None:
+        exp, loop = self.experiments[chain], self.loops[chain]
         epoch = loop.epoch
         mean_potential = torch.stack(loop.potentials).double().sum().item() / exp.steps_per_epoch
-        self._check_divergence(mean_potential)
+        self._check_divergence(chain, mean_potential)
         if exp.collects(epoch):
-            self._collect(epoch)
+            self._collect(chain, epoch)
         accept_rate = loop.accepted.item() / loop.tests if loop.tests else None
         if accept_rate is not None and epoch >= self.cfg.burn_in:
             loop.accept_rates.append(accept_rate)
-        row = {
+        row = {"chain": chain} if len(self.loops) > 1 else {}
+        row |= {
             "epoch": epoch + 1,
             "potential": mean_potential,
             "lr_scale": exp.schedule((epoch + 1) * exp.steps_per_epoch - 1),
@@ -591,8 +697,26 @@ class Sampling:
         loop.epoch, loop.step, loop.order = epoch + 1, 0, None
         loop.potentials, loop.accepted, loop.tests = [], torch.zeros_like(loop.accepted), 0
 
-    def _check_divergence(self, mean_potential: float) -> None:
-        exp, loop = self.experiment, self.loop
+    def _summary_row(self) -> dict[str, Any]:
+        """The epoch's curve row of a run of one chain; of several, the chains pooled: mean
+        potential and accept rate, and the headline metric of the model average over all."""
+        rows = [loop.curve[-1] for loop in self.loops]
+        if len(rows) == 1:
+            return rows[0]
+        average = self.experiment.task.merge([loop.average for loop in self.loops])
+        rates = [row["accept_rate"] for row in rows if row["accept_rate"] != ""]
+        return {
+            "epoch": rows[0]["epoch"],
+            "potential": sum(row["potential"] for row in rows) / len(rows),
+            "lr_scale": rows[0]["lr_scale"],
+            "num_samples": average.count,
+            "test_metric": self.experiment.task.headline_value(average) if average.count else "",
+            "wall_time_s": rows[-1]["wall_time_s"],
+            "accept_rate": sum(rates) / len(rates) if rates else "",
+        }
+
+    def _check_divergence(self, chain: int, mean_potential: float) -> None:
+        exp, loop = self.experiments[chain], self.loops[chain]
         finite = torch.stack(torch._foreach_norm(loop.sampler.params)).isfinite().all().item()
         limit = DIVERGENCE_FACTOR * max(abs(loop.initial_potential), exp.data.num_train)
         if finite and mean_potential <= limit:  # False for NaN
@@ -606,40 +730,59 @@ class Sampling:
                 f"U per step = {mean_potential:.4g}, over {DIVERGENCE_FACTOR:.0e} times its start "
                 f"{loop.initial_potential:.4g}"
             )
+        which = f"chain {chain}" if len(self.loops) > 1 else "the chain"
         raise DivergedError(
-            f"the chain diverged in epoch {loop.epoch + 1} ({what}). Lower sampler.lr"
+            f"{which} diverged in epoch {loop.epoch + 1} ({what}). Lower sampler.lr"
         )
 
-    def _collect(self, epoch: int) -> None:
-        exp, loop = self.experiment, self.loop
-        loop.average.update(exp.predict_test())
-        if self.store is not None:
-            self.store.add(sample_tensors(exp.potential), epoch=epoch)
+    def _collect(self, chain: int, epoch: int) -> None:
+        exp, loop = self.experiments[chain], self.loops[chain]
+        prediction = exp.predict_test()
+        loop.average.update(prediction)
+        loop.log_likelihoods.append(exp.task.log_likelihoods(prediction).float())
+        loop.probes.append(diagnostics.weight_probes(named_parameters(exp.potential).values()))
+        if self.stores is not None:
+            self.stores[chain].add(sample_tensors(exp.potential), epoch=epoch)
         loop.num_samples = loop.average.count
 
     def _checkpoint_due(self) -> bool:
         every = self.cfg.checkpoint_every
         if every is not None:
-            return self.loop.epoch % every == 0
+            return self.epoch % every == 0
         return time.perf_counter() - self.last_checkpoint >= CHECKPOINT_SECONDS
 
     def _checkpoint(self) -> None:
-        self.loop.elapsed_s = self.elapsed
+        self.elapsed_before = self.elapsed
         self.started = self.last_checkpoint = time.perf_counter()
-        if self.directory.writer:
-            self.loop.save(self.directory.checkpoint, self.experiment)
+        if not self.directory.writer:
+            return
+        tensors, chains = {}, []
+        for chain, (experiment, loop) in enumerate(zip(self.experiments, self.loops, strict=True)):
+            chain_tensors, header = loop.state(experiment)
+            tensors.update({f"chain_{chain}/{k}": t for k, t in chain_tensors.items()})
+            chains.append(header)
+        header = {
+            "config": resumable_config(self.cfg),
+            "elapsed_s": self.elapsed_before,
+            "wandb_id": self.wandb_id,
+            "chains": chains,
+        }
+        checkpoint.save(self.directory.checkpoint, tensors, header)
 
     def _interrupt(self) -> None:
         # a rank that caught nothing stops because another did: torchrun passes on SIGTERM
-        loop, signum = self.loop, self.signals.caught or signal.SIGTERM
+        signum = self.signals.caught or signal.SIGTERM
+        chain, loop = self.stopped, self.loops[self.stopped]
         name = signal.Signals(signum).name
         self._checkpoint()
         where = f"epoch {loop.epoch + 1} of {self.cfg.epochs}"
+        status = {"status": "interrupted", "epoch": loop.epoch, "step": loop.step}
+        if len(self.loops) > 1:
+            where += f", chain {chain}"
+            status["chain"] = chain
         if loop.step:
-            where += f", after step {loop.step} of {self.experiment.steps_per_epoch}"
-        self.directory.write_metrics(
-            {"status": "interrupted", "epoch": loop.epoch, "step": loop.step, "signal": name}
-        )
+            where += f", after step {loop.step} of {self.experiments[chain].steps_per_epoch}"
+        self.directory.write_metrics({**status, "signal": name})
         raise Interrupted(
             signum,
             f"{name}: stopped in {where}; checkpoint {self.directory.checkpoint}. Resume with: "
@@ -648,50 +791,91 @@ class Sampling:
 
     def _kept(self) -> str:
         samples = self.directory.path / "samples"
-        return f"the {self.loop.num_samples} samples taken before are kept in {samples}"
+        kept = sum(loop.num_samples for loop in self.loops)
+        return f"the {kept} samples taken before are kept in {samples}"
 
     def _finish(self) -> dict[str, Any]:
-        exp, loop = self.experiment, self.loop
-        for _ in exp.sampler.final_samples(loop.sampler):
-            self._collect(self.cfg.epochs - 1)
+        for chain, (experiment, loop) in enumerate(zip(self.experiments, self.loops, strict=True)):
+            for _ in experiment.sampler.final_samples(loop.sampler):
+                self._collect(chain, self.cfg.epochs - 1)
         metrics = self._write_metrics("completed")
         log.info("metrics: %s", metrics)
-        if self.cfg.pruning and self.store is not None:
+        warning = diagnostics.warning(metrics)
+        if warning is not None:
+            log.warning(warning)
+        if self.cfg.pruning and self.stores is not None:
             self._pruning()
         log.info("run directory: %s", self.directory.path)
         return metrics
 
     def _write_metrics(self, status: str, **extra: Any) -> dict[str, Any]:
-        exp, loop = self.experiment, self.loop
+        exp = self.experiment
+        average = exp.task.merge([loop.average for loop in self.loops])
         metrics: dict[str, Any] = {"status": status, **extra}
-        if loop.average.count:
-            metrics.update(loop.average.metrics(exp.task.y_test))
-            predictive = loop.average.predictive()
+        if average.count:
+            metrics.update(average.metrics(exp.task.y_test))
+            predictive = average.predictive()
             if exp.reference is not None:
                 metrics["agreement"] = agreement(predictive, exp.reference)
                 metrics["total_variation"] = total_variation(predictive, exp.reference)
             self.directory.write_predictive(predictive, exp.task.targets())
         metrics.update(
-            num_samples=loop.average.count,
+            num_samples=average.count,
             epochs=self.cfg.epochs,
-            grad_evals=loop.sampler.grad_evals,
+            grad_evals=sum(loop.sampler.grad_evals for loop in self.loops),
             wall_time_s=round(self.elapsed, 3),
         )
-        if loop.accept_rates:
-            metrics["accept_rate"] = sum(loop.accept_rates) / len(loop.accept_rates)
+        rates = [rate for loop in self.loops for rate in loop.accept_rates]
+        if rates:
+            metrics["accept_rate"] = sum(rates) / len(rates)
+        if len(self.loops) > 1:
+            metrics["chains"] = len(self.loops)
+            self._write_chain_metrics()
+        metrics.update(self._diagnostics())
         self.directory.write_metrics(metrics)
+        return metrics
+
+    def _write_chain_metrics(self) -> None:
+        """``chains.csv``: each chain's own model average, work and accept rate."""
+        task, rows = self.experiment.task, []
+        for chain, loop in enumerate(self.loops):
+            row: dict[str, Any] = {"chain": chain, "num_samples": loop.average.count}
+            if loop.average.count:
+                row.update(loop.average.metrics(task.y_test))
+            row["grad_evals"] = loop.sampler.grad_evals
+            if loop.accept_rates:
+                row["accept_rate"] = sum(loop.accept_rates) / len(loop.accept_rates)
+            rows.append(row)
+        fields = list(dict.fromkeys(key for row in rows for key in row))
+        self.directory.write_table(CHAINS_FILE, fields, rows)
+
+    def _diagnostics(self) -> dict[str, float]:
+        """R-hat and ESS over the chains' first draws (as many as the shortest chain has), in
+        function space per test point (``diagnostics.csv``) and on the weight probes."""
+        draws = min(len(loop.log_likelihoods) for loop in self.loops)
+        if draws < MIN_DIAGNOSTIC_DRAWS:
+            return {}
+        pointwise = np.stack(
+            [torch.stack(loop.log_likelihoods[:draws]).numpy() for loop in self.loops]
+        )
+        probes = np.stack([torch.stack(loop.probes[:draws]).numpy() for loop in self.loops])
+        metrics, table = diagnostics.summarise(pointwise, probes)
+        rows = [
+            dict(zip(table, values, strict=True)) for values in zip(*table.values(), strict=True)
+        ]
+        self.directory.write_table(diagnostics.FILE, list(table), rows)
         return metrics
 
     def _pruning(self) -> None:
         """``pruning.csv`` and ``pruning.png``: the model average's test metric as the weights
-        with the lowest signal-to-noise ratio are removed (:mod:`bdl.pruning`)."""
+        with the lowest signal-to-noise ratio are removed (:mod:`bdl.pruning`); one chain's."""
         exp = self.experiment
         live = named_parameters(exp.potential)
-        moments = exp.sampler.posterior_moments(self.loop.sampler)
+        moments = exp.sampler.posterior_moments(self.loops[0].sampler)
         if moments is not None:
             moments = tuple(dict(zip(live, m, strict=True)) for m in moments)
         rows = pruning.curve_from_store(
-            self.store.directory,
+            self.stores[0].directory,
             live,
             list(exp.potential.model_params),
             moments,
@@ -711,7 +895,7 @@ class Progress:
     """A progress bar on a terminal; plain lines every ``log_every`` epochs otherwise (logs, CI).
     Not ``shown`` on the ranks of a run under ``torchrun`` but rank 0."""
 
-    def __init__(self, experiment: Experiment, loop: Loop, shown: bool = True) -> None:
+    def __init__(self, experiment: Experiment, epoch: int, shown: bool = True) -> None:
         self.experiment = experiment
         self.cfg = experiment.cfg
         self.shown = shown
@@ -719,9 +903,7 @@ class Progress:
         if shown and sys.stderr.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(
-                total=self.cfg.epochs, initial=loop.epoch, unit="epoch", dynamic_ncols=True
-            )
+            self.bar = tqdm(total=self.cfg.epochs, initial=epoch, unit="epoch", dynamic_ncols=True)
 
     def update(self, row: dict[str, Any]) -> None:
         exp, epoch = self.experiment, row["epoch"]
@@ -793,15 +975,22 @@ def _run_in(
 ) -> dict[str, Any]:
     log.info("run directory: %s", output.path)
     if not cfg.resume:
-        experiment = build(cfg, group)
-        return Sampling(experiment, output, Loop.start(experiment), signals, group).run()
+        experiments = build_chains(cfg, group)
+        loops = [Loop.start(experiment) for experiment in experiments]
+        return Sampling(experiments, output, loops, signals, group).run()
     tensors, header = checkpoint.load(output.checkpoint)
     _check_same_config(cfg, header, output.checkpoint)
     if output.read_status() == "completed":
         # a requeued job whose run had ended (perhaps killed on its way out): nothing to redo
         log.info("the run in %s has completed; nothing to resume", output.path)
         return output.read_metrics()
-    experiment = build(cfg, group)
-    loop = Loop.restore(experiment, tensors, header)
-    log.info("resuming at epoch %d, step %d", loop.epoch + 1, loop.step)
-    return Sampling(experiment, output, loop, signals, group).run()
+    experiments = build_chains(cfg, group)
+    loops = [
+        Loop.restore(experiment, _prefixed(tensors, f"chain_{k}/"), header["chains"][k])
+        for k, experiment in enumerate(experiments)
+    ]
+    log.info("resuming at epoch %d, step %d", loops[0].epoch + 1, loops[0].step)
+    sampling = Sampling(
+        experiments, output, loops, signals, group, header["elapsed_s"], header["wandb_id"]
+    )
+    return sampling.run()

@@ -12,7 +12,13 @@ from torch import Tensor, nn
 
 from bdl import likelihoods
 from bdl.data import Dataset
-from bdl.metrics import ClassificationAverage, RegressionAverage, accuracy
+from bdl.metrics import (
+    ClassificationAverage,
+    RegressionAverage,
+    accuracy,
+    gaussian_log_likelihood,
+    label_log_probability,
+)
 
 
 @dataclass
@@ -36,6 +42,24 @@ class Task:
         if self.classification:
             return ClassificationAverage()
         return RegressionAverage(self.y_test, self.data.target_mean, self.data.target_std)
+
+    def log_likelihoods(self, prediction: Tensor) -> Tensor:
+        """``log p(y_i | x_i, θ)`` of each test point under one sample's ``prediction`` (original
+        units for regression): what the convergence diagnostics follow (:mod:`bdl.diagnostics`)."""
+        if self.classification:
+            return label_log_probability(prediction, self.y_test)
+        return gaussian_log_likelihood(
+            prediction, self.targets(), self.data.target_mean, self.data.target_std
+        )
+
+    def merge(
+        self, averages: list[ClassificationAverage | RegressionAverage]
+    ) -> ClassificationAverage | RegressionAverage:
+        """The model average over all the chains' samples (one chain's own average as it is)."""
+        merged = averages[0]
+        for other in averages[1:]:
+            merged = merged.merge(other)
+        return merged
 
     @property
     def headline(self) -> str:

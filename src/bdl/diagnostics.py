@@ -1,0 +1,138 @@
+r"""Convergence diagnostics of a run's chains, by arviz.
+
+Weight space says little about a neural network's posterior: permutations of hidden units and
+other symmetries give many equivalent modes, so chains that agree on every prediction can
+disagree on every weight. Convergence is therefore judged in function space, as Izmailov et al.
+(2021) and the NeurIPS 2021 approximate-inference competition do: for each test point
+:math:`i` and each posterior sample :math:`s` of each chain, the quantity followed is the
+log-probability of its label, :math:`\log p(y_i \mid x_i, \theta_s)` (a Gaussian density in the
+targets' original units for regression). Split R-hat and the bulk and tail effective sample
+sizes of Vehtari et al. (2021) (rank-normalised, arviz's defaults) are computed per test point.
+
+Thresholds. Vehtari et al. recommend :math:`\hat R < 1.01`; over thousands of test points the
+largest value exceeds it by chance alone (R-hat's own Monte Carlo error is of order
+:math:`1/\sqrt{\text{draws}}`), so a run is flagged when the 95th percentile exceeds 1.01 or the
+maximum exceeds 1.1, the older limit of Gelman et al. (2013) that no converged set of chains
+reaches.
+
+A documented subset of weights is followed too (:data:`WEIGHT_PROBES` coordinates evenly spaced
+over the concatenated parameter vector), for a reader who wants weight-space numbers; expect them
+to be poor for networks, for the reason above.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+#: Vehtari et al. (2021): a quantity whose R-hat exceeds this has not converged.
+RHAT_THRESHOLD = 1.01
+#: Gelman et al. (2013): the classic limit, applied to the largest R-hat over test points.
+RHAT_MAX_THRESHOLD = 1.1
+#: A run's per-test-point R-hat and ESS.
+FILE = "diagnostics.csv"
+#: Coordinates of the parameter vector followed for weight-space R-hat and ESS.
+WEIGHT_PROBES = 16
+
+
+def _arviz():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # arviz: FutureWarning on import
+        import arviz
+
+    return arviz
+
+
+def _per_coordinate(function, draws: np.ndarray, **kwargs) -> np.ndarray:
+    """arviz's ``function`` on ``(chains, draws, dim)``, one value per coordinate."""
+    az = _arviz()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # chains > draws; constant coordinates
+        return np.asarray(function(az.convert_to_dataset(draws), **kwargs)["x"].values)
+
+
+def ess(draws: np.ndarray, method: str = "bulk") -> np.ndarray:
+    """Effective sample size (``bulk`` or ``tail``) of each coordinate of
+    ``(chains, draws, dim)``."""
+    return _per_coordinate(_arviz().ess, draws, method=method)
+
+
+def rhat(draws: np.ndarray) -> np.ndarray:
+    """Rank-normalised split R-hat of each coordinate of ``(chains, draws, dim)``."""
+    return _per_coordinate(_arviz().rhat, draws)
+
+
+def probe_indices(total: int) -> Tensor:
+    """The coordinates of a ``total``-long parameter vector that the weight diagnostics follow."""
+    return torch.linspace(0, total - 1, min(WEIGHT_PROBES, total)).round().long()
+
+
+def weight_probes(params: Iterable[Tensor]) -> Tensor:
+    """The followed coordinates of the parameters ``params`` (in their fixed order), on the CPU."""
+    flat = torch.cat([p.detach().reshape(-1) for p in params])
+    return flat[probe_indices(flat.numel()).to(flat.device)].double().cpu()
+
+
+def summarise(pointwise: np.ndarray, weights: np.ndarray) -> tuple[dict[str, float], dict]:
+    """Metrics and the per-test-point table from ``pointwise`` ``(chains, draws, points)`` and
+    ``weights`` ``(chains, draws, probes)``.
+
+    Test points whose draws are all equal (a label predicted with probability 1 to float
+    precision) have no R-hat; they are left out of the summaries and counted. Chains each
+    constant but different from one another have an infinite R-hat, which is kept."""
+    point_rhat = rhat(pointwise)
+    bulk, tail = ess(pointwise, "bulk"), ess(pointwise, "tail")
+    measured = ~np.isnan(point_rhat)
+    metrics: dict[str, float] = {}
+    if measured.any():
+        metrics.update(
+            rhat_max=float(point_rhat[measured].max()),
+            rhat_p95=float(np.percentile(point_rhat[measured], 95)),
+            ess_bulk_min=float(np.nanmin(bulk)),
+            ess_tail_min=float(np.nanmin(tail)),
+        )
+    metrics["rhat_points_constant"] = int((~measured).sum())
+    weight_rhat = rhat(weights)
+    if np.isfinite(weight_rhat).any():
+        metrics["weight_rhat_max"] = float(np.nanmax(weight_rhat))
+        metrics["weight_ess_bulk_min"] = float(np.nanmin(ess(weights, "bulk")))
+    table = {
+        "point": np.arange(pointwise.shape[-1]),
+        "rhat": point_rhat,
+        "ess_bulk": bulk,
+        "ess_tail": tail,
+    }
+    return metrics, table
+
+
+def warning(metrics: dict[str, float]) -> str | None:
+    """A line saying which threshold the function-space R-hat exceeds, if any."""
+    exceeded = []
+    if metrics.get("rhat_p95", 1.0) > RHAT_THRESHOLD:
+        exceeded.append(
+            f"R-hat's 95th percentile over test points is {metrics['rhat_p95']:.3f} > "
+            f"{RHAT_THRESHOLD} (Vehtari et al. 2021)"
+        )
+    if metrics.get("rhat_max", 1.0) > RHAT_MAX_THRESHOLD:
+        exceeded.append(
+            f"its maximum is {metrics['rhat_max']:.3f} > {RHAT_MAX_THRESHOLD} (Gelman et al. 2013)"
+        )
+    if not exceeded:
+        return None
+    return (
+        f"the chains have not converged in function space: {'; '.join(exceeded)}. Run more "
+        "epochs, or check the step size (per-point values in diagnostics.csv)"
+    )
+
+
+def cap(chains: int, draws: int) -> float:
+    """arviz's largest bulk ESS, ``M log10 M`` for ``M = 2 chains (draws // 2)`` split draws:
+    its estimator floors the autocorrelation time at ``1/log10 M``, so a value at the cap means
+    that no autocorrelation was measured (always the case with fewer than 10 draws per chain)."""
+    split = 2 * chains * (draws // 2)
+    return split * math.log10(split) if split > 1 else 0.0
