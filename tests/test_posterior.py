@@ -302,6 +302,9 @@ def test_mnist_validation_and_rotated_test_set(tmp_path: Path, data_dir: Path):
         assert torch.equal(probs, posterior.predict(x))
         assert metrics["test_accuracy"] == (probs.argmax(-1) == y).double().mean().item()
     validation = json.loads((run_dir / "eval" / "mnist-validation" / "metrics.json").read_text())
+    # the runner scored the same images while sampling
+    assert posterior.metrics["val_accuracy"] == validation["test_accuracy"]
+    assert posterior.metrics["val_nll"] == pytest.approx(validation["test_nll"], rel=1e-9)
     rotated = json.loads((run_dir / "eval" / "mnist-test-rotate60" / "metrics.json").read_text())
     assert validation["test_accuracy"] > 0.5 and rotated["test_accuracy"] < 0.5
 

@@ -136,3 +136,28 @@ def test_cifar10_runs_resnet20_frn(run_with, no_cifar_md5):
     assert metrics["num_samples"] == 1 and metrics["grad_evals"] == 2 * 2
     assert load_file(directory / "predictive.safetensors")["predictive"].shape == (6, 10)
     assert math.isfinite(metrics["test_nll"])
+
+
+def test_mnist_validation_images_give_val_metrics(run_with):
+    """The held-out training images are scored like the test set (val_*): here recomputed by
+    hand from the stored samples' class probabilities on them."""
+    metrics, directory = run_with(
+        ["dataset=mnist", "dataset.validation=59000", "epochs=3", "burn_in=1", "batch_size=100"]
+    )
+    posterior = bdl.load_run(directory)
+    data = posterior.data
+    model, likelihood = posterior.network()
+    live = dict(model.named_parameters())
+    probs = []
+    for sample in posterior.samples():
+        with torch.no_grad():
+            for name, p in live.items():
+                p.copy_(sample.params[name])
+            probs.append(model(data.x_validation).double().softmax(-1))
+    average = torch.stack(probs).mean(0)
+    assert len(probs) == metrics["num_samples"] == 2
+    hits = (average.argmax(-1) == data.y_validation).double().mean().item()
+    assert metrics["val_accuracy"] == pytest.approx(hits, abs=1e-12)
+    nll = -average.gather(1, data.y_validation[:, None]).log().mean().item()
+    assert metrics["val_nll"] == pytest.approx(nll, rel=1e-6)
+    assert {"val_ece", "val_brier"} <= set(metrics)

@@ -80,7 +80,8 @@ def _app(cfg: DictConfig) -> float | None:
         RunDirectory(hydra_cfg.runtime.output_dir).record_failure(cfg, str(error))
         _failed_jobs.append((hydra_cfg.runtime.output_dir, str(error)))
         return None
-    return metrics.get("test_accuracy", metrics.get("test_rmse"))
+    # what a sweeper (e.g. Optuna) tunes on: the validation metric, never the test set's
+    return metrics.get("val_accuracy", metrics.get("val_rmse"))
 
 
 class SweepFailures(Callback):

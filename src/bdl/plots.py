@@ -49,7 +49,8 @@ TASKS = {"classification": ("test_error", "test error"), "regression": ("test_rm
 def curve(run_dir: str | Path, metrics: dict | None = None) -> pd.DataFrame:
     """A run's ``curve.csv``, with ``test_error`` (1 − accuracy) for classification, and a
     ``grad_evals`` column (cumulative, at the end of each epoch) derived from ``metrics`` (the run's
-    ``grad_evals`` and ``epochs``) when the file has none."""
+    ``grad_evals`` over all its ``chains``, and ``epochs``) when the file has none: a chain's
+    own."""
     frame = pd.read_csv(Path(run_dir) / CURVE_FILE)
     metrics = metrics or {}
     if "test_accuracy" in metrics:
@@ -57,7 +58,8 @@ def curve(run_dir: str | Path, metrics: dict | None = None) -> pd.DataFrame:
     else:
         frame["test_rmse"] = frame["test_metric"]
     if "grad_evals" not in frame and metrics.get("grad_evals") and metrics.get("epochs"):
-        frame["grad_evals"] = frame["epoch"] * (metrics["grad_evals"] / metrics["epochs"])
+        per_epoch = metrics["grad_evals"] / metrics["epochs"] / metrics.get("chains", 1)
+        frame["grad_evals"] = frame["epoch"] * per_epoch
     return frame
 
 

@@ -196,6 +196,9 @@ class Experiment:
     #: data: minibatch order and augmentation; noise: the sampler's; gibbs: hyperparameters'
     generators: dict[str, torch.Generator]
     chain: int = 0
+    #: held-out training points (MNIST's last 10,000 images), scored as val_* metrics
+    x_validation: Tensor | None = None
+    validation: Task | None = None
 
     def collects(self, epoch: int) -> bool:
         """Whether the state after (0-based) ``epoch`` is kept as a posterior sample."""
@@ -210,6 +213,9 @@ class Experiment:
 
     def predict_test(self) -> Tensor:
         return predict(self.potential.model, self.potential.likelihood, self.x_test).cpu()
+
+    def predict_validation(self) -> Tensor:
+        return predict(self.potential.model, self.potential.likelihood, self.x_validation).cpu()
 
 
 def load_data(cfg: DictConfig) -> Dataset:
@@ -304,6 +310,11 @@ def build(
         generators=generators,
         chain=chain,
     )
+    if data.x_validation is not None:
+        experiment.validation = Task(data, data.y_validation)
+        experiment.x_validation = (
+            data.x_validation.to(device) if like is None else like.x_validation
+        )
     sampler.attach(potential, experiment.train_chunks)  # a Laplace fit reads the training set
     if sampler.injects_noise and not any(map(experiment.collects, range(cfg.epochs))):
         raise ConfigError(
@@ -413,6 +424,7 @@ class Loop:
     # (bdl.diagnostics)
     log_likelihoods: list[Tensor] = field(default_factory=list)
     probes: list[Tensor] = field(default_factory=list)
+    validation: Any = None  # the model average on the validation points, if the data hold some
 
     _POSITION = (
         "epoch",
@@ -430,6 +442,7 @@ class Loop:
         return cls(
             sampler=experiment.sampler.init(experiment.potential.params),
             average=experiment.task.average(),
+            validation=None if experiment.validation is None else experiment.validation.average(),
         )
 
     def state(self, experiment: Experiment) -> tuple[dict[str, Tensor], dict[str, Any]]:
@@ -440,6 +453,9 @@ class Loop:
             tensors[f"generator/{name}"] = generator.get_state()
         tensors.update({f"potential/{k}": t for k, t in experiment.potential.state_dict().items()})
         tensors.update({f"average/{k}": t for k, t in self.average.state_dict().items()})
+        if self.validation is not None:
+            state = self.validation.state_dict()
+            tensors.update({f"validation/{k}": t for k, t in state.items()})
         if self.order is not None:
             tensors["loop/order"] = self.order
         if self.potentials:
@@ -467,6 +483,8 @@ class Loop:
             generator.set_state(tensors[f"generator/{name}"])
         experiment.potential.load_state_dict(_prefixed(tensors, "potential/"))
         loop.average.load_state_dict(_prefixed(tensors, "average/"))
+        if loop.validation is not None:
+            loop.validation.load_state_dict(_prefixed(tensors, "validation/"))
         device = experiment.device
         loop.order = tensors["loop/order"].to(device) if "loop/order" in tensors else None
         if "loop/potentials" in tensors:
@@ -741,6 +759,8 @@ class Sampling:
         loop.average.update(prediction)
         loop.log_likelihoods.append(exp.task.log_likelihoods(prediction).float())
         loop.probes.append(diagnostics.weight_probes(named_parameters(exp.potential).values()))
+        if loop.validation is not None:
+            loop.validation.update(exp.predict_validation())
         if self.stores is not None:
             self.stores[chain].add(sample_tensors(exp.potential), epoch=epoch)
         loop.num_samples = loop.average.count
@@ -819,6 +839,10 @@ class Sampling:
                 metrics["agreement"] = agreement(predictive, exp.reference)
                 metrics["total_variation"] = total_variation(predictive, exp.reference)
             self.directory.write_predictive(predictive, exp.task.targets())
+        if exp.validation is not None and average.count:
+            validation = exp.validation.merge([loop.validation for loop in self.loops])
+            for key, value in validation.metrics(exp.validation.y_test).items():
+                metrics[key.replace("test_", "val_", 1)] = value
         metrics.update(
             num_samples=average.count,
             epochs=self.cfg.epochs,
