@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from bdl import check
 from bdl.check import (
     THRESHOLDS,
     Row,
@@ -19,6 +20,8 @@ from bdl.check import (
     main,
     to_markdown,
 )
+from bdl.samplers import SGHMC
+from bdl.targets import LinearRegression
 
 
 def test_quick_check_prints_the_table_and_writes_the_csv_and_figures(tmp_path, capsys):
@@ -95,3 +98,48 @@ def test_linear_regression_thresholds(tmp_path):
     rows = linear_regression(False, 0, tmp_path, _samplers("linear_regression"))
     assert len(rows) == 4
     assert judge(rows) == ["PASS"] * len(rows), to_markdown(rows)
+
+
+def _perturbed(temperature: float = 1.0, shift_sds: float = 0.0) -> type[LinearRegression]:
+    """Target 3 with the posterior a wrong sampler would sample, scored against the right one:
+    ``(U - gᵀw) / T`` is Gaussian with covariance ``T Σ`` (a noise variance ``T`` times too large)
+    and mean ``μ + Σ g``, here ``shift_sds`` posterior standard deviations along ``w₀``."""
+
+    class Perturbed(LinearRegression):
+        def __init__(self) -> None:
+            super().__init__()
+            shift = torch.zeros_like(self.mean)
+            shift[0] = shift_sds * self.covariance[0, 0].sqrt()
+            self.pull = torch.linalg.solve(self.covariance, shift)
+
+        def _evaluate(self, w, x, y):
+            value, (grad,) = super()._evaluate(w, x, y)
+            return (value - w @ self.pull) / temperature, [(grad - self.pull) / temperature]
+
+    return Perturbed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("temperature", "shift_sds"),
+    [(1.1, 0.0), (1.0, 0.5)],
+    ids=["noise variance 10% too large", "mean off by half a posterior sd"],
+)
+def test_linear_regression_thresholds_fail_a_wrong_posterior(
+    tmp_path, monkeypatch, temperature, shift_sds
+):
+    monkeypatch.setattr(check, "LinearRegression", _perturbed(temperature, shift_sds))
+    rows = linear_regression(False, 0, tmp_path, _samplers("linear_regression"))
+    assert judge(rows) == ["FAIL"] * len(rows), to_markdown(rows)
+
+
+@pytest.mark.slow
+def test_double_well_threshold_fails_sghmc_without_its_noise_correction(tmp_path, monkeypatch):
+    """Chen et al.'s friction term C - B̂ with B̂ = 0: the gradient noise left uncorrected."""
+
+    def uncorrected(lr, alpha, grad_var, generator):
+        return SGHMC(lr, alpha=alpha, grad_var=0.0, generator=generator)
+
+    monkeypatch.setattr(check, "SGHMC", uncorrected)
+    rows = double_well(False, 0, tmp_path, ["sghmc"])
+    assert judge(rows) == ["FAIL"], to_markdown(rows)
