@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 CIFAR_LABEL_NAMES = [
     b"airplane",
@@ -274,3 +275,26 @@ def fake_data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
         write_fake_uci(root, name, *shape, seed=i)
     write_fake_cifar10(root)
     return root
+
+
+def gaussian_mixture_of_samples(posterior) -> tuple[torch.Tensor, torch.distributions.Distribution]:
+    """The test targets in original units and the equal mixture of the run's stored samples'
+    Gaussian predictives on its test inputs, each rebuilt from the sample's tensors: what a
+    regression run's ``test_rmse`` (mixture mean) and ``test_ll`` must be computed from."""
+    model, likelihood = posterior.network()
+    data = posterior.data
+    live = dict(model.named_parameters())
+    live.update({f"likelihood.{k}": v for k, v in likelihood.state_dict(keep_vars=True).items()})
+    means, scales = [], []
+    for sample in posterior.samples():
+        with torch.no_grad():
+            for name, p in live.items():
+                p.copy_(sample.params[name])
+            mu, var = likelihood.predict(model(data.x_test)).double().unbind(-1)
+        means.append(mu * data.target_std + data.target_mean)
+        scales.append(var.sqrt() * data.target_std)
+    mixture = torch.distributions.MixtureSameFamily(
+        torch.distributions.Categorical(torch.ones(len(means), dtype=torch.float64)),
+        torch.distributions.Normal(torch.stack(means, -1), torch.stack(scales, -1)),
+    )
+    return data.y_test.double() * data.target_std + data.target_mean, mixture

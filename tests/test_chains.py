@@ -11,7 +11,7 @@ import signal
 
 import numpy as np
 import pytest
-import torch
+from conftest import gaussian_mixture_of_samples
 from test_resume import config, write_tiny_uci
 
 import bdl
@@ -68,24 +68,8 @@ def test_the_pooled_average_is_the_mixture_of_every_chains_samples(uci_root, tmp
     per_chain = [len(list(posterior.samples(k))) for k in range(3)]
     assert per_chain == [3, 3, 3] and metrics["num_samples"] == 9
     # the equal mixture over all 9 samples, each sample's predictive rebuilt from its tensors
-    model, likelihood = posterior.network()
-    data = posterior.data
-    live = dict(model.named_parameters())
-    live.update({f"likelihood.{k}": v for k, v in likelihood.state_dict(keep_vars=True).items()})
-    means, scales = [], []
-    for sample in posterior.samples():
-        with torch.no_grad():
-            for key, p in live.items():
-                p.copy_(sample.params[key])
-            mu, var = likelihood.predict(model(data.x_test)).double().unbind(-1)
-        means.append(mu * data.target_std + data.target_mean)
-        scales.append(var.sqrt() * data.target_std)
-    mean = torch.stack(means).mean(0)
-    targets = data.y_test.double() * data.target_std + data.target_mean
-    mixture = torch.distributions.MixtureSameFamily(
-        torch.distributions.Categorical(torch.ones(9, dtype=torch.float64)),
-        torch.distributions.Normal(torch.stack(means, -1), torch.stack(scales, -1)),
-    )
+    targets, mixture = gaussian_mixture_of_samples(posterior)
+    mean = mixture.mean
     rmse = (mean - targets).square().mean().sqrt().item()
     assert metrics["test_rmse"] == pytest.approx(rmse, rel=1e-9)
     assert metrics["test_ll"] == pytest.approx(mixture.log_prob(targets).mean().item(), rel=1e-9)

@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+from conftest import gaussian_mixture_of_samples
 from hydra import compose, initialize_config_module
 from safetensors.torch import load_file
 
@@ -88,23 +89,7 @@ def test_regression_metrics_are_those_of_the_written_predictive(run_with):
     assert metrics["test_rmse"] == pytest.approx(rmse, rel=1e-5)
     # test_ll is the equal mixture's over the samples (not the moment-matched Gaussian's that
     # predictive.safetensors holds): rebuilt here from each stored sample's (mean, variance)
-    posterior = bdl.load_run(directory)
-    model, likelihood = posterior.network()
-    data = posterior.data
-    live = dict(model.named_parameters())
-    live.update({f"likelihood.{k}": v for k, v in likelihood.state_dict(keep_vars=True).items()})
-    means, scales = [], []
-    for sample in posterior.samples():
-        with torch.no_grad():
-            for name, p in live.items():
-                p.copy_(sample.params[name])
-            mu, var = likelihood.predict(model(data.x_test)).double().unbind(-1)
-        means.append(mu * data.target_std + data.target_mean)
-        scales.append(var.sqrt() * data.target_std)
-    mixture = torch.distributions.MixtureSameFamily(
-        torch.distributions.Categorical(torch.ones(3, dtype=torch.float64)),
-        torch.distributions.Normal(torch.stack(means, -1), torch.stack(scales, -1)),
-    )
+    _, mixture = gaussian_mixture_of_samples(bdl.load_run(directory))
     assert metrics["test_ll"] == pytest.approx(mixture.log_prob(targets).mean().item(), rel=1e-6)
     rows = _curve(directory)
     assert [int(r["num_samples"]) for r in rows] == [1, 2, 3]
