@@ -556,8 +556,9 @@ class Sampling:
         self.cfg = self.experiment.cfg
         self.group = group
         self.stores = directory.open_stores(len(loops))
-        for store, loop in zip(self.stores or [], loops, strict=True):
-            store.truncate(loop.num_samples)
+        if self.stores is not None:  # the rank that writes (every run outside torchrun)
+            for store, loop in zip(self.stores, loops, strict=True):
+                store.truncate(loop.num_samples)
         self.fields = ["chain"] if len(loops) > 1 else []
         self.fields += ["epoch", "potential", "lr_scale", "num_samples", "test_metric"]
         self.fields += ["wall_time_s", "accept_rate", *self.experiment.potential.hyperparameters()]
