@@ -23,6 +23,7 @@ to be poor for networks, for the reason above.
 
 from __future__ import annotations
 
+import logging
 import math
 import warnings
 from collections.abc import Iterable
@@ -43,8 +44,10 @@ WEIGHT_PROBES = 16
 
 
 def _arviz():
+    # arviz's import warns of its coming API and logs which preview packages are missing
+    logging.getLogger("arviz.preview").setLevel(logging.WARNING)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # arviz: FutureWarning on import
+        warnings.simplefilter("ignore")
         import arviz
 
     return arviz
