@@ -197,3 +197,30 @@ def test_regression_average_rejects_other_targets():
         average.metrics(torch.tensor([5.0, 6.0]))
     with pytest.raises(ValueError, match="shape"):
         average.update(torch.zeros(3, 2))
+
+
+@pytest.mark.parametrize("split", [0, 1, 3, 5])
+def test_merged_averages_are_the_average_of_all_samples(split):
+    """Two chains' averages merged give what one average over all their samples gives (the
+    Chan-Golub-LeVeque combination of the means' variances; an empty chain changes nothing)."""
+    generator = torch.Generator().manual_seed(0)
+    y = torch.randn(7, generator=generator, dtype=torch.float64)
+    means = torch.randn(5, 7, generator=generator, dtype=torch.float64)
+    variances = torch.rand(5, 7, generator=generator, dtype=torch.float64) + 0.1
+    samples = torch.stack([means, variances], -1)
+    probs = torch.rand(5, 7, 3, generator=generator, dtype=torch.float64).softmax(-1)
+    labels = torch.randint(3, (7,), generator=generator)
+    for make, predictions, target in (
+        (lambda: RegressionAverage(y, 2.0, 3.0), samples, None),
+        (ClassificationAverage, probs, labels),
+    ):
+        whole, first, second = make(), make(), make()
+        for i, prediction in enumerate(predictions):
+            whole.update(prediction)
+            (first if i < split else second).update(prediction)
+        merged = first.merge(second)
+        assert merged.count == whole.count == 5
+        torch.testing.assert_close(merged.predictive(), whole.predictive(), rtol=1e-12, atol=0)
+        expected = whole.metrics(target) if target is not None else whole.metrics()
+        got = merged.metrics(target) if target is not None else merged.metrics()
+        assert got == pytest.approx(expected, rel=1e-12)

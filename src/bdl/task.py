@@ -87,4 +87,4 @@ class Task:
 
     def targets(self) -> Tensor:
         """The test targets in original units, saved beside the predictive."""
-        return self.data.y_test * self.data.target_std + self.data.target_mean
+        return self.y_test * self.data.target_std + self.data.target_mean
