@@ -183,3 +183,12 @@ def test_a_chain_that_diverges_is_named(uci_root, tmp_path):
     with pytest.raises(runner.DivergedError, match="chain 0 diverged"):
         runner.run(config(uci_root, "chains=2", "sampler=sgld", "sampler.lr=1e3"), tmp_path)
     assert json.loads((tmp_path / "metrics.json").read_text())["status"] == "diverged"
+
+
+def test_one_chain_gets_the_ess_and_no_rhat(uci_root, tmp_path):
+    """R-hat needs two chains (arviz): one chain's run reports the ESS alone, and no point is
+    called constant that is not."""
+    metrics = runner.run(config(uci_root, "epochs=8", "sampler=sgld"), tmp_path)
+    assert "rhat_max" not in metrics and metrics["points_constant"] == 0
+    assert metrics["ess_bulk_min"] > 0
+    assert list(rows(tmp_path / diagnostics.FILE)[0]) == ["point", "ess_bulk", "ess_tail"]

@@ -87,32 +87,30 @@ def summarise(pointwise: np.ndarray, weights: np.ndarray) -> tuple[dict[str, flo
     """Metrics and the per-test-point table from ``pointwise`` ``(chains, draws, points)`` and
     ``weights`` ``(chains, draws, probes)``.
 
-    Test points whose draws are all equal (a label predicted with probability 1 to float
-    precision) have no R-hat; they are left out of the summaries and counted. Chains each
-    constant but different from one another have an infinite R-hat, which is kept."""
-    point_rhat = rhat(pointwise)
-    bulk, tail = ess(pointwise, "bulk"), ess(pointwise, "tail")
-    measured = ~np.isnan(point_rhat)
-    metrics: dict[str, float] = {}
-    if measured.any():
-        metrics.update(
-            rhat_max=float(point_rhat[measured].max()),
-            rhat_p95=float(np.percentile(point_rhat[measured], 95)),
-            ess_bulk_min=float(np.nanmin(bulk)),
-            ess_tail_min=float(np.nanmin(tail)),
-        )
-    metrics["rhat_points_constant"] = int((~measured).sum())
-    weight_rhat = rhat(weights)
-    if np.isfinite(weight_rhat).any():
-        metrics["weight_rhat_max"] = float(np.nanmax(weight_rhat))
-        metrics["weight_ess_bulk_min"] = float(np.nanmin(ess(weights, "bulk")))
-    table = {
-        "point": np.arange(pointwise.shape[-1]),
-        "rhat": point_rhat,
-        "ess_bulk": bulk,
-        "ess_tail": tail,
-    }
+    R-hat compares chains: arviz computes it from two chains or more, so a run of one chain gets
+    the effective sample sizes alone. Test points whose draws are all equal (a label predicted
+    with probability 1 to float precision) have neither; they are counted (``points_constant``)
+    and left out of the summaries. Chains each constant but different from one another have an
+    infinite R-hat, which is kept."""
+    constant = np.ptp(pointwise.reshape(-1, pointwise.shape[-1]), axis=0) == 0
+    metrics: dict[str, float] = {"points_constant": int(constant.sum())}
+    table: dict[str, np.ndarray] = {"point": np.arange(pointwise.shape[-1])}
+    if pointwise.shape[0] > 1:
+        table["rhat"] = rhat(pointwise)
+        metrics |= _extreme("rhat_max", table["rhat"], np.max)
+        metrics |= _extreme("rhat_p95", table["rhat"], lambda r: np.percentile(r, 95))
+        metrics |= _extreme("weight_rhat_max", rhat(weights), np.max)
+    table["ess_bulk"], table["ess_tail"] = ess(pointwise, "bulk"), ess(pointwise, "tail")
+    metrics |= _extreme("ess_bulk_min", table["ess_bulk"], np.min)
+    metrics |= _extreme("ess_tail_min", table["ess_tail"], np.min)
+    metrics |= _extreme("weight_ess_bulk_min", ess(weights, "bulk"), np.min)
     return metrics, table
+
+
+def _extreme(name: str, values: np.ndarray, reduce) -> dict[str, float]:
+    """``{name: reduce(values)}`` over the values arviz measured (not NaN); empty if none."""
+    measured = values[~np.isnan(values)]
+    return {name: float(reduce(measured))} if measured.size else {}
 
 
 def warning(metrics: dict[str, float]) -> str | None:
