@@ -92,7 +92,8 @@ def summarise(pointwise: np.ndarray, weights: np.ndarray) -> tuple[dict[str, flo
     with probability 1 to float precision) have neither; they are counted (``points_constant``)
     and left out of the summaries. Chains each constant but different from one another have an
     infinite R-hat, which is kept."""
-    constant = np.ptp(pointwise.reshape(-1, pointwise.shape[-1]), axis=0) == 0
+    with np.errstate(invalid="ignore"):  # a sample giving a point zero density: -inf - -inf
+        constant = np.ptp(pointwise.reshape(-1, pointwise.shape[-1]), axis=0) == 0
     metrics: dict[str, float] = {"points_constant": int(constant.sum())}
     table: dict[str, np.ndarray] = {"point": np.arange(pointwise.shape[-1])}
     if pointwise.shape[0] > 1:
