@@ -10,7 +10,7 @@ import math
 
 import pytest
 import torch
-from conftest import gaussian_mixture_of_samples
+from conftest import gaussian_mixture_of_samples, networks_of_samples
 from hydra import compose, initialize_config_module
 from safetensors.torch import load_file
 
@@ -131,13 +131,9 @@ def test_mnist_validation_images_give_val_metrics(run_with):
     )
     posterior = bdl.load_run(directory)
     data = posterior.data
-    model, likelihood = posterior.network()
-    live = dict(model.named_parameters())
     probs = []
-    for sample in posterior.samples():
+    for model, _ in networks_of_samples(posterior):
         with torch.no_grad():
-            for name, p in live.items():
-                p.copy_(sample.params[name])
             probs.append(model(data.x_validation).double().softmax(-1))
     average = torch.stack(probs).mean(0)
     assert len(probs) == metrics["num_samples"] == 2

@@ -9,6 +9,7 @@ memory than one sample.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -308,3 +309,11 @@ class RegressionAverage:
             "test_rmse": rmse(self._mean, self.y),
             "test_ll": log_predictive.mean().item(),
         }
+
+
+def pool(
+    averages: list[ClassificationAverage | RegressionAverage],
+) -> ClassificationAverage | RegressionAverage:
+    """The model average over the samples of all ``averages`` (the chains of one run); a single
+    chain's own average as it is."""
+    return functools.reduce(lambda merged, other: merged.merge(other), averages)

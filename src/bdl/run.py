@@ -41,7 +41,7 @@ from bdl import checkpoint, diagnostics, distributed, pruning
 from bdl.config import ConfigError, validate
 from bdl.data import Dataset
 from bdl.data.augment import random_crop_flip
-from bdl.metrics import agreement, total_variation
+from bdl.metrics import agreement, pool, total_variation
 from bdl.outputs import RunDirectory, start_wandb
 from bdl.potential import Potential
 from bdl.samplers.base import Sampler, SamplerState
@@ -290,15 +290,20 @@ def build(
     schedule = instantiate(cfg.schedule)(
         total_steps=cfg.epochs * steps_per_epoch, steps_per_epoch=steps_per_epoch
     )
+    if like is None:
+        host = (data.x_train[shard], data.y_train[shard], data.x_test, data.x_validation)
+        on_device = [None if t is None else t.to(device) for t in host]
+    else:  # the chains share one copy of the data on the device
+        on_device = [like.x_train, like.y_train, like.x_test, like.x_validation]
+    x_train, y_train, x_test, x_validation = on_device
     experiment = Experiment(
         cfg=cfg,
         device=device,
         data=data,
         task=task,
-        # the chains share one copy of the data on the device
-        x_train=data.x_train[shard].to(device) if like is None else like.x_train,
-        y_train=data.y_train[shard].to(device) if like is None else like.y_train,
-        x_test=data.x_test.to(device) if like is None else like.x_test,
+        x_train=x_train,
+        y_train=y_train,
+        x_test=x_test,
         potential=potential,
         sampler=sampler,
         schedule=schedule,
@@ -312,12 +317,9 @@ def build(
         reference=reference,
         generators=generators,
         chain=chain,
+        x_validation=x_validation,
+        validation=None if x_validation is None else Task(data, data.y_validation),
     )
-    if data.x_validation is not None:
-        experiment.validation = Task(data, data.y_validation)
-        experiment.x_validation = (
-            data.x_validation.to(device) if like is None else like.x_validation
-        )
     sampler.attach(potential, experiment.train_chunks)  # a Laplace fit reads the training set
     if sampler.injects_noise and not any(map(experiment.collects, range(cfg.epochs))):
         raise ConfigError(
@@ -725,7 +727,7 @@ class Sampling:
         rows = [loop.curve[-1] for loop in self.loops]
         if len(rows) == 1:
             return rows[0]
-        average = self.experiment.task.merge([loop.average for loop in self.loops])
+        average = pool([loop.average for loop in self.loops])
         rates = [row["accept_rate"] for row in rows if row["accept_rate"] != ""]
         return {
             "epoch": rows[0]["epoch"],
@@ -834,7 +836,7 @@ class Sampling:
 
     def _write_metrics(self, status: str, **extra: Any) -> dict[str, Any]:
         exp = self.experiment
-        average = exp.task.merge([loop.average for loop in self.loops])
+        average = pool([loop.average for loop in self.loops])
         metrics: dict[str, Any] = {"status": status, **extra}
         if average.count:
             metrics.update(average.metrics(exp.task.y_test))
@@ -844,7 +846,7 @@ class Sampling:
                 metrics["total_variation"] = total_variation(predictive, exp.reference)
             self.directory.write_predictive(predictive, exp.task.targets())
         if exp.validation is not None and average.count:
-            validation = exp.validation.merge([loop.validation for loop in self.loops])
+            validation = pool([loop.validation for loop in self.loops])
             for key, value in validation.metrics(exp.validation.y_test).items():
                 metrics[key.replace("test_", "val_", 1)] = value
         metrics.update(

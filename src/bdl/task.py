@@ -52,15 +52,6 @@ class Task:
             prediction, self.targets(), self.data.target_mean, self.data.target_std
         )
 
-    def merge(
-        self, averages: list[ClassificationAverage | RegressionAverage]
-    ) -> ClassificationAverage | RegressionAverage:
-        """The model average over all the chains' samples (one chain's own average as it is)."""
-        merged = averages[0]
-        for other in averages[1:]:
-            merged = merged.merge(other)
-        return merged
-
     @property
     def headline(self) -> str:
         """The metric that progress lines, curves and sweeps report."""
