@@ -9,11 +9,11 @@ export BDL_DATA_DIR ?= $(SHARED_DATA)
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-slow lint format bench mutation reproduce-chen-mnist reproduce-uci-boston check \
-	reproduce-izmailov-mnist reproduce-blundell-mnist
+.PHONY: help install run test test-slow lint format bench mutation reproduce-chen-mnist reproduce-uci reproduce-uci-quick check \
+	reproduce-izmailov-mnist reproduce-blundell-mnist reproduce-blundell-mnist-1200
 
 help: ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-22s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-30s %s\n", $$1, $$2}'
 
 $(BIN)/bdl-run: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,23 +51,36 @@ bench: install ## bdl vs bare PyTorch, same process: SGHMC vs SGD-momentum epoch
 	$(BIN)/python scripts/bench_distributed.py
 	$(BIN)/python scripts/bench_chains.py
 
-reproduce-chen-mnist: install ## Chen et al. 2014 MNIST: SGD, SGD+momentum, SGLD, SGHMC x 2 seeds
-	$(BIN)/bdl-run -m experiment=chen2014_mnist sampler=sgd,sgd_momentum,sgld,sghmc seed=0,1 \
-		hydra.sweep.dir=multirun/chen2014_mnist
-	$(BIN)/bdl-report multirun/chen2014_mnist
+CHEN := multirun/chen2014_mnist
+CHEN_SEEDS ?= 0,1,2,3,4
+reproduce-chen-mnist: install ## Chen et al. 2014 MNIST (Fig. 3): SGD, SGD+momentum, SGLD, SGHMC, SGHMC with Gamma hyperprior x 5 seeds
+	$(BIN)/bdl-run -m experiment=chen2014_mnist sampler=sgd,sgd_momentum,sgld,sghmc seed=$(CHEN_SEEDS) \
+		hydra/launcher=joblib hydra.sweep.dir=$(CHEN)/gaussian
+	$(BIN)/bdl-run -m experiment=chen2014_mnist sampler=sghmc prior=gamma_hierarchical seed=$(CHEN_SEEDS) \
+		hydra/launcher=joblib hydra.sweep.dir=$(CHEN)/gamma
+	$(BIN)/bdl-report --paper chen2014 $(CHEN) --out $(CHEN)/table
 
-reproduce-uci-boston: install ## SGHMC on the 20 standard Boston splits
-	$(BIN)/bdl-run -m experiment=uci_sghmc dataset=boston \
-		dataset.split=$$(seq -s, 0 19) hydra.sweep.dir=multirun/uci_boston
-	$(BIN)/bdl-report multirun/uci_boston --by dataset sampler
+UCI := multirun/uci
+UCI_SETS := boston,concrete,energy,kin8nm,naval,power,wine,yacht
+UCI_SPLITS ?= $(shell seq -s, 0 19)
+PROTEIN_SPLITS ?= 0,1,2,3,4
+reproduce-uci: install ## SGHMC on the nine UCI sets' standard splits, beside PBP, MC dropout, deep ensembles
+	$(BIN)/bdl-run -m experiment=uci_sghmc dataset=$(UCI_SETS) dataset.split=$(UCI_SPLITS) \
+		hydra/launcher=joblib hydra.sweep.dir=$(UCI)/sghmc
+	$(BIN)/bdl-run -m experiment=uci_sghmc dataset=protein dataset.split=$(PROTEIN_SPLITS) \
+		hydra/launcher=joblib hydra.sweep.dir=$(UCI)/sghmc_protein
+	$(BIN)/bdl-report --paper uci $(UCI) --out $(UCI)/table
+
+reproduce-uci-quick: ## the UCI table on splits 0-1 (protein 0): a check of the pipeline, not the table
+	$(MAKE) reproduce-uci UCI=multirun/uci_quick UCI_SPLITS=0,1 PROTEIN_SPLITS=0
 
 check: install ## bdl-check: every sampler against known posteriors (table, CSV, figures)
 	$(BIN)/bdl-check --out outputs/check
 
 IZMAILOV := multirun/izmailov_mnist
-reproduce-izmailov-mnist: install ## Izmailov et al.'s table shape on 5k MNIST: HMC vs SG-MCMC, MFVI
-	OMP_NUM_THREADS=1 $(BIN)/bdl-run experiment=izmailov_mnist sampler=hmc epochs=150 burn_in=30 thin=1 \
-		batch_size=5000 hydra.run.dir=$(IZMAILOV)/hmc
+reproduce-izmailov-mnist: install ## Izmailov et al.'s table shape on 5k MNIST: 3 HMC chains vs SG-MCMC, MFVI, Laplace
+	OMP_NUM_THREADS=1 $(BIN)/bdl-run experiment=izmailov_mnist sampler=hmc chains=3 epochs=150 burn_in=30 \
+		thin=1 batch_size=5000 hydra.run.dir=$(IZMAILOV)/hmc
 	OMP_NUM_THREADS=1 $(BIN)/bdl-run -m experiment=izmailov_mnist sampler=sgld,sghmc,psgld \
 		reference=$(abspath $(IZMAILOV))/hmc hydra.sweep.dir=$(IZMAILOV)/sg
 	OMP_NUM_THREADS=1 $(BIN)/bdl-run experiment=izmailov_mnist sampler=sgd \
@@ -75,6 +88,8 @@ reproduce-izmailov-mnist: install ## Izmailov et al.'s table shape on 5k MNIST: 
 	OMP_NUM_THREADS=1 $(BIN)/bdl-run experiment=izmailov_mnist sampler=mfvi schedule=cosine \
 		epochs=300 burn_in=0 init_from=$(IZMAILOV)/sgd reference=$(abspath $(IZMAILOV))/hmc \
 		hydra.run.dir=$(IZMAILOV)/mfvi
+	OMP_NUM_THREADS=1 $(BIN)/bdl-run experiment=izmailov_mnist sampler=laplace epochs=1 burn_in=0 \
+		init_from=$(IZMAILOV)/sgd reference=$(abspath $(IZMAILOV))/hmc hydra.run.dir=$(IZMAILOV)/laplace
 	OMP_NUM_THREADS=1 $(BIN)/bdl-run experiment=izmailov_mnist sampler=sghmc schedule=cyclical \
 		schedule.cycles=12 schedule.samples_per_cycle=3 reference=$(abspath $(IZMAILOV))/hmc \
 		hydra.run.dir=$(IZMAILOV)/csghmc
@@ -82,10 +97,15 @@ reproduce-izmailov-mnist: install ## Izmailov et al.'s table shape on 5k MNIST: 
 		--metrics test_accuracy test_nll agreement total_variation accept_rate num_samples
 
 BLUNDELL := multirun/blundell2015_mnist
-reproduce-blundell-mnist: install ## Blundell et al. 2015: BBB at N = 1200 (600 epochs: a GPU's work) and SGHMC, pruning tables
-	$(BIN)/bdl-run sampler=bbb experiment=blundell2015_mnist protocol.mlp.hidden=[1200,1200] \
-		schedule=cosine pruning=true hydra.run.dir=$(BLUNDELL)/bbb1200
-	$(BIN)/bdl-report --pruning $(BLUNDELL)/bbb1200
+reproduce-blundell-mnist: install ## Blundell et al. 2015: BBB (600 epochs) and SGHMC on 784-400-400-10, pruning tables
+	$(BIN)/bdl-run sampler=bbb experiment=blundell2015_mnist schedule=cosine pruning=true \
+		hydra.run.dir=$(BLUNDELL)/bbb400
+	$(BIN)/bdl-report --pruning $(BLUNDELL)/bbb400
 	$(BIN)/bdl-run sampler=sghmc experiment=blundell2015_mnist prior.pi=0.05 epochs=40 burn_in=20 \
 		sampler.lr=0.002 pruning=true hydra.run.dir=$(BLUNDELL)/sghmc400
 	$(BIN)/bdl-report --pruning $(BLUNDELL)/sghmc400
+
+reproduce-blundell-mnist-1200: install ## the same BBB table on 784-1200-1200-10, Blundell et al.'s Table 1 (a GPU's work)
+	$(BIN)/bdl-run sampler=bbb experiment=blundell2015_mnist protocol.mlp.hidden=[1200,1200] \
+		schedule=cosine pruning=true hydra.run.dir=$(BLUNDELL)/bbb1200
+	$(BIN)/bdl-report --pruning $(BLUNDELL)/bbb1200

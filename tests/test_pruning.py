@@ -15,6 +15,7 @@ from bdl.pruning import (
     pruning_curve,
     running_moments,
     signal_to_noise_order,
+    write_signal_to_noise,
 )
 from bdl.run import run
 
@@ -96,6 +97,24 @@ def test_runs_write_the_pruning_curve(sampler, fake_data_root, isolated_cache, t
     assert kept[0] == 79510 and kept == sorted(kept, reverse=True)
     assert float(rows[0]["test_error"]) == pytest.approx(1 - metrics["test_accuracy"])
     assert (tmp_path / "pruning.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with (tmp_path / "signal_to_noise.csv").open() as file:
+        quantiles = list(csv.DictReader(file))
+    assert float(quantiles[0]["sigma"]) > 0
+    assert (tmp_path / "signal_to_noise.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_signal_to_noise_quantiles(tmp_path):
+    # |mu|/sigma = 1, 10, 100, 0.1 and 0/1: 0, 10, 20, -10 dB and -inf, which is left out
+    mean = {"w": torch.tensor([1.0, 10.0, 100.0]), "b": torch.tensor([-0.2, 0.0])}
+    std = {"w": torch.ones(3), "b": torch.tensor([2.0, 1.0])}
+    write_signal_to_noise(tmp_path, mean, std)
+    with (tmp_path / "signal_to_noise.csv").open() as file:
+        rows = {float(r["quantile"]): r for r in csv.DictReader(file)}
+    assert float(rows[0.0]["snr_db"]) == pytest.approx(-10)
+    assert float(rows[1.0]["snr_db"]) == pytest.approx(20)
+    assert float(rows[0.5]["snr_db"]) == pytest.approx(5)  # halfway between 0 and 10 dB
+    assert float(rows[0.0]["sigma"]) == 1.0 and float(rows[1.0]["sigma"]) == 2.0
+    assert (tmp_path / "signal_to_noise.png").is_file()
 
 
 def test_report_prints_the_curve_as_blundells_table_1(tmp_path, capsys):

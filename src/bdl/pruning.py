@@ -14,6 +14,12 @@ All of the network's parameters are candidates, biases included (they too have a
 likelihood's (a noise precision) are not. ``pruning.csv`` has one row per fraction:
 ``fraction_removed``, ``weights_kept`` and the test metric, ``test_error`` for classification or
 ``test_rmse`` (original units) for regression; ``pruning.png`` plots it.
+
+Whether the ratio can rank the weights is seen in its distribution: ``signal_to_noise.png``
+draws the histograms of :math:`\sigma` and of the ratio in decibels, :math:`10\log_{10}
+(|\mu|/\sigma)` (Blundell et al.'s Fig. 4), and ``signal_to_noise.csv`` holds their quantiles. A
+:math:`\sigma` that barely left its initial value, the same for every weight, makes the ratio a
+ranking by :math:`|\mu|` alone.
 """
 
 from __future__ import annotations
@@ -37,7 +43,11 @@ __all__ = [
     "running_moments",
     "signal_to_noise_order",
     "write_curve",
+    "write_signal_to_noise",
 ]
+
+#: The quantiles of σ and of the signal-to-noise ratio in ``signal_to_noise.csv``.
+QUANTILES = (0.0, 0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99, 1.0)
 
 #: Blundell's 0/50/75/95/98% and a finer grid between.
 FRACTIONS = tuple(i / 10 for i in range(8)) + (0.75, 0.8, 0.85, 0.9, 0.95, 0.96, 0.97, 0.98, 0.99)
@@ -176,6 +186,43 @@ def write_curve(directory: Path, rows: list[dict[str, float]], metric: str) -> P
     return path
 
 
+def write_signal_to_noise(
+    directory: Path, mean: Mapping[str, Tensor], std: Mapping[str, Tensor]
+) -> Path:
+    r"""``signal_to_noise.csv`` (quantiles of :math:`\sigma` and of :math:`|\mu|/\sigma` in dB
+    over every parameter of ``mean``) and the histograms ``signal_to_noise.png``."""
+    sigma = torch.cat([std[name].detach().flatten().double().cpu() for name in mean])
+    magnitude = torch.cat([m.detach().flatten().double().cpu().abs() for m in mean.values()])
+    decibels = 10 * torch.log10(magnitude / sigma)
+    q = torch.tensor(QUANTILES, dtype=torch.float64)
+    finite = decibels[torch.isfinite(decibels)]
+    path = directory / "signal_to_noise.csv"
+    with path.open("w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["quantile", "sigma", "snr_db"])
+        snr = torch.quantile(finite, q) if finite.numel() else torch.full_like(q, math.nan)
+        for row in zip(q.tolist(), torch.quantile(sigma, q).tolist(), snr.tolist(), strict=True):
+            writer.writerow(row)
+
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(9, 3.5), layout="constrained")
+    left, right = figure.subplots(1, 2)
+    positive = sigma[sigma > 0].numpy()
+    if positive.size:
+        left.hist(
+            positive,
+            bins=torch.logspace(
+                math.log10(positive.min()), math.log10(positive.max()) + 1e-9, 60
+            ).numpy(),
+        )
+    left.set(xscale="log", xlabel="σ", ylabel="parameters", title="posterior standard deviations")
+    right.hist(finite.numpy(), bins=60)
+    right.set(xlabel="signal-to-noise ratio |μ|/σ (dB)", title="signal-to-noise ratios")
+    figure.savefig(directory / "signal_to_noise.png", dpi=120)
+    return path
+
+
 def curve_from_store(
     store_directory: Path,
     live: Mapping[str, Tensor],
@@ -184,10 +231,11 @@ def curve_from_store(
     predict: Callable[[], Tensor],
     score: Callable[[list[Tensor]], float],
     max_samples: int,
-) -> list[dict[str, float]]:
+) -> tuple[list[dict[str, float]], dict[str, Tensor], dict[str, Tensor]]:
     """:func:`pruning_curve` of the run whose samples are in ``store_directory``, in one pass over
     the store: running moments (unless ``moments`` are given, as :math:`q`'s are) and the at most
-    ``max_samples`` evenly spaced samples of the model average."""
+    ``max_samples`` evenly spaced samples of the model average. Returns the curve and the
+    moments of the ``prunable`` parameters it ranked them by."""
     count = len(SampleStore(store_directory))
     if count == 0:
         raise ValueError(f"{store_directory} holds no samples to draw a pruning curve from")
@@ -203,7 +251,7 @@ def curve_from_store(
     if moments is None:
         mean, std = running_moments(stream(), prunable)
     else:
-        mean, std = moments
+        mean, std = ({n: m[n] for n in prunable} for m in moments)
         for _ in stream():
             pass
-    return pruning_curve(live, prunable, mean, std, subset, predict, score)
+    return pruning_curve(live, prunable, mean, std, subset, predict, score), mean, std

@@ -627,6 +627,28 @@ def _print_pruning(paths: list[str]) -> int:
     return 0
 
 
+def _print_paper(name: str, df: pd.DataFrame, out: Path, unfinished: list[str]) -> int:
+    from bdl import papers  # matplotlib is imported only when asked for
+
+    try:
+        table = papers.PAPERS[name](df)
+    except ValueError as e:
+        _err(f"--paper {name}: {e}")
+        return 2
+    hours = pd.to_numeric(df.get("wall_time_s"), errors="coerce").sum() / 3600
+    table.notes.append(f"{len(df)} runs, {hours:.2f} h of run time in all (their wall_time_s).")
+    if unfinished:
+        table.notes.append(f"Not in the table ({len(unfinished)} runs):\n" + "\n".join(unfinished))
+    print(table.markdown())
+    try:
+        files = papers.write(table, name, out)
+    except OSError as e:
+        _err(f"cannot write into {out}: {e}")
+        return 1
+    _err(f"wrote {', '.join(f.name for f in files)} into {out}")
+    return 0
+
+
 # --------------------------------------------------------------------------- command line
 
 
@@ -659,6 +681,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also draw the runs' test error against epochs and gradient evaluations, traces and "
         "R-hat histograms (PNG and PDF) in PATH/plots/ (bdl.plots)",
+    )
+    parser.add_argument(
+        "--paper",
+        choices=["uci", "chen2014"],
+        help="the runs in a paper's layout beside its published numbers (bdl.papers): NAME.md, "
+        "NAME.tex, NAME.csv and a figure in --out (default: the first PATH)",
     )
     parser.add_argument(
         "--pruning",
@@ -696,6 +724,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         _err(f"none of the {len(runs)} run directories could be read; see the warnings above")
         return 2
+
+    if args.paper:
+        return _print_paper(args.paper, df, Path(args.out or args.paths[0]), unfinished)
 
     metric_cols = _metric_columns(df)
     if args.metrics:

@@ -898,13 +898,14 @@ class Sampling:
 
     def _pruning(self) -> None:
         """``pruning.csv`` and ``pruning.png``: the model average's test metric as the weights
-        with the lowest signal-to-noise ratio are removed (:mod:`bdl.pruning`); one chain's."""
+        with the lowest signal-to-noise ratio are removed (:mod:`bdl.pruning`); one chain's.
+        ``signal_to_noise.{csv,png}``: the distribution of σ and of the ratio it ranked by."""
         exp = self.experiment
         live = named_parameters(exp.potential)
         moments = exp.sampler.posterior_moments(self.loops[0].sampler)
         if moments is not None:
             moments = tuple(dict(zip(live, m, strict=True)) for m in moments)
-        rows = pruning.curve_from_store(
+        rows, mean, std = pruning.curve_from_store(
             self.stores[0].directory,
             live,
             list(exp.potential.model_params),
@@ -914,6 +915,7 @@ class Sampling:
             self.cfg.pruning_samples,
         )
         path = pruning.write_curve(self.directory.path, rows, exp.task.pruning_metric)
+        pruning.write_signal_to_noise(self.directory.path, mean, std)
         log.info(
             "pruning curve in %s: %s",
             path,

@@ -276,3 +276,26 @@ def test_named_root_is_read_not_the_cache(
 
 def _no_network(*args, **kwargs):
     raise URLError("network unreachable")
+
+
+def test_validation_rows_are_held_out_of_training_and_scaling(tmp_path: Path):
+    root = _toy(tmp_path, rows=22).parent.parent  # 20 training rows, 2 test rows
+    targets = np.loadtxt(root / "uci" / "toy" / "data.txt")[:, 2]
+    assert uci.load("toy", root=root, download=False).x_validation is None
+    held = uci.load("toy", root=root, download=False, validation=0.25)
+    assert held.x_train.shape == (15, 2) and held.x_validation.shape == (5, 2)
+    # scaled by the 15 kept rows alone: their own mean 0 and (population) std 1
+    assert float(held.y_train.mean()) == pytest.approx(0, abs=1e-5)
+    assert float(held.y_train.std(unbiased=False)) == pytest.approx(1, rel=1e-5)
+    # back in original units, kept and held-out rows are the 20 training rows, each once
+    back = torch.cat([held.y_train, held.y_validation]).double() * held.target_std
+    np.testing.assert_allclose(np.sort(back.numpy() + held.target_mean), targets[:20], rtol=1e-5)
+    # the same rows on every load of the split; the test rows untouched
+    again = uci.load("toy", root=root, download=False, validation=0.25)
+    torch.testing.assert_close(again.y_validation, held.y_validation)
+    np.testing.assert_allclose(
+        held.y_test.double().numpy() * held.target_std + held.target_mean, targets[20:], rtol=1e-5
+    )
+    for bad in (1.0, -0.1, "a"):
+        with pytest.raises(DataError, match="dataset.validation"):
+            uci.load("toy", root=root, download=False, validation=bad)

@@ -71,7 +71,7 @@ def test_foreach_equals_loop():
 
 
 def test_kl_weights():
-    uniform, blundell = BBB(lr=0.1, kl_weighting="uniform"), BBB(lr=0.1)
+    uniform, blundell = BBB(lr=0.1), BBB(lr=0.1, kl_weighting="blundell")
     assert [uniform.prior_weight(i, 7) for i in range(7)] == [1.0] * 7
     for batches in (1, 7, 390, 2000):
         weights = [blundell.prior_weight(i, batches) for i in range(batches)]

@@ -181,12 +181,19 @@ def load(
     root: str | os.PathLike | None = None,
     split: int = 0,
     download: bool = True,
+    validation: float = 0.0,
 ) -> Dataset:
     """Load split ``split`` of UCI dataset ``name`` (its folder name, e.g. ``"bostonHousing"``).
 
-    Features and target are standardised with the training split's mean and std, as in the
+    Features and target are standardised with the training rows' mean and std, as in the
     reference implementations; the target statistics are returned so predictions can be mapped
     back to original units for evaluation.
+
+    ``validation`` (a fraction in [0, 1)) holds out that share of the split's training rows,
+    never trained on and left out of the standardisation, as the validation split (``val_rmse``,
+    ``val_ll``): where a protocol's settings are chosen, as Gal & Ghahramani (2016) chose theirs on
+    a part of each training split, never on the test rows. The rows are a random subset fixed
+    by the split number alone, so every run and seed on a split holds out the same ones.
     """
     if not name or "/" in name or "\\" in name or name in {".", ".."}:
         raise DataError(
@@ -208,6 +215,12 @@ def load(
             f"splits, so dataset.split must be an integer in [0, {n}) i.e. 0..{n - 1}."
         )
     split = int(split)
+    if isinstance(validation, bool) or not isinstance(validation, (int, float)):
+        raise DataError(f"dataset.validation={validation!r} must be a fraction in [0, 1).")
+    if not 0 <= validation < 1:
+        raise DataError(
+            f"dataset.validation={validation!r} must be a fraction in [0, 1) of the training rows."
+        )
 
     data_path = _find(name, "data.txt", base, download, named)
     data = _read_table(data_path)
@@ -239,17 +252,32 @@ def load(
                 "Replace it with the original file of the standard splits."
             )
 
+    held_out = round(validation * train_idx.size)
+    if held_out >= train_idx.size:
+        raise DataError(
+            f"dataset.validation={validation} leaves no training row of the {train_idx.size}."
+        )
+    if held_out:
+        shuffled = train_idx[np.random.default_rng(split).permutation(train_idx.size)]
+        train_idx, validation_idx = shuffled[held_out:], shuffled[:held_out]
     x, y = data[:, features], data[:, int(target[0])]
-    _, _, x_train, x_test = _standardise(x[train_idx], x[test_idx])
-    y_mean, y_std, y_train, y_test = _standardise(y[train_idx], y[test_idx])
+    others = (test_idx, validation_idx) if held_out else (test_idx,)
+    _, _, x_train, *x_others = _standardise(x[train_idx], *(x[i] for i in others))
+    y_mean, y_std, y_train, *y_others = _standardise(y[train_idx], *(y[i] for i in others))
+
+    def tensor(values: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32))
+
     return Dataset(
         name=name,
         task="regression",
-        x_train=torch.from_numpy(np.ascontiguousarray(x_train, dtype=np.float32)),
-        y_train=torch.from_numpy(np.ascontiguousarray(y_train, dtype=np.float32)),
-        x_test=torch.from_numpy(np.ascontiguousarray(x_test, dtype=np.float32)),
-        y_test=torch.from_numpy(np.ascontiguousarray(y_test, dtype=np.float32)),
+        x_train=tensor(x_train),
+        y_train=tensor(y_train),
+        x_test=tensor(x_others[0]),
+        y_test=tensor(y_others[0]),
         num_classes=None,
         target_mean=float(y_mean),
         target_std=float(y_std),
+        x_validation=tensor(x_others[1]) if held_out else None,
+        y_validation=tensor(y_others[1]) if held_out else None,
     )

@@ -34,9 +34,16 @@ the practice of reimplementations and of Izmailov et al. (2021)'s MFVI — so ``
 
 **KL weighting** (Blundell §3.4). The minibatch cost :math:`\mathcal{F}_i = \pi_i\,\mathrm{KL} -
 \mathbb{E}_q\log P(\mathcal{D}_i\mid w)` sums to :math:`\mathcal{F}` over the :math:`M` minibatches
-of an epoch for any :math:`\sum_i\pi_i = 1`: ``uniform`` takes :math:`\pi_i = 1/M`, ``blundell``
-:math:`\pi_i = 2^{M-i}/(2^M - 1)`, which lets the prior shape the first minibatches of each epoch
-and the data the rest.
+of an epoch for any :math:`\sum_i\pi_i = 1`: ``uniform`` takes :math:`\pi_i = 1/M` (the
+default), ``blundell`` :math:`\pi_i = 2^{M-i}/(2^M - 1)`, which lets the prior shape the first
+minibatches of each epoch and the data the rest. Blundell et al. took plain SGD steps, which keep
+the KL's full weight; Adam divides every step by a running gradient scale, so that under
+``blundell`` the prior's few large gradients of an epoch move :math:`\rho` about as far as any
+other step and its pull on :math:`\sigma` is all but lost. Measured on MNIST (784-400-400-10,
+scale-mixture prior, :math:`\sigma_0 = 0.01`, 5 epochs): under ``blundell`` every :math:`\sigma`
+stayed within 0.0087-0.0127, so :math:`|\mu|/\sigma` ranked the weights by :math:`|\mu|` and
+removing 95% of them raised the test error from 1.8% to 9.0%; under ``uniform`` :math:`\sigma`
+spread over 0.003-0.16 and 95% removed left the error unchanged (2.3%).
 
 **Samples.** ``μ`` is the network's own weights (``state.params``) during training, so the net
 between steps is :math:`q`'s mean; :meth:`BBB.final_samples` writes ``num_samples`` draws
@@ -84,7 +91,7 @@ class BBB(Sampler):
         lr: float,
         betas: tuple[float, float] = (0.9, 0.999),
         num_mc: int = 1,
-        kl_weighting: str = "blundell",
+        kl_weighting: str = "uniform",
         local_reparam: bool = True,
         init_std: float = 0.01,
         num_samples: int = 20,
