@@ -106,9 +106,12 @@ def test_chen_table_and_order(tmp_path):
     assert cells.loc["sgd", "Test error (%)"] == "2.20 ± 0.14"
     assert cells.loc["sgld", "Test error (%)"] == "1.9 ± 0"
     assert cells.loc["sghmc", "Chen et al. Fig. 3 (≈)"] == "1.8"
-    assert table.notes[1] == "Order of the means (sghmc < sgld < sgd in the paper): kept."
+    assert table.notes[1] == (
+        "Order of the means under gaussian (sghmc < sgld < sgd in the paper): kept "
+        "(sghmc 1.75%, sgld 1.90%, sgd 2.20%)."
+    )
     assert list(table.figures) == ["chen2014"]
 
     swapped = _chen_runs(tmp_path / "swapped", {"sgld": (0.017, 0.017), "sghmc": (0.018, 0.018)})
     notes = papers.chen2014(load_runs([swapped])).notes
-    assert notes[1].endswith("NOT kept: sghmc 1.80%, sgld 1.70%.")
+    assert notes[1].endswith("NOT kept (sghmc 1.80%, sgld 1.70%).")
