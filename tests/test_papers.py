@@ -29,6 +29,7 @@ def uci_runs(tmp_path) -> Path:
     results = {  # (test_rmse, test_ll) of splits 0 and 1
         "boston": [(2.0, -2.5), (2.4, -2.3)],
         "concrete": [(6.0, -3.2), (6.2, -3.3)],
+        "naval": [(0.0012, 4.0), (0.0014, 4.2)],
     }
     for dataset, splits in results.items():
         for split, (rmse, ll) in enumerate(splits):
@@ -51,7 +52,11 @@ def test_uci_table_against_hand_computed_cells(uci_runs):
     # concrete: 6.1 is worse than MC dropout's 5.23, which is bold
     assert cells.loc["concrete", "RMSE bdl sghmc_uci"] == "6.10 ± 0.10"
     assert cells.loc["concrete", "RMSE MC dropout"] == "**5.23**"
-    assert "RMSE below PBP's on 1 of 2 sets, test LL above PBP's on 1 of 2" in table.notes[1]
+    # naval: 0.0013 is 0.00 at the papers' two decimals, tied with deep ensembles' printed 0.00
+    assert cells.loc["naval", "RMSE bdl sghmc_uci"] == "**0.00130 ± 0.00010**"
+    assert cells.loc["naval", "RMSE Deep ensembles"] == "**0.00**"
+    assert cells.loc["naval", "RMSE PBP"] == "0.01"
+    assert "RMSE below PBP's on 2 of 3 sets, test LL above PBP's on 2 of 3" in table.notes[1]
     numbers = table.numbers.set_index("dataset")
     assert numbers.loc["boston", "test_rmse bdl sghmc_uci"] == pytest.approx(2.2)
     assert numbers.loc["concrete", "test_ll PBP"] == -3.16
@@ -72,10 +77,10 @@ def test_report_paper_writes_every_file(uci_runs, tmp_path, capsys):
     out = tmp_path / "table"
     assert main([str(uci_runs), "--paper", "uci", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "| boston" in printed and "4 runs, 2.00 h of run time" in printed
+    assert "| boston" in printed and "6 runs, 3.00 h of run time" in printed
     assert {p.name for p in out.iterdir()} == {"uci.md", "uci.tex", "uci.csv", "uci.png", "uci.pdf"}
     assert r"\textbf{2.2 $\pm$ 0.2}" in (out / "uci.tex").read_text()
-    assert len(pd.read_csv(out / "uci.csv")) == 2
+    assert len(pd.read_csv(out / "uci.csv")) == 3
 
 
 def test_report_paper_refuses_runs_of_another_benchmark(tmp_path, capsys):

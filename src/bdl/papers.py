@@ -11,8 +11,10 @@
   column is what the figure shows at its end (read off the plot, so approximate), and the line
   under the table says whether bdl's means keep the paper's order SGHMC < SGLD < SGD.
 
-Published values are the papers' means, as printed (two decimals), so that a comparison with
-bdl's unrounded means is the one a reader of both would make.
+Published values are the papers' means, as printed: two decimals. bdl's means are compared with
+them at that precision (:data:`PUBLISHED_DECIMALS`), both for the bold and for the count of sets
+where bdl beats PBP: naval's deep-ensemble RMSE is printed 0.00, which says only that it is below
+0.005, and a bdl RMSE of 0.0013 ties with it rather than losing.
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ UCI_PUBLISHED: dict[str, dict[str, tuple[float, float]]] = {
         "yacht": (1.58, -1.18),
     },
 }
+
+#: The decimals the published UCI values are printed with, and bdl's are compared at.
+PUBLISHED_DECIMALS = 2
 
 #: Test error (%) at the end of Chen et al. (2014)'s Fig. 3, read off the plot, by sampler.
 CHEN2014_FIG3 = {"sgd": 2.1, "sgd_momentum": 1.9, "sgld": 1.9, "sghmc": 1.8}
@@ -141,12 +146,13 @@ def uci(runs: pd.DataFrame) -> PaperTable:
                 mine = runs[(runs["dataset"] == dataset) & (runs["sampler"] == sampler)]
                 mean, error = _mean_error(mine[metric], "sem")
                 label = f"bdl {sampler}"
-                means[label], shown[label] = mean, mean_pm(mean, error)
+                shown[label] = mean_pm(mean, error)
+                means[label] = round(mean, PUBLISHED_DECIMALS) if math.isfinite(mean) else mean
                 number_row[f"{metric} {label}"] = mean
                 number_row[f"{metric} {label} sem"] = error
                 number_row[f"splits {label}"] = len(mine)
                 pbp = UCI_PUBLISHED["PBP"][dataset][0 if lower else 1]
-                wins[sampler][metric] += (mean < pbp) if lower else (mean > pbp)
+                wins[sampler][metric] += (means[label] < pbp) if lower else (means[label] > pbp)
             for method, table in UCI_PUBLISHED.items():
                 value = table[dataset][0 if lower else 1]
                 means[method], shown[method] = value, f"{value:.2f}"
@@ -159,7 +165,7 @@ def uci(runs: pd.DataFrame) -> PaperTable:
         "Test RMSE (lower is better) and test log-likelihood (higher is better) in the targets' "
         "original units. bdl: mean ± standard error over the splits run; published: the "
         "papers' means over all standard splits (20; protein 5), as printed. The best of each "
-        "row in bold."
+        "row in bold, bdl's means compared at the papers' two decimals (ties all bold)."
     ]
     for sampler in samplers:
         splits = runs[runs["sampler"] == sampler].groupby("dataset").size()
