@@ -157,6 +157,18 @@ def test_summarize_explicit_groups(sweep):
         summarize(df, by=["nope"])
 
 
+def test_a_metric_one_group_lacks_has_no_value_there(sweep):
+    """R-hat exists only for runs of several chains: a group without it gets NaN, not an error."""
+    run = find_runs([sweep])[0]  # job 0: sghmc, seed 0
+    metrics = json.loads((run / "metrics.json").read_text())
+    (run / "metrics.json").write_text(json.dumps({**metrics, "rhat_max": 1.02}))
+    summary = summarize(load_runs([sweep]), by=["sampler"], metrics=["rhat_max"]).set_index(
+        "sampler"
+    )
+    assert summary.loc["sghmc", "rhat_max_mean"] == 1.02
+    assert summary.loc["sgld", ["rhat_max_mean", "rhat_max_std", "rhat_max_sem"]].isna().all()
+
+
 def test_target_grouping_without_hydra_choices(tmp_path):
     for job, (sampler, seed) in enumerate([("sghmc", 0), ("sghmc", 1), ("sgld", 0)]):
         _write_run(tmp_path / str(job), sampler, seed, hydra_yaml=False)

@@ -420,7 +420,9 @@ def summarize(
             values = pd.to_numeric(sub[m], errors="coerce")
             row[f"{m}_mean"] = values.mean()
             row[f"{m}_std"] = values.std(ddof=1) if values.count() > 1 else math.nan
-            row[f"{m}_sem"] = row[f"{m}_std"] / math.sqrt(values.count())
+            # a group whose runs all lack the metric (R-hat of one-chain runs) has no error
+            count = values.count()
+            row[f"{m}_sem"] = row[f"{m}_std"] / math.sqrt(count) if count else math.nan
         return row
 
     rows = []
