@@ -88,13 +88,14 @@ reproduce-izmailov-mnist: install ## Izmailov et al.'s table shape on 5k MNIST: 
 	OMP_NUM_THREADS=1 $(BIN)/bdl-run experiment=izmailov_mnist sampler=mfvi schedule=cosine \
 		epochs=300 burn_in=0 init_from=$(IZMAILOV)/sgd reference=$(abspath $(IZMAILOV))/hmc \
 		hydra.run.dir=$(IZMAILOV)/mfvi
-	OMP_NUM_THREADS=1 $(BIN)/bdl-run experiment=izmailov_mnist sampler=laplace epochs=1 burn_in=0 \
-		init_from=$(IZMAILOV)/sgd reference=$(abspath $(IZMAILOV))/hmc hydra.run.dir=$(IZMAILOV)/laplace
+	OMP_NUM_THREADS=1 $(BIN)/bdl-run -m experiment=izmailov_mnist sampler=laplace epochs=1 burn_in=0 \
+		sampler.subset_of_weights=all,last_layer init_from=$(IZMAILOV)/sgd \
+		reference=$(abspath $(IZMAILOV))/hmc hydra.sweep.dir=$(IZMAILOV)/laplace
 	OMP_NUM_THREADS=1 $(BIN)/bdl-run experiment=izmailov_mnist sampler=sghmc schedule=cyclical \
 		schedule.cycles=12 schedule.samples_per_cycle=3 reference=$(abspath $(IZMAILOV))/hmc \
 		hydra.run.dir=$(IZMAILOV)/csghmc
-	$(BIN)/bdl-report $(IZMAILOV) --by sampler schedule \
-		--metrics test_accuracy test_nll agreement total_variation accept_rate num_samples
+	$(BIN)/bdl-report $(IZMAILOV) --by sampler schedule sampler.subset_of_weights \
+		--metrics test_accuracy test_nll agreement total_variation accept_rate num_samples rhat_max
 
 BLUNDELL := multirun/blundell2015_mnist
 reproduce-blundell-mnist: install ## Blundell et al. 2015: BBB (600 epochs) and SGHMC on 784-400-400-10, pruning tables

@@ -92,7 +92,7 @@ class Laplace(Sampler):
         self,
         lr: float = 0.1,
         hessian_structure: str = "kron",
-        subset_of_weights: str = "all",
+        subset_of_weights: str = "last_layer",
         marglik: bool = False,
         marglik_steps: int = 100,
         num_samples: int = 20,
