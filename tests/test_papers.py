@@ -79,7 +79,9 @@ def test_report_paper_writes_every_file(uci_runs, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "| boston" in printed and "6 runs, 3.00 h of run time" in printed
     assert {p.name for p in out.iterdir()} == {"uci.md", "uci.tex", "uci.csv", "uci.png", "uci.pdf"}
-    assert r"\textbf{2.2 $\pm$ 0.2}" in (out / "uci.tex").read_text()
+    tex = (out / "uci.tex").read_text()
+    assert r"\textbf{2.2 $\pm$ 0.2}" in tex
+    assert r"RMSE bdl sghmc\_uci" in tex and "sghmc_uci" not in tex  # escaped for LaTeX
     assert len(pd.read_csv(out / "uci.csv")) == 3
 
 
@@ -116,6 +118,7 @@ def test_chen_table_and_order(tmp_path):
         "(sghmc 1.75%, sgld 1.90%, sgd 2.20%)."
     )
     assert list(table.figures) == ["chen2014"]
+    assert r"1.75\%" in table.latex() and "1.75%" not in table.latex()
 
     swapped = _chen_runs(tmp_path / "swapped", {"sgld": (0.017, 0.017), "sghmc": (0.018, 0.018)})
     notes = papers.chen2014(load_runs([swapped])).notes

@@ -3,9 +3,9 @@
 
 - ``uci``: the nine UCI regression sets of Hernández-Lobato & Adams (2015) on their standard
   splits: test RMSE and test log-likelihood (original units), mean ± standard error over the
-  splits, beside probabilistic backpropagation (PBP; Hernández-Lobato & Adams 2015, Table 2),
-  MC dropout (Gal & Ghahramani 2016, Table 1) and deep ensembles (Lakshminarayanan, Pritzel &
-  Blundell 2017, Table 1), the best value of each row in bold. One bdl column per sampler.
+  splits, beside probabilistic backpropagation (PBP; Hernández-Lobato & Adams 2015), MC dropout
+  (Gal & Ghahramani 2016) and deep ensembles (Lakshminarayanan, Pritzel & Blundell 2017), the
+  best value of each row in bold. One bdl column per sampler.
 - ``chen2014``: MNIST test error per sampler (and prior), mean ± standard deviation over seeds,
   as in Chen, Fox & Guestrin (2014)'s Fig. 3, whose curves print no numbers: the published
   column is what the figure shows at its end (read off the plot, so approximate), and the line
@@ -29,7 +29,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from bdl.plots import curve, save, test_error_figure
-from bdl.report import mean_pm
+from bdl.report import LATEX_SPECIALS, mean_pm
 
 __all__ = ["CHEN2014_FIG3", "PAPERS", "UCI_PUBLISHED", "UCI_SETS", "chen2014", "uci"]
 
@@ -101,11 +101,16 @@ class PaperTable:
         return "\n\n".join([text, *self.notes])
 
     def latex(self) -> str:
-        bold = self.cells.map(
-            lambda c: rf"\textbf{{{c[2:-2]}}}" if c.startswith("**") and c.endswith("**") else c
-        )
-        text = bold.to_latex(index=False, escape=False, column_format="".join(self._layout()))
-        return text.replace("±", r"$\pm$") + "\n" + " ".join(self.notes) + "\n"
+        def cell(text: str) -> str:
+            bold = text.startswith("**") and text.endswith("**")
+            text = (text[2:-2] if bold else text).translate(LATEX_SPECIALS)
+            return rf"\textbf{{{text}}}" if bold else text
+
+        # escaped here rather than by pandas, which would escape the bold markup too
+        table = self.cells.map(cell).rename(columns=cell)
+        text = table.to_latex(index=False, escape=False, column_format="".join(self._layout()))
+        notes = " ".join(self.notes).translate(LATEX_SPECIALS)
+        return (text + "\n" + notes + "\n").replace("±", r"$\pm$")
 
 
 def _mean_error(values: pd.Series, error: str) -> tuple[float, float]:

@@ -567,7 +567,7 @@ def to_markdown(summary: pd.DataFrame, error: str = "std") -> str:
     return "\n\n".join([text, " ".join(_notes(table))])
 
 
-_LATEX_SPECIALS = str.maketrans(
+LATEX_SPECIALS = str.maketrans(
     {c: rf"\{c}" for c in "&%$#_{}"} | {"\\": r"\textbackslash{}", "~": r"\~{}", "^": r"\^{}"}
 )
 
@@ -579,7 +579,7 @@ def to_latex(summary: pd.DataFrame, error: str = "std") -> str:
     labels = table.attrs["labels"]
     layout = "".join("l" if c in labels else "r" for c in table.columns)
     text = table.to_latex(index=False, escape=True, column_format=layout)
-    notes = " ".join(_notes(table)).translate(_LATEX_SPECIALS)
+    notes = " ".join(_notes(table)).translate(LATEX_SPECIALS)
     return text.replace("±", r"$\pm$") + "\n" + notes.replace("±", r"$\pm$") + "\n"
 
 
