@@ -29,7 +29,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from bdl.plots import curve, save, test_error_figure
-from bdl.report import LATEX_SPECIALS, mean_pm
+from bdl.report import LATEX_SPECIALS, mean_pm, summarize
 
 __all__ = ["CHEN2014_FIG3", "PAPERS", "UCI_PUBLISHED", "UCI_SETS", "chen2014", "uci"]
 
@@ -113,14 +113,6 @@ class PaperTable:
         return (text + "\n" + notes + "\n").replace("±", r"$\pm$")
 
 
-def _mean_error(values: pd.Series, error: str) -> tuple[float, float]:
-    values = pd.to_numeric(values, errors="coerce").dropna()
-    if len(values) < 2:
-        return (float(values.mean()) if len(values) else math.nan), math.nan
-    std = float(values.std(ddof=1))
-    return float(values.mean()), std / math.sqrt(len(values)) if error == "sem" else std
-
-
 def _bold_best(row: dict[str, float], cells: dict[str, str], lower: bool) -> dict[str, str]:
     finite = {k: v for k, v in row.items() if math.isfinite(v)}
     if not finite:
@@ -139,23 +131,27 @@ def uci(runs: pd.DataFrame) -> PaperTable:
         raise ValueError(f"no run on a UCI set ({', '.join(UCI_SETS)})")
     samplers = sorted(runs["sampler"].unique())
     methods = [f"bdl {s}" for s in samplers] + list(UCI_PUBLISHED)
+    sets = [d for d in UCI_SETS if d in set(runs["dataset"])]
+    stats = summarize(runs, by=["dataset", "sampler"], metrics=["test_rmse", "test_ll"])
+    stats = stats.set_index(["dataset", "sampler"]).reindex(
+        pd.MultiIndex.from_product([sets, samplers])
+    )
     numbers, cells = [], []
     wins = {s: {"test_rmse": 0, "test_ll": 0} for s in samplers}
-    sets = [d for d in UCI_SETS if d in set(runs["dataset"])]
     for dataset in sets:
         number_row: dict[str, object] = {"dataset": dataset}
         cell_row: dict[str, str] = {"Dataset": dataset}
         for metric, lower, name in (("test_rmse", True, "RMSE"), ("test_ll", False, "LL")):
             means, shown = {}, {}
             for sampler in samplers:
-                mine = runs[(runs["dataset"] == dataset) & (runs["sampler"] == sampler)]
-                mean, error = _mean_error(mine[metric], "sem")
+                row = stats.loc[(dataset, sampler)]
+                mean, error = row[f"{metric}_mean"], row[f"{metric}_sem"]
                 label = f"bdl {sampler}"
                 shown[label] = mean_pm(mean, error)
                 means[label] = round(mean, PUBLISHED_DECIMALS) if math.isfinite(mean) else mean
                 number_row[f"{metric} {label}"] = mean
                 number_row[f"{metric} {label} sem"] = error
-                number_row[f"splits {label}"] = len(mine)
+                number_row[f"splits {label}"] = int(np.nan_to_num(row["n_runs"]))
                 pbp = UCI_PUBLISHED["PBP"][dataset][0 if lower else 1]
                 wins[sampler][metric] += (means[label] < pbp) if lower else (means[label] > pbp)
             for method, table in UCI_PUBLISHED.items():
@@ -173,11 +169,13 @@ def uci(runs: pd.DataFrame) -> PaperTable:
         "row in bold, bdl's means compared at the papers' two decimals (ties all bold)."
     ]
     for sampler in samplers:
-        splits = runs[runs["sampler"] == sampler].groupby("dataset").size()
+        splits = ", ".join(
+            f"{d} {int(np.nan_to_num(stats.loc[(d, sampler), 'n_runs']))}" for d in sets
+        )
         notes.append(
             f"bdl {sampler}: RMSE below PBP's on {wins[sampler]['test_rmse']} of {len(sets)} "
             f"sets, test LL above PBP's on {wins[sampler]['test_ll']} of {len(sets)}; splits per "
-            f"set: {', '.join(f'{d} {splits.get(d, 0)}' for d in sets)}."
+            f"set: {splits}."
         )
     frame = pd.DataFrame(numbers)
     return PaperTable(frame, pd.DataFrame(cells), notes, {"uci": _uci_figure(frame, methods)})
@@ -214,31 +212,29 @@ def chen2014(runs: pd.DataFrame) -> PaperTable:
     running test error of each row against epochs and gradient evaluations (their Fig. 3)."""
     if "test_accuracy" not in runs or "sampler" not in runs:
         raise ValueError("no classification run with a sampler= choice: pass MNIST runs")
-    runs = runs.assign(prior=runs.get("prior", ""))
+    runs = runs.assign(prior=runs.get("prior", ""), test_error=100 * (1 - runs["test_accuracy"]))
+    keys = ["sampler", "prior"]
+    groups = dict(iter(runs.groupby(keys, sort=True)))
     numbers, cells, curves = [], [], []
     means: dict[str, dict[str, float]] = {}
-    for (sampler, prior), group in runs.groupby(["sampler", "prior"], sort=True):
-        mean, std = _mean_error(100 * (1 - group["test_accuracy"]), "std")
+    for _, row in summarize(runs, by=keys, metrics=["test_error"]).iterrows():
+        sampler, prior, mean, std = row[["sampler", "prior", "test_error_mean", "test_error_std"]]
+        seeds = int(row["n_runs"])
         means.setdefault(prior, {})[sampler] = mean
         published = CHEN2014_FIG3.get(sampler)
         numbers.append(
-            {
-                "sampler": sampler,
-                "prior": prior,
-                "seeds": len(group),
-                "test_error_%": mean,
-                "std": std,
-            }
+            {"sampler": sampler, "prior": prior, "seeds": seeds, "test_error_%": mean, "std": std}
         )
         cells.append(
             {
                 "Sampler": sampler,
                 "Prior": prior,
-                "Seeds": str(len(group)),
+                "Seeds": str(seeds),
                 "Test error (%)": mean_pm(mean, std),
                 "Chen et al. Fig. 3 (≈)": "" if published is None else f"{published:.1f}",
             }
         )
+        group = groups[(sampler, prior)]
         runs_curves = [curve(run["run_dir"], run.to_dict()) for _, run in group.iterrows()]
         curves.append((f"{sampler}, {prior}" if prior else sampler, runs_curves))
     notes = [

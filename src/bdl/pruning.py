@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -210,12 +211,7 @@ def write_signal_to_noise(
     left, right = figure.subplots(1, 2)
     positive = sigma[sigma > 0].numpy()
     if positive.size:
-        left.hist(
-            positive,
-            bins=torch.logspace(
-                math.log10(positive.min()), math.log10(positive.max()) + 1e-9, 60
-            ).numpy(),
-        )
+        left.hist(positive, bins=np.geomspace(positive.min(), positive.max() * (1 + 1e-9), 60))
     left.set(xscale="log", xlabel="σ", ylabel="parameters", title="posterior standard deviations")
     right.hist(finite.numpy(), bins=60)
     right.set(xlabel="signal-to-noise ratio |μ|/σ (dB)", title="signal-to-noise ratios")

@@ -215,9 +215,11 @@ def load(
             f"splits, so dataset.split must be an integer in [0, {n}) i.e. 0..{n - 1}."
         )
     split = int(split)
-    if isinstance(validation, bool) or not isinstance(validation, (int, float)):
-        raise DataError(f"dataset.validation={validation!r} must be a fraction in [0, 1).")
-    if not 0 <= validation < 1:
+    if (
+        isinstance(validation, bool)
+        or not isinstance(validation, (int, float))
+        or not 0 <= validation < 1
+    ):
         raise DataError(
             f"dataset.validation={validation!r} must be a fraction in [0, 1) of the training rows."
         )
