@@ -44,12 +44,15 @@ mutation: install ## mutmut on samplers/, potential, likelihoods, priors, metric
 	OMP_NUM_THREADS=1 $(BIN)/mutmut run
 	$(BIN)/mutmut results
 
-bench: install ## bdl vs bare PyTorch, same process: SGHMC vs SGD-momentum epoch; BBB vs SGD step
+bench: install ## bdl vs bare PyTorch, same process: SGHMC vs SGD-momentum epoch; BBB vs SGD step; stacked chains
 	$(BIN)/python scripts/bench.py
 	$(BIN)/python scripts/bench_bbb.py
 	$(BIN)/python scripts/bench_hmc.py
 	$(BIN)/python scripts/bench_distributed.py
 	$(BIN)/python scripts/bench_chains.py
+	$(BIN)/python scripts/bench_chains.py --dataset boston --sampler sghmc_uci
+	$(BIN)/python scripts/bench_chains.py --dataset yacht --sampler hmc
+	$(BIN)/python scripts/bench_ess.py
 
 CHEN := multirun/chen2014_mnist
 CHEN_SEEDS ?= 0,1,2,3,4

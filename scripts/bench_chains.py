@@ -1,13 +1,13 @@
-"""Benchmark: seconds per epoch of K chains in one run (``chains=K``) against K runs of one chain
-(seeds 0..K-1), both through the runner's own epoch (``Sampling.step_epoch``), in this one
-process, alternating, so that machine noise hits both alike.
+"""Benchmark: seconds per epoch of K chains in one run (``chains=K``), stacked as one
+(``vectorise=true``, :mod:`bdl.chains`) and stepped in turn (``vectorise=false``), against K runs
+of one chain (seeds 0..K-1), all through the runner's own epoch (``Sampling.step_epoch``), in this
+one process, alternating, so that machine noise hits all alike.
 
-The figure of merit is (one run of K chains) / (K runs of one chain): the issue's goal for a
-vectorised implementation is <= 0.7 at K = 8 on the CPU (<= 0.2 on a GPU). bdl's chains are
-stepped one after the other, so the ratio measures what sharing one process and one copy of the
-data saves, and is the yardstick a vectorised implementation would be judged by.
+The figure of merit is (one run of K chains) / (K runs of one chain); the goal for K = 8 is
+<= 0.7 on the CPU and <= 0.2 on a GPU.
 
     python scripts/bench_chains.py [--chains 1 4 8] [--rounds 3] [--dataset mnist|boston]
+        [--sampler sghmc|hmc]
 """
 
 from __future__ import annotations
@@ -21,7 +21,15 @@ from benchtools import alternating_medians, composed, sampling
 # Burn-in epochs only (the benchmark runs a few): stepping, without evaluating a kept sample
 DATASETS = {
     "mnist": ["dataset=mnist", "burn_in=99", "epochs=100", "thin=1"],
-    "boston": ["dataset=boston", "burn_in=99", "epochs=100", "thin=1", "sampler.lr=3e-4"],
+    "boston": ["dataset=boston", "burn_in=99", "epochs=100", "thin=1"],
+    "yacht": ["dataset=yacht", "burn_in=99", "epochs=100", "thin=1"],
+}
+SAMPLERS = {
+    "sghmc": ["sampler=sghmc"],
+    "sghmc_uci": ["sampler=sghmc_uci"],
+    # an HMC epoch is one iteration: 10 leapfrog steps, no adaptation (burn-in would adapt), the
+    # training set in one chunk (batch_size is a full-batch kernel's chunk size)
+    "hmc": ["sampler=hmc", "sampler.num_steps=10", "sampler.adapt=false", "batch_size=100000"],
 }
 
 
@@ -30,29 +38,38 @@ def main() -> None:
     parser.add_argument("--chains", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dataset", choices=DATASETS, default="mnist")
+    parser.add_argument("--sampler", choices=SAMPLERS, default="sghmc")
     parser.add_argument("--device", default="auto")
     args = parser.parse_args()
 
-    base = [*DATASETS[args.dataset], f"device={args.device}", "wandb.mode=disabled"]
-    print(f"{args.dataset}, SGHMC, seconds per epoch (median of {args.rounds})")
-    print(f"{'K':>3} {'K chains':>10} {'K singles':>10} {'ratio':>6}")
+    base = [*DATASETS[args.dataset], *SAMPLERS[args.sampler]]
+    base += [f"device={args.device}", "wandb.mode=disabled"]
+    print(f"{args.dataset}, {args.sampler}, seconds per epoch (median of {args.rounds})")
+    print(f"{'K':>3} {'stacked':>9} {'in turn':>9} {'singles':>9} {'stacked/singles':>16}")
     with tempfile.TemporaryDirectory() as directory:
         root = Path(directory)
-        for k in args.chains:
-            together = sampling(composed([*base, f"chains={k}"]), root / f"chains{k}")
+        for k in range(len(args.chains)):
+            chains = args.chains[k]
+            stacked, in_turn = (
+                sampling(composed([*base, f"chains={chains}", f"vectorise={v}"]), root / f"{v}{k}")
+                for v in ("true", "false")
+            )
             singles = [
                 sampling(composed([*base, f"seed={seed}"]), root / f"single{k}_{seed}")
-                for seed in range(k)
+                for seed in range(chains)
             ]
 
             def one_after_another(runs=singles) -> None:
                 for run in runs:
                     run.step_epoch()
 
-            joint, separate = alternating_medians(
-                [together.step_epoch, one_after_another], args.rounds
+            joint, turns, separate = alternating_medians(
+                [stacked.step_epoch, in_turn.step_epoch, one_after_another], args.rounds
             )
-            print(f"{k:>3} {joint:>10.3f} {separate:>10.3f} {joint / separate:>6.3f}")
+            print(
+                f"{chains:>3} {joint:>9.4f} {turns:>9.4f} {separate:>9.4f} "
+                f"{joint / separate:>16.3f}"
+            )
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from hydra import compose, initialize_config_module
 import bdl.config  # noqa: F401  (registers the root schema)
 from bdl.likelihoods import Categorical, Gaussian
 from bdl.potential import MeanField, Potential, _LocalNoise
-from bdl.priors import ARD, GammaHierarchical, Laplace, ScaleMixture
+from bdl.priors import ARD, GammaHierarchical, Laplace, ScaleMixture, StudentT
 from bdl.priors import Gaussian as GaussianPrior
 from bdl.run import run
 
@@ -358,3 +358,66 @@ def test_prior_precision_is_the_prior_terms_curvature_over_t():
     assert torch.all(precision["weight"] == 0.5)
     assert torch.allclose(precision["bias"], torch.tensor(0.02))
     assert Potential(model, Categorical(), Laplace(), 10).prior_precision() is None
+
+
+# --- chains stacked as one (bdl.chains) -------------------------------------------------------
+
+
+def regression_potential(prior, temperature=0.7):
+    """An MLP with a sampled noise precision (a likelihood parameter with a prior of its own)."""
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    return Potential(model.double(), Gaussian().double(), prior, 40, temperature)
+
+
+@pytest.mark.parametrize("prior", [GaussianPrior(0.8), Laplace(0.5), ScaleMixture(), StudentT()])
+def test_stacked_closures_are_each_chains_own(prior):
+    """``chain_closure`` and ``chain_full_closure`` on K stacked parameter sets give, per chain,
+    the value and gradient of the one-chain closures at that chain's parameters."""
+    potential = regression_potential(prior)
+    chains = 3
+    stacked = [
+        torch.randn(chains, *p.shape, dtype=p.dtype, generator=torch.Generator().manual_seed(i))
+        for i, p in enumerate(potential.params)
+    ]
+    x, y = (
+        torch.randn(chains, 5, 4, dtype=torch.float64),
+        torch.randn(chains, 5, dtype=torch.float64),
+    )
+    x_all, y_all = torch.randn(40, 4, dtype=torch.float64), torch.randn(40, dtype=torch.float64)
+
+    def chunks():
+        return zip(x_all.split(16), y_all.split(16))
+
+    values, grads = potential.chain_closure(stacked, x, y, prior_weight=0.5)()
+    full_values, full_grads = potential.chain_full_closure(stacked, chunks)()
+    assert values.shape == full_values.shape == (chains,)
+    for k in range(chains):
+        with torch.no_grad():
+            for p, s in zip(potential.params, stacked):
+                p.copy_(s[k])
+        value, grad = potential.closure(x[k], y[k], prior_weight=0.5)()
+        assert values[k].item() == pytest.approx(value.item(), rel=1e-12)
+        full_value, full_grad = potential.full_closure(chunks)()
+        assert full_values[k].item() == pytest.approx(full_value.item(), rel=1e-12)
+        for mine, theirs in [*zip(grads, grad), *zip(full_grads, full_grad)]:
+            torch.testing.assert_close(mine[k], theirs)
+
+
+def test_variational_closure_keeps_the_noise_precisions_prior():
+    """Under ``functional_call`` the sampled noise precision is a plain tensor; its prior term
+    must count all the same (at zero variance the variational gradient in the means is the
+    plain potential's, prior terms included)."""
+    potential = regression_potential(GaussianPrior(0.8), temperature=1.0)
+    x, y = torch.randn(6, 4, dtype=torch.float64), torch.randn(6, dtype=torch.float64)
+    with torch.no_grad():
+        potential.likelihood.log_precision.fill_(0.7)
+    _, plain_grads = potential.closure(x, y)()
+    q = MeanField(
+        [p.detach() for p in potential.params],
+        [torch.full_like(p, 1e-12) for p in potential.params],
+        torch.Generator().manual_seed(0),
+    )
+    _, grads = potential.closure(x, y)(q)
+    for g, p in zip(grads[: len(plain_grads)], plain_grads):
+        torch.testing.assert_close(g, p)

@@ -86,7 +86,10 @@ class DistributedConfig:
 @dataclass
 class RunConfig:
     seed: int = 0  # chain k of a run is seeded seed + k
-    chains: int = 1  # independent chains in one run, stepped an epoch at a time in turn
+    chains: int = 1  # independent chains in one run (seeded seed, seed + 1, ...)
+    # step the chains as one batched computation (torch.func.vmap) where the sampler, prior and
+    # data allow (bdl.chains); false: one after the other, an epoch each in turn
+    vectorise: bool = True
     device: Device = Device.auto
     epochs: int = 800
     batch_size: int = 500

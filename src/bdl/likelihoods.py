@@ -50,7 +50,11 @@ class Categorical(Likelihood):
     task = "classification"
 
     def forward(self, logits: Tensor, y: Tensor) -> Tensor:
-        return -F.cross_entropy(logits, y, reduction="sum")
+        if logits.dim() == 2:
+            return -F.cross_entropy(logits, y, reduction="sum")
+        # chains stacked in front (bdl.chains): one sum per chain
+        targets = y.expand(logits.shape[:-1])
+        return -F.cross_entropy(logits.transpose(1, -1), targets, reduction="none").sum(-1)
 
     def predict(self, logits: Tensor) -> Tensor:
         """Class probabilities, shape ``(n, classes)``."""
@@ -113,12 +117,15 @@ class Gaussian(Likelihood):
             self.register_buffer("log_precision", log_precision)
 
     def forward(self, mean: Tensor, y: Tensor) -> Tensor:
+        # sums over the last dimension: chains stacked in front (bdl.chains) get one sum each
         s = self.log_precision
-        residual = (y - mean.squeeze(-1)).square().sum()
-        return 0.5 * y.shape[0] * (s - math.log(2 * math.pi)) - 0.5 * s.exp() * residual
+        residual = (y - mean.squeeze(-1)).square().sum(-1)
+        return 0.5 * y.shape[-1] * (s - math.log(2 * math.pi)) - 0.5 * s.exp() * residual
 
     def log_prior(self) -> Tensor:
-        if not isinstance(self.log_precision, nn.Parameter):
+        # by the flag, not the attribute's type: under torch.func.functional_call (variational
+        # draws, vectorised chains) the parameter is replaced by a plain tensor
+        if not self.sampled or self.gibbs:
             return torch.zeros(())
         s = self.log_precision
         return self.prior_shape * s - self.prior_rate * s.exp()

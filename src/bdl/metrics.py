@@ -287,6 +287,14 @@ class RegressionAverage:
         variance = self._var_sum / self.count + self._m2 / self.count
         return torch.stack([self._mean, variance], dim=-1)
 
+    def function_moments(self) -> tuple[Tensor, Tensor]:
+        """Mean and standard deviation over the samples of the network's output :math:`f` per
+        test point, original units: the posterior of the regression function, without the
+        noise that the predictive adds."""
+        if self._mean is None:
+            raise ValueError("RegressionAverage has no samples yet; call update() first")
+        return self._mean, (self._m2 / self.count).sqrt()
+
     def metrics(self, y: Tensor | None = None) -> dict[str, float]:
         """``test_rmse`` and ``test_ll`` in original units.
 
@@ -317,3 +325,22 @@ def pool(
     """The model average over the samples of all ``averages`` (the chains of one run); a single
     chain's own average as it is."""
     return functools.reduce(lambda merged, other: merged.merge(other), averages)
+
+
+def function_agreement(
+    reference: tuple[Tensor, Tensor], other: tuple[Tensor, Tensor]
+) -> dict[str, float]:
+    """How well the posterior of a regression function ``other`` matches ``reference`` (e.g. a
+    long full-batch HMC run), each the per-point mean and standard deviation of :math:`f`
+    (:meth:`RegressionAverage.function_moments`): ``width_ratio`` the mean over points of the
+    ratio of standard deviations (1 for the same width; its least and largest as
+    ``width_ratio_min``, ``width_ratio_max``), and ``mean_offset`` the mean over points of the
+    distance between the means in the reference's standard deviations."""
+    (ref_mean, ref_std), (mean, std) = reference, other
+    ratio = std / ref_std
+    return {
+        "width_ratio": ratio.mean().item(),
+        "width_ratio_min": ratio.min().item(),
+        "width_ratio_max": ratio.max().item(),
+        "mean_offset": ((mean - ref_mean).abs() / ref_std).mean().item(),
+    }

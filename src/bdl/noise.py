@@ -1,10 +1,18 @@
-"""Standard normal draws for lists of tensors, the noise of every sampler and of the variational
-reparameterisation."""
+"""Standard normal and uniform draws for lists of tensors, the noise of every sampler and of the
+variational reparameterisation.
+
+A *generator* here is a ``torch.Generator``, or a list of them, one per chain, for tensors that
+stack ``K`` chains along their first dimension (:mod:`bdl.chains`): chain ``k``'s slice is then
+drawn from generator ``k`` exactly as a run of that chain alone draws it, so that stacking the
+chains does not change any chain's random numbers.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+Generator = torch.Generator | list[torch.Generator] | None
 
 
 class StandardNormal:
@@ -19,7 +27,7 @@ class StandardNormal:
     def __init__(self) -> None:
         self._buffer: Tensor | None = None
 
-    def like(self, tensors: list[Tensor], generator: torch.Generator | None) -> list[Tensor]:
+    def like(self, tensors: list[Tensor], generator: Generator) -> list[Tensor]:
         numels = [t.numel() for t in tensors]
         total, first = sum(numels), tensors[0]
         buffer = self._buffer
@@ -30,5 +38,21 @@ class StandardNormal:
             or buffer.dtype != first.dtype
         ):
             buffer = self._buffer = torch.empty(total, device=first.device, dtype=first.dtype)
-        buffer.normal_(generator=generator)
-        return [z.view_as(t) for z, t in zip(buffer.split(numels), tensors, strict=True)]
+        if not isinstance(generator, list):
+            buffer.normal_(generator=generator)
+            return [z.view_as(t) for z, t in zip(buffer.split(numels), tensors, strict=True)]
+        # one row per chain, laid out as that chain's own flat draw
+        rows = buffer.view(len(generator), -1)
+        for row, chain_generator in zip(rows, generator, strict=True):
+            row.normal_(generator=chain_generator)
+        per_chain = [n // len(generator) for n in numels]
+        return [z.view_as(t) for z, t in zip(rows.split(per_chain, dim=1), tensors, strict=True)]
+
+
+def uniform(shape: torch.Size, generator: Generator, device: torch.device) -> Tensor:
+    """Uniform draws on [0, 1) in float64 of ``shape`` (with a list of generators: one per chain,
+    ``shape`` its chains)."""
+    if not isinstance(generator, list):
+        return torch.rand(shape, generator=generator, device=device, dtype=torch.float64)
+    draws = [torch.rand((), generator=g, device=device, dtype=torch.float64) for g in generator]
+    return torch.stack(draws).reshape(shape)

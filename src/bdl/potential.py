@@ -64,7 +64,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.func import functional_call
+from torch.func import functional_call, vmap
 
 from bdl.likelihoods import Likelihood
 from bdl.noise import StandardNormal
@@ -101,8 +101,21 @@ class _Joint(nn.Module):
         self.model = model
         self.likelihood = likelihood
 
-    def forward(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-        return self.likelihood(self.model(x), y), self.likelihood.log_prior()
+    def forward(
+        self, x: Tensor | None, y: Tensor | None, chains: str | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """``log p(y | f(x))`` summed over the batch (0 without one) and ``log p(φ)``.
+
+        ``chains``: the parameters are those of chains stacked along a leading dimension, and
+        ``x`` holds a minibatch per chain (``"own"``) or one for all (``"shared"``); a model with
+        a ``chain_forward`` evaluates them all at once (:class:`bdl.models.mlp.MLP`), and the
+        values are one per chain."""
+        log_prior = self.likelihood.log_prior()
+        if x is None:
+            return torch.zeros_like(log_prior), log_prior
+        if chains is None:
+            return self.likelihood(self.model(x), y), log_prior
+        return self.likelihood(self.model.chain_forward(x, chains == "shared"), y), log_prior
 
 
 class Potential:
@@ -203,39 +216,118 @@ class Potential:
 
         return evaluate
 
+    def chain_closure(
+        self, params: list[Tensor], x: Tensor, y: Tensor, prior_weight: float = 1.0
+    ) -> Closure:
+        """:meth:`closure` for ``K`` chains at once (:mod:`bdl.chains`): ``params`` aligned with
+        :attr:`params`, each stacked along a leading chain dimension, and one minibatch per chain,
+        ``x`` of shape ``(K, n, ...)``. Returns ``U_T`` of each chain, shape ``(K,)``, and the
+        gradients stacked like ``params``."""
+
+        def evaluate() -> tuple[Tensor, list[Tensor]]:
+            log_lik, log_prior_phi, leaves = self._chain_joint(params, x, y, data_dim=0)
+            with torch.enable_grad():
+                data_term = -self.num_data / x.shape[1] * log_lik
+            return self._add_prior(data_term, prior_weight, (leaves, log_prior_phi))
+
+        return evaluate
+
+    def chain_full_closure(
+        self, params: list[Tensor], batches: Callable[[], Iterator[tuple[Tensor, Tensor]]]
+    ) -> Closure:
+        """:meth:`full_closure` for ``K`` chains stacked as in :meth:`chain_closure`, every
+        chunk of the training set shared by all chains; sums in float64 as there."""
+
+        def evaluate() -> tuple[Tensor, list[Tensor]]:
+            total = params[0].new_zeros(params[0].shape[0], dtype=torch.float64)
+            sums = [torch.zeros_like(p, dtype=torch.float64) for p in params]
+            prior = None  # the first chunk's leaves and log p(φ), whose graph outlives the chunk's
+            for x, y in batches():
+                log_lik, log_prior_phi, leaves = self._chain_joint(params, x, y, data_dim=None)
+                prior = prior or (leaves, log_prior_phi)
+                with torch.enable_grad():
+                    nll = -log_lik / self.temperature
+                    grads = torch.autograd.grad(nll.sum(), leaves, materialize_grads=True)
+                torch._foreach_add_(sums, grads)
+                total += nll.detach().double()
+            prior_term, grads = self._add_prior(None, 1.0, prior)
+            torch._foreach_add_(grads, [s.to(g.dtype) for s, g in zip(sums, grads, strict=True)])
+            return total + prior_term.double(), grads
+
+        return evaluate
+
+    def _chain_joint(
+        self, params: list[Tensor], x: Tensor | None, y: Tensor | None, data_dim: int | None
+    ) -> tuple[Tensor, Tensor, list[Tensor]]:
+        """Each chain's ``log p(y | x, θ)`` summed over the batch (0 without ``x``) and the
+        likelihood's ``log p(φ)`` (graphs), and the leaves they are functions of; ``data_dim``:
+        x's and y's chain dimension (None: the same data for every chain). By the model's
+        ``chain_forward`` where it has one, else by ``torch.func.vmap`` of the one-chain model
+        over the chain dimension."""
+        leaves = [p.detach().requires_grad_() for p in params]
+        values = dict(zip(self._names, leaves, strict=True))
+        with torch.enable_grad():
+            if hasattr(self.model, "chain_forward"):
+                chains = "own" if data_dim == 0 else "shared"
+                log_lik, log_prior_phi = functional_call(self._joint, values, (x, y, chains))
+            else:
+                log_lik, log_prior_phi = vmap(
+                    lambda v, x, y: functional_call(self._joint, v, (x, y)),
+                    in_dims=(0, data_dim, data_dim),
+                )(values, x, y)
+        return log_lik, log_prior_phi, leaves
+
     def _add_prior(
-        self, data_term: Tensor | None, prior_weight: float
+        self,
+        data_term: Tensor | None,
+        prior_weight: float,
+        stacked: tuple[list[Tensor], Tensor] | None = None,
     ) -> tuple[Tensor, list[Tensor]]:
         r"""``[data_term - κ log p(θ, φ)] / T`` and its gradient in ``params`` (``data_term``: a
-        graph still to differentiate, or None for the prior term alone).
+        graph still to differentiate, or None for the prior term alone). For chains stacked as
+        one, ``stacked`` holds the leaves standing for ``params`` and each chain's ``log p(φ)``;
+        the value is then one per chain.
 
         A prior that is Gaussian given its hyperparameters is differentiated in closed form,
         :math:`\kappa\theta/\sigma^2 T` added to the gradient, instead of through autograd:
         the backward pass through the prior's graph was a tenth of a small MLP's step.
         """
+        if stacked is None:
+            params, model, log_prob = self.params, self.model_params, self.prior.log_prob
+            log_prior_phi = self.likelihood.log_prior if self._samples_likelihood else None
+            shape = ()
+        else:
+            params, phi = stacked
+            # the model's parameters come first in `params`
+            model = dict(zip(self.model_params, params, strict=False))
+            log_prob, shape = self.prior.chain_log_prob, params[0].shape[:1]
+
+            def log_prior_phi() -> Tensor:
+                return phi
+
         stds = self._prior_stds() if prior_weight else None
         with torch.enable_grad():
-            objective = data_term if data_term is not None else self.params[0].new_zeros(())
+            objective = data_term if data_term is not None else params[0].new_zeros(shape)
             terms = []
             if prior_weight and stds is None:
-                terms.append(self.prior.log_prob(self.model_params))
+                terms.append(log_prob(model))
             if prior_weight and self._samples_likelihood:
-                terms.append(self.likelihood.log_prior())
+                terms.append(log_prior_phi())
             if terms:
                 objective = objective - prior_weight * sum(terms)
             objective = objective / self.temperature
             if objective.requires_grad:
                 grads = _writable(
-                    torch.autograd.grad(objective, self.params, materialize_grads=True)
+                    torch.autograd.grad(objective.sum(), params, materialize_grads=True)
                 )
             else:
-                grads = [torch.zeros_like(p) for p in self.params]
+                grads = [torch.zeros_like(p) for p in params]
         objective = objective.detach()
         if stds is not None:
             weight = prior_weight / self.temperature
             with torch.no_grad():
-                objective -= weight * self.prior.log_prob(self.model_params)
-                for grad, theta, std in zip(grads, self.model_params.values(), stds, strict=False):
+                objective -= weight * log_prob(model)
+                for grad, theta, std in zip(grads, model.values(), stds, strict=False):
                     if isinstance(std, Tensor):
                         grad.addcmul_(theta, std.square().reciprocal(), value=weight)
                     else:

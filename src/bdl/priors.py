@@ -74,8 +74,16 @@ class Prior:
         settings, check they name real parameters, and allocate hyperparameter state on their
         device."""
 
+    #: whether :meth:`chain_log_prob` is implemented (chains stepped as one, :mod:`bdl.chains`)
+    vectorisable = False
+
     def log_prob(self, params: Mapping[str, Tensor]) -> Tensor:
         raise NotImplementedError
+
+    def chain_log_prob(self, params: Mapping[str, Tensor]) -> Tensor:
+        """``log_prob`` of parameters stacked along a leading chain dimension: one value per
+        chain."""
+        raise NotImplementedError(f"{type(self).__name__} has no chain_log_prob")
 
     def gibbs_step(
         self, params: Mapping[str, Tensor], generator: torch.Generator, temperature: float = 1.0
@@ -145,10 +153,18 @@ class ElementwisePrior(Prior):
             scale /= math.sqrt(math.prod(param.shape[1:]))
         return scale
 
+    vectorisable = True
+
     def log_prob(self, params: Mapping[str, Tensor]) -> Tensor:
         return torch.stack(
             [self.log_density(p, self.scale_of(name, p)).sum() for name, p in params.items()]
         ).sum()
+
+    def chain_log_prob(self, params: Mapping[str, Tensor]) -> Tensor:
+        # the scales were resolved by bind() on one chain's shapes (fan_in reads them)
+        return sum(
+            self.log_density(p, self._scales[name]).flatten(1).sum(1) for name, p in params.items()
+        )
 
     def log_density(self, theta: Tensor, scale: float) -> Tensor:
         """Elementwise :math:`\\log p(\\theta_j)` at scale ``scale``."""

@@ -38,10 +38,12 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
 from bdl import checkpoint, diagnostics, distributed, pruning
+from bdl.chains import ChainStack, unsupported
 from bdl.config import ConfigError, validate
 from bdl.data import Dataset
 from bdl.data.augment import random_crop_flip
 from bdl.metrics import agreement, pool, total_variation
+from bdl.noise import Generator
 from bdl.outputs import RunDirectory, start_wandb
 from bdl.potential import Potential
 from bdl.samplers.base import Sampler, SamplerState
@@ -274,12 +276,7 @@ def build(
         name: torch.Generator(device).manual_seed(stream_seed(seed, stream))
         for stream, name in enumerate(("data", "noise", "gibbs"))
     }
-    factory = instantiate(cfg.sampler)
-    lr = cfg.sampler.lr
-    sampler: Sampler = factory(
-        lr=potential.step_size(lr) if factory.func.lr_per_datum else lr,
-        generator=generators["noise"],
-    )
+    sampler = make_sampler(cfg, potential, generators["noise"])
     batch_size = min(cfg.batch_size, data.num_train)
     distributed.check_supported(
         group, type(sampler).__name__, sampler.full_batch, data.num_train, batch_size
@@ -337,8 +334,8 @@ def build(
         batch_size,
         cfg.temperature,
         steps_per_epoch,
-        lr,
-        f" per datum = step {sampler.lr:.3g} on U" if factory.func.lr_per_datum else "",
+        cfg.sampler.lr,
+        f" per datum = step {sampler.lr:.3g} on U" if sampler.lr_per_datum else "",
         sum(p.numel() for p in potential.params),
         device,
     )
@@ -351,6 +348,16 @@ def build(
             shard.stop,
         )
     return experiment
+
+
+def make_sampler(cfg: DictConfig, potential: Potential, generator: Generator) -> Sampler:
+    """The sampler of ``cfg`` on ``potential``'s scale, drawing from ``generator`` (a list: the
+    chains' generators, for chains stacked as one)."""
+    factory = instantiate(cfg.sampler)
+    lr = cfg.sampler.lr
+    return factory(
+        lr=potential.step_size(lr) if factory.func.lr_per_datum else lr, generator=generator
+    )
 
 
 def build_chains(cfg: DictConfig, group: distributed.Group | None = None) -> list[Experiment]:
@@ -541,8 +548,9 @@ def _check_same_config(cfg: DictConfig, header: dict[str, Any], path: Path) -> N
 
 class Sampling:
     """Runs the chains of a run, one :class:`Loop` each, to the end: an epoch of every chain
-    in turn, then the next epoch. Writes into ``directory`` (under ``torchrun``, only rank 0
-    writes: the others' ``directory`` is not a ``writer``)."""
+    (stacked as one where :mod:`bdl.chains` can, else in turn), then the next epoch. Writes into
+    ``directory`` (under ``torchrun``, only rank 0 writes: the others' ``directory`` is not a
+    ``writer``)."""
 
     def __init__(
         self,
@@ -568,12 +576,24 @@ class Sampling:
         self.fields += ["epoch", "potential", "lr_scale", "num_samples", "test_metric"]
         self.fields += ["wall_time_s", "accept_rate", *self.experiment.potential.hyperparameters()]
         directory.write_curve(self.fields, self._curve())
+        self.stack = self._stack() if len(loops) > 1 and self.cfg.vectorise else None
         self.signals = signals
         self.stopped = 0  # the chain a signal stopped
         self.elapsed_before = elapsed_s  # wall time of earlier sessions of this run
         self.wandb_id = wandb_id
         self.started = time.perf_counter()
         self.last_checkpoint = time.perf_counter()
+
+    def _stack(self) -> ChainStack | None:
+        """The chains stacked as one (:mod:`bdl.chains`), or None (logged) where they cannot."""
+        first = self.experiment
+        reason = unsupported(first)
+        if reason is not None:
+            log.info("the %d chains are stepped in turn: %s", len(self.loops), reason)
+            return None
+        generators = [experiment.generators["noise"] for experiment in self.experiments]
+        sampler = make_sampler(self.cfg, first.potential, generators)
+        return ChainStack(self.experiments, self.loops, sampler)
 
     @property
     def elapsed(self) -> float:
@@ -635,6 +655,8 @@ class Sampling:
     def step_epoch(self) -> bool:
         """An epoch of every chain (after a stop mid-epoch, of the chains behind); False if a
         signal stopped a chain first."""
+        if self.stack is not None:
+            return self._stacked_epoch()
         epoch = self.epoch
         for chain, loop in enumerate(self.loops):
             if loop.epoch == epoch and not self._epoch(chain):
@@ -642,16 +664,59 @@ class Sampling:
                 return False
         return True
 
+    def _stacked_epoch(self) -> bool:
+        """An epoch of all chains stepped as one (their positions are always the same)."""
+        exp, stack, first = self.experiment, self.stack, self.loops[0]
+        for chain in range(len(self.loops)):
+            self._draw_order(chain)
+        for i in range(first.step, exp.steps_per_epoch):
+            if self._stop_requested():
+                stack.sync()
+                return False
+            t = first.epoch * exp.steps_per_epoch + i
+            info = stack.step(
+                stack.closure(i),
+                lr_scale=exp.schedule(t),
+                noise=not exp.schedule.explores(t),
+                tune=first.epoch < self.cfg.burn_in,
+            )
+            for chain, loop in enumerate(self.loops):
+                accepted = info["accepted"][chain] if "accepted" in info else None
+                self._record_step(loop, info["potential"][chain], accepted)
+                loop.step = i + 1
+        stack.sync()
+        if self._stop_requested():
+            return False
+        for chain in range(len(self.loops)):
+            self._end_epoch(chain)
+        return True
+
+    def _draw_order(self, chain: int) -> None:
+        """Draw chain ``chain``'s minibatch order for its epoch, unless it has one: a stop caught
+        between epochs checkpoints the order already drawn, which must never be drawn twice."""
+        exp, loop = self.experiments[chain], self.loops[chain]
+        if loop.order is None and not exp.sampler.full_batch:
+            loop.order = torch.randperm(
+                exp.data.num_train, generator=exp.generators["data"], device=exp.device
+            )
+
+    @staticmethod
+    def _record_step(loop: Loop, potential: Tensor, accepted: Tensor | None) -> None:
+        """A step's potential and Metropolis decisions (None: it made no test) in the epoch's
+        running tallies."""
+        loop.potentials.append(potential)
+        if loop.initial_potential is None:
+            loop.initial_potential = potential.item()
+        if accepted is not None:
+            loop.accepted = loop.accepted + accepted.double().mean()
+            loop.tests += 1
+
     def _epoch(self, chain: int) -> bool:
         """Steps chain ``chain`` to the end of its epoch (from wherever it stopped in it); False
         if a signal stopped it first."""
         exp, loop = self.experiments[chain], self.loops[chain]
         sampler = exp.sampler
-        # a stop caught between epochs checkpoints the order already drawn: never draw it twice
-        if loop.order is None and not sampler.full_batch:
-            loop.order = torch.randperm(
-                exp.data.num_train, generator=exp.generators["data"], device=exp.device
-            )
+        self._draw_order(chain)
         for i in range(loop.step, exp.steps_per_epoch):
             if self._stop_requested():
                 return False
@@ -664,12 +729,7 @@ class Sampling:
                 tune=loop.epoch < self.cfg.burn_in,
             )
             info = loop.sampler.info
-            loop.potentials.append(info["potential"])
-            if loop.initial_potential is None:
-                loop.initial_potential = info["potential"].item()
-            if "accepted" in info:  # this step made a Metropolis test
-                loop.accepted = loop.accepted + info["accepted"].double().mean()
-                loop.tests += 1
+            self._record_step(loop, info["potential"], info.get("accepted"))
             if (t + 1) % exp.gibbs_every == 0 and exp.potential.has_gibbs_step:
                 exp.potential.gibbs_step(exp.generators["gibbs"], exp.train_chunks)
                 loop.sampler.buffers.pop("grad", None)  # U changed: a kernel's cached ∇U is stale

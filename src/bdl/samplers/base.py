@@ -32,6 +32,15 @@ diagnostics as tensors, so that no step forces a device synchronisation. Updates
 ``torch._foreach_*`` implementation and a plain per-tensor loop twin (``foreach=False``) that the
 tests hold equal; noise comes from the sampler's own ``torch.Generator``, so a run is reproducible
 from its seed.
+
+**Chains stacked as one** (:mod:`bdl.chains`). A sampler whose class sets ``vectorisable`` also
+moves ``K`` independent chains at once: every tensor of the state stacks them along its first
+dimension, the closure returns one ``U`` per chain (shape ``(K,)``), and ``generator`` is a list
+of the chains' generators (:mod:`bdl.noise`). Its update must then treat the chains apart:
+elementwise arithmetic with scalar hyperparameters, noise through :meth:`Sampler.gaussian_like`,
+Metropolis tests per chain. A step-size adaptation sees the chains' mean acceptance probability
+(pooled). Kernels whose update reduces over all parameters (cSGD's fitted scalar step) or that
+draw through other paths (variational draws, the Laplace approximation) leave it False.
 """
 
 from __future__ import annotations
@@ -44,7 +53,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from bdl.noise import StandardNormal
+from bdl.noise import Generator, StandardNormal
 from bdl.potential import Closure, Potential
 
 #: The training set in order, in chunks: ``batches()`` yields ``(x, y)`` pairs covering all N.
@@ -67,16 +76,16 @@ class Sampler(ABC):
         lr: the base step size on the scale of ``U`` (the runner converts the configs' per-datum
             rates with :meth:`bdl.potential.Potential.step_size`).
         foreach: use the ``torch._foreach_*`` update (default) or the per-tensor loop.
-        generator: source of injected noise; a fresh default-seeded one when ``None``.
+        generator: source of injected noise (a list: one per stacked chain); the default
+            generator when ``None``.
     """
 
     full_batch = False
     injects_noise = True  # False: an optimiser or VI, whose states are not posterior samples
     lr_per_datum = True  # False: `lr` is not converted by Potential.step_size (Adam-based VI)
+    vectorisable = False  # True: also steps chains stacked along the first dimension (above)
 
-    def __init__(
-        self, lr: float, *, foreach: bool = True, generator: torch.Generator | None = None
-    ) -> None:
+    def __init__(self, lr: float, *, foreach: bool = True, generator: Generator = None) -> None:
         if not 0 < lr < math.inf:
             raise ValueError(f"sampler.lr must be positive and finite, got {lr}")
         self.lr = lr

@@ -29,6 +29,7 @@ import math
 import torch
 from torch import Tensor
 
+from bdl.noise import Generator
 from bdl.potential import Closure
 from bdl.samplers.metropolis import (
     LeapfrogUpdate,
@@ -54,6 +55,8 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
         target_accept: the acceptance rate the adaptation aims at.
     """
 
+    vectorisable = True
+
     def __init__(
         self,
         lr: float,
@@ -64,7 +67,7 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
         target_accept: float = 0.8,
         *,
         foreach: bool = True,
-        generator: torch.Generator | None = None,
+        generator: Generator = None,
     ) -> None:
         super().__init__(
             lr, adapt=adapt, target_accept=target_accept, foreach=foreach, generator=generator

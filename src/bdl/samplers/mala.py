@@ -21,8 +21,7 @@ guaranteed to converge to the posterior). It costs two minibatch gradients per s
 
 from __future__ import annotations
 
-import torch
-
+from bdl.noise import Generator
 from bdl.samplers.hmc import HMC
 
 
@@ -41,7 +40,7 @@ class MALA(HMC):
         target_accept: float = 0.574,
         *,
         foreach: bool = True,
-        generator: torch.Generator | None = None,
+        generator: Generator = None,
     ) -> None:
         super().__init__(
             lr,

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from bdl.noise import Generator, uniform
 from bdl.potential import Closure
 from bdl.samplers.base import Sampler, SamplerState
 
@@ -107,17 +108,13 @@ class LeapfrogUpdate:
         drift(state.params, state.buffers["momentum"], step_size, foreach=False)
 
 
-def metropolis_test(
-    state: SamplerState, log_ratio: Tensor, generator: torch.Generator | None
-) -> Tensor:
+def metropolis_test(state: SamplerState, log_ratio: Tensor, generator: Generator) -> Tensor:
     """Accept with probability ``min(1, exp(log_ratio))``; records the diagnostics in
     ``state.info`` (``accepted``, ``accept_prob``, ``energy_error`` = −log r) and returns the
     boolean decision per chain."""
     log_ratio = log_ratio.double()
-    uniform = torch.rand(
-        log_ratio.shape, generator=generator, device=log_ratio.device, dtype=torch.float64
-    )
-    accept = uniform.log() < log_ratio  # False for NaN: a diverged proposal is rejected
+    draws = uniform(log_ratio.shape, generator, log_ratio.device)
+    accept = draws.log() < log_ratio  # False for NaN: a diverged proposal is rejected
     state.info["accepted"] = accept
     state.info["accept_prob"] = torch.nan_to_num(log_ratio.clamp(max=0).exp(), nan=0.0)
     state.info["energy_error"] = -log_ratio
@@ -189,7 +186,7 @@ class MetropolisSampler(Sampler):
         target_accept: float = 0.8,
         *,
         foreach: bool = True,
-        generator: torch.Generator | None = None,
+        generator: Generator = None,
     ) -> None:
         super().__init__(lr, foreach=foreach, generator=generator)
         if not 0 < target_accept < 1:

@@ -38,6 +38,7 @@ import math
 import torch
 from torch import Tensor
 
+from bdl.noise import Generator
 from bdl.potential import Closure
 from bdl.samplers.base import Sampler, SamplerState
 from bdl.samplers.metropolis import (
@@ -56,6 +57,8 @@ class NaiveSGHMC(LeapfrogUpdate, Sampler):
     """Frictionless SG-HMC with :math:`\\epsilon^2 =` ``lr``, momentum resampled every
     ``resample_every`` steps, optionally Metropolis-corrected (``mh``)."""
 
+    vectorisable = True
+
     def __init__(
         self,
         lr: float,
@@ -63,7 +66,7 @@ class NaiveSGHMC(LeapfrogUpdate, Sampler):
         mh: bool = False,
         *,
         foreach: bool = True,
-        generator: torch.Generator | None = None,
+        generator: Generator = None,
     ) -> None:
         super().__init__(lr, foreach=foreach, generator=generator)
         if resample_every < 1:

@@ -37,12 +37,15 @@ import math
 import torch
 from torch import Tensor
 
+from bdl.noise import Generator
 from bdl.samplers.base import Sampler, SamplerState
 
 
 class PSGLD(Sampler):
     """pSGLD with step ``lr`` (:math:`\\epsilon`), RMSprop decay ``beta``, ``damping``
     :math:`\\lambda`."""
+
+    vectorisable = True
 
     lr_per_datum = False
 
@@ -53,7 +56,7 @@ class PSGLD(Sampler):
         damping: float = 1e-5,
         *,
         foreach: bool = True,
-        generator: torch.Generator | None = None,
+        generator: Generator = None,
     ) -> None:
         super().__init__(lr, foreach=foreach, generator=generator)
         if not 0 <= beta < 1:

@@ -19,6 +19,7 @@ import math
 import torch
 from torch import Tensor
 
+from bdl.noise import Generator
 from bdl.potential import Closure
 from bdl.samplers.base import SamplerState
 from bdl.samplers.metropolis import MetropolisSampler, MetropolisState, metropolis_test, select_
@@ -31,6 +32,8 @@ class RWMH(MetropolisSampler):
     Gelman & Gilks 1997); in one dimension it is about 0.44.
     """
 
+    vectorisable = True
+
     def __init__(
         self,
         lr: float,
@@ -39,7 +42,7 @@ class RWMH(MetropolisSampler):
         target_accept: float = 0.234,
         *,
         foreach: bool = True,
-        generator: torch.Generator | None = None,
+        generator: Generator = None,
     ) -> None:
         super().__init__(
             lr, adapt=adapt, target_accept=target_accept, foreach=foreach, generator=generator

@@ -10,8 +10,7 @@ and matches ``torch.optim.SGD(lr, momentum)``.
 
 from __future__ import annotations
 
-import torch
-
+from bdl.noise import Generator
 from bdl.samplers.sghmc import SGHMC
 
 
@@ -26,7 +25,7 @@ class SGD(SGHMC):
         momentum: float = 0.0,
         *,
         foreach: bool = True,
-        generator: torch.Generator | None = None,
+        generator: Generator = None,
     ) -> None:
         if not 0 <= momentum < 1:
             raise ValueError(f"sampler.momentum must be in [0, 1), got {momentum}")

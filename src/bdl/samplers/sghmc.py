@@ -36,6 +36,7 @@ import math
 import torch
 from torch import Tensor
 
+from bdl.noise import Generator
 from bdl.potential import Closure
 from bdl.samplers.base import Sampler, SamplerState
 from bdl.samplers.gradient_noise import observing
@@ -44,6 +45,8 @@ from bdl.samplers.gradient_noise import observing
 class SGHMC(Sampler):
     """SGHMC with learning rate ``lr`` (:math:`\\eta`) and friction ``alpha`` (:math:`\\alpha`)."""
 
+    vectorisable = True
+
     def __init__(
         self,
         lr: float,
@@ -51,7 +54,7 @@ class SGHMC(Sampler):
         grad_var: float | str = 0.0,
         *,
         foreach: bool = True,
-        generator: torch.Generator | None = None,
+        generator: Generator = None,
     ) -> None:
         super().__init__(lr, foreach=foreach, generator=generator)
         if not 0 < alpha <= 1:

@@ -25,6 +25,8 @@ from bdl.samplers.base import Sampler, SamplerState
 class SGLD(Sampler):
     """SGLD with step size ``lr`` (:math:`\\epsilon`)."""
 
+    vectorisable = True
+
     def _update_foreach(
         self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
     ) -> None:

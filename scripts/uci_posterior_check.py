@@ -1,0 +1,40 @@
+"""Does a regression run sample the posterior of a reference run of the same posterior (a long
+full-batch HMC run)? Prints, over the test points, the ratio of the standard deviations of the
+network's output f and the distance between its means in the reference's standard deviations
+(``bdl.metrics.function_agreement``); the UCI protocol's goal is a width within 10% and means
+within 0.15 standard deviations.
+
+    python scripts/uci_posterior_check.py REFERENCE_RUN RUN [RUN ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import bdl
+from bdl.metrics import function_agreement
+
+
+def moments(directory: str):
+    posterior = bdl.load_run(directory)
+    data = posterior.data
+    return posterior.average(data.x_test, data.y_test).function_moments()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("reference")
+    parser.add_argument("runs", nargs="+")
+    args = parser.parse_args()
+    reference = moments(args.reference)
+    print(f"{'run':<60} {'width':>6} {'min':>5} {'max':>5} {'offset':>7}")
+    for run in args.runs:
+        result = function_agreement(reference, moments(run))
+        print(
+            f"{run[-60:]:<60} {result['width_ratio']:>6.3f} {result['width_ratio_min']:>5.2f} "
+            f"{result['width_ratio_max']:>5.2f} {result['mean_offset']:>7.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
