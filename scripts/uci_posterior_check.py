@@ -15,21 +15,15 @@ import bdl
 from bdl.metrics import function_agreement
 
 
-def moments(directory: str):
-    posterior = bdl.load_run(directory)
-    data = posterior.data
-    return posterior.average(data.x_test, data.y_test).function_moments()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("reference")
     parser.add_argument("runs", nargs="+")
     args = parser.parse_args()
-    reference = moments(args.reference)
+    reference = bdl.load_run(args.reference).function_moments()
     print(f"{'run':<60} {'width':>6} {'min':>5} {'max':>5} {'offset':>7}")
     for run in args.runs:
-        result = function_agreement(reference, moments(run))
+        result = function_agreement(reference, bdl.load_run(run).function_moments())
         print(
             f"{run[-60:]:<60} {result['width_ratio']:>6.3f} {result['width_ratio_min']:>5.2f} "
             f"{result['width_ratio_max']:>5.2f} {result['mean_offset']:>7.3f}"

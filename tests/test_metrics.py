@@ -11,6 +11,7 @@ from bdl.metrics import (
     agreement,
     brier,
     ece,
+    function_agreement,
     nll,
     rmse,
     total_variation,
@@ -224,3 +225,23 @@ def test_merged_averages_are_the_average_of_all_samples(split):
         expected = whole.metrics(target) if target is not None else whole.metrics()
         got = merged.metrics(target) if target is not None else merged.metrics()
         assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_function_moments_are_the_samples_mean_and_sd_of_f_in_original_units():
+    average = RegressionAverage(torch.zeros(2), target_mean=10.0, target_std=2.0)
+    for means in ([1.0, 0.0], [2.0, 0.5], [3.0, 1.0]):  # noise variances play no part
+        average.update(torch.tensor([[means[0], 9.0], [means[1], 9.0]]))
+    mean, std = average.function_moments()
+    # point 0: f = 12, 14, 16 (mean 14, population sd sqrt(8/3)); point 1: f = 10, 11, 12
+    torch.testing.assert_close(mean, torch.tensor([14.0, 11.0], dtype=torch.float64))
+    expected = torch.tensor([math.sqrt(8 / 3), math.sqrt(2 / 3)], dtype=torch.float64)
+    torch.testing.assert_close(std, expected)
+
+
+def test_function_agreement_by_hand():
+    reference = (torch.tensor([0.0, 1.0]), torch.tensor([1.0, 2.0]))
+    other = (torch.tensor([0.5, 0.0]), torch.tensor([1.2, 1.0]))
+    result = function_agreement(reference, other)
+    assert result["width_ratio"] == pytest.approx((1.2 + 0.5) / 2)
+    assert (result["width_ratio_min"], result["width_ratio_max"]) == pytest.approx((0.5, 1.2))
+    assert result["mean_offset"] == pytest.approx((0.5 / 1 + 1 / 2) / 2)

@@ -228,6 +228,24 @@ def test_regression_targets_in_original_units(uci_run: Path, uci_root: Path):
         assert written[key] == pytest.approx(posterior.metrics[key], rel=1e-9)
 
 
+def test_function_moments_of_a_regression_run(uci_run: Path, cifar_run: Path):
+    """The mean and standard deviation of f over the samples, from the samples by hand."""
+    posterior = load_run(uci_run)
+    model, likelihood = posterior.network()
+    outputs = []
+    for sample in posterior.samples():
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.copy_(sample.params[name])
+            outputs.append(model(posterior.data.x_test).squeeze(-1).double())
+    f = torch.stack(outputs) * posterior.data.target_std + posterior.data.target_mean
+    mean, std = posterior.function_moments()
+    torch.testing.assert_close(mean, f.mean(0))
+    torch.testing.assert_close(std, f.std(0, correction=0))
+    with pytest.raises(RunError, match="classification run: no regression function"):
+        load_run(cifar_run).function_moments()
+
+
 def test_not_a_run_from_the_command_line(tmp_path: Path):
     result = subprocess.run(
         [sys.executable, "-m", "bdl.evaluate", str(tmp_path)],

@@ -209,6 +209,17 @@ class Posterior:
         mixture's mean and variance ``(n, 2)`` in the original units of the targets."""
         return self.average(x, device=device, chain=chain).predictive()
 
+    def function_moments(
+        self, x: Tensor | None = None, device: str | torch.device | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """A regression run's posterior of the function: the mean and standard deviation over
+        the samples of the network's output on ``x`` (the test inputs by default), in the
+        original units of the targets, without the noise the predictive adds."""
+        if self.data.task != "regression":
+            raise RunError(f"{self.directory} is a {self.data.task} run: no regression function")
+        x = self.data.x_test if x is None else x
+        return self.average(x, device=device).function_moments()
+
     def evaluate(
         self, x: Tensor, y: Tensor, device: str | torch.device | None = None
     ) -> dict[str, float]:
