@@ -236,6 +236,8 @@ def test_stacked_chains_resume_bitwise(uci_root, tmp_path, monkeypatch, sampler)
     with pytest.raises(runner.Interrupted):
         runner.run(cfg, tmp_path / "stopped")
     monkeypatch.setattr(ChainStack, "closure", real)
+    status = json.loads((tmp_path / "stopped" / "metrics.json").read_text())
+    assert status["status"] == "interrupted" and "chain" not in status  # all stopped together
     resumed = config(uci_root, *sampler, "chains=2", "checkpoint_every=100", "resume=true")
     runner.run(resumed, tmp_path / "stopped")
     assert chain_outputs(tmp_path / "stopped") == chain_outputs(tmp_path / "whole")

@@ -863,7 +863,7 @@ class Sampling:
         self._checkpoint()
         where = f"epoch {loop.epoch + 1} of {self.cfg.epochs}"
         status = {"status": "interrupted", "epoch": loop.epoch, "step": loop.step}
-        if len(self.loops) > 1:
+        if len(self.loops) > 1 and self.stack is None:  # stacked chains stop at the same step
             where += f", chain {chain}"
             status["chain"] = chain
         if loop.step:
