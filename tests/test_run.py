@@ -96,6 +96,17 @@ def test_regression_metrics_are_those_of_the_written_predictive(run_with):
     assert float(rows[-1]["test_metric"]) == pytest.approx(rmse, rel=1e-5)
 
 
+def test_an_optimisers_curve_holds_its_current_points_test_metric(run_with):
+    """SGD keeps its final point alone, but its curve has a test RMSE at every epoch (Chen et al.'s
+    Fig. 3 draws SGD's line): the iterate's, which at the last epoch is the final sample's."""
+    metrics, directory = run_with([*UCI, "sampler=sgd", "epochs=3", "batch_size=64"])
+    rows = _curve(directory)
+    assert [int(r["num_samples"]) for r in rows] == [0, 0, 0]
+    values = [float(r["test_metric"]) for r in rows]
+    assert len(set(values)) == 3  # a new point each epoch
+    assert values[-1] == pytest.approx(metrics["test_rmse"], rel=1e-6)
+
+
 def test_classification_metrics_are_those_of_the_written_predictive(run_with):
     overrides = ["dataset.validation=59000", "epochs=3", "burn_in=1", "batch_size=100"]
     metrics, directory = run_with(overrides)

@@ -771,7 +771,7 @@ class Sampling:
             "potential": mean_potential,
             "lr_scale": exp.schedule((epoch + 1) * exp.steps_per_epoch - 1),
             "num_samples": loop.average.count,
-            "test_metric": exp.task.headline_value(loop.average) if loop.average.count else "",
+            "test_metric": self._test_metric(chain),
             "wall_time_s": round(self.elapsed, 3),
             "accept_rate": "" if accept_rate is None else accept_rate,
         }
@@ -780,6 +780,19 @@ class Sampling:
         self.directory.append_curve(self.fields, row)
         loop.epoch, loop.step, loop.order = epoch + 1, 0, None
         loop.potentials, loop.accepted, loop.tests = [], torch.zeros_like(loop.accepted), 0
+
+    def _test_metric(self, chain: int) -> float | str:
+        """The curve's test metric: the running model average's; for an optimiser or a
+        variational fit, which keep no samples along the way, its current point's (the lines
+        of SGD in Chen et al.'s Fig. 3); blank in burn-in."""
+        exp, loop = self.experiments[chain], self.loops[chain]
+        if loop.average.count:
+            return exp.task.headline_value(loop.average)
+        if exp.sampler.injects_noise:
+            return ""
+        current = exp.task.average()
+        current.update(exp.predict_test())
+        return exp.task.headline_value(current)
 
     def _summary_row(self) -> dict[str, Any]:
         """The epoch's curve row of a run of one chain; of several, the chains pooled: mean
