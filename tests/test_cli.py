@@ -165,7 +165,7 @@ def no_data(tmp_path_factory) -> dict[str, str]:
         (["+unknown_key=1"], "unknown_key is not a key of the config"),
         (
             ["+sampler.foo=1"],
-            "sampler.foo is not an option of SGHMC (options: lr, alpha, grad_var)",
+            "sampler.foo is not an option of SGHMC (options: lr, alpha, grad_var, burn_in_alpha)",
         ),
         (["+model.foo=1"], "model.foo is not an option of MLP"),
         (["+schedule.foo=1"], "schedule.foo is not an option of Constant"),

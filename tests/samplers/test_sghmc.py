@@ -92,3 +92,33 @@ def test_foreach_equals_loop_with_noisy_gradients(assert_foreach_matches_loop):
         steps=8,
         step_options=lambda t: {"tune": t < 5},
     )
+
+
+@pytest.mark.parametrize("foreach", [True, False])
+def test_burn_in_friction_applies_while_tuning_only(quadratic, foreach):
+    """With ``burn_in_alpha``, a burn-in step (tune=True) is SGHMC's step at that friction, by
+    hand, and a sampling step the step at ``alpha``."""
+    eta, alpha, burn_in_alpha = 0.01, 0.3, 0.05
+    params = [torch.tensor([1.0])]
+    sampler = SGHMC(
+        eta,
+        alpha,
+        burn_in_alpha=burn_in_alpha,
+        foreach=foreach,
+        generator=torch.Generator().manual_seed(1),
+    )
+    replay = torch.Generator().manual_seed(1)
+    state = sampler.init(params)
+    v = -eta * 1.0 + math.sqrt(2 * burn_in_alpha * eta) * torch.randn(1, generator=replay).item()
+    sampler.step(state, quadratic(params), tune=True)
+    theta = 1.0 + v
+    assert params[0].item() == pytest.approx(theta, rel=1e-6)
+    v = (
+        (1 - alpha) * v
+        - eta * theta
+        + math.sqrt(2 * alpha * eta) * torch.randn(1, generator=replay).item()
+    )
+    sampler.step(state, quadratic(params), tune=False)
+    assert params[0].item() == pytest.approx(theta + v, rel=1e-6)
+    with pytest.raises(ValueError, match="burn_in_alpha"):
+        SGHMC(eta, alpha, burn_in_alpha=0.0)

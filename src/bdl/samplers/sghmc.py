@@ -21,6 +21,11 @@ recommendation for small :math:`\eta`. Where :math:`\hat\beta > \alpha` the grad
 exceeds what the friction dissipates and no noise is injected (the chain is then too hot: lower
 ``lr`` or raise ``alpha``).
 
+``burn_in_alpha`` sets another friction for burn-in (``tune=True``) alone: its samples are not
+kept, so any dynamics that reach the typical set will do, and a low friction reaches it in fewer
+steps than the higher one that keeps the minibatch gradient noise's heating small
+(``sampler=sghmc_uci``).
+
 Cyclical SGHMC (cSGHMC, Zhang et al. 2020) is this update under ``schedule=cyclical``.
 
 **Mapping onto SGD with momentum.** Without its injected noise the update is exactly PyTorch's
@@ -52,19 +57,23 @@ class SGHMC(Sampler):
         lr: float,
         alpha: float = 0.01,
         grad_var: float | str = 0.0,
+        burn_in_alpha: float | None = None,
         *,
         foreach: bool = True,
         generator: Generator = None,
     ) -> None:
         super().__init__(lr, foreach=foreach, generator=generator)
-        if not 0 < alpha <= 1:
-            raise ValueError(f"sampler.alpha (friction) must be in (0, 1], got {alpha}")
+        for key, value in (("alpha", alpha), ("burn_in_alpha", burn_in_alpha)):
+            if value is not None and not 0 < value <= 1:
+                raise ValueError(f"sampler.{key} (friction) must be in (0, 1], got {value}")
         self.online = grad_var == "online"
         if not self.online and not (isinstance(grad_var, int | float) and 0 <= grad_var < math.inf):
             raise ValueError(
                 f"sampler.grad_var must be a finite variance ≥ 0 or 'online', got {grad_var}"
             )
         self.alpha = alpha
+        self.burn_in_alpha = alpha if burn_in_alpha is None else burn_in_alpha
+        self._friction = alpha  # this step's: burn_in_alpha while tuning, else alpha
         self.grad_var = 0.0 if self.online else float(grad_var)
 
     def init(self, params: list[Tensor]) -> SamplerState:
@@ -82,10 +91,11 @@ class SGHMC(Sampler):
     ) -> SamplerState:
         if tune and self.online:
             closure = observing(state, closure, self.foreach)
+        self._friction = self.burn_in_alpha if tune else self.alpha
         return super().step(state, closure, lr_scale, noise, tune)
 
     def _noise_std(self, eta: float) -> float:
-        return math.sqrt(2 * eta * max(self.alpha - 0.5 * eta * self.grad_var, 0.0))
+        return math.sqrt(2 * eta * max(self._friction - 0.5 * eta * self.grad_var, 0.0))
 
     def _online_noise_std(self, state: SamplerState, eta: float) -> list[Tensor] | None:
         """Elementwise :math:`\\sqrt{2\\eta\\,\\max(\\alpha - \\hat\\beta, 0)}`, or None
@@ -93,7 +103,7 @@ class SGHMC(Sampler):
         if not self.online or "grad_var" not in state.buffers:
             return None
         std = torch._foreach_mul(state.buffers["grad_var"], -0.5 * eta)
-        torch._foreach_add_(std, self.alpha)
+        torch._foreach_add_(std, self._friction)
         torch._foreach_clamp_min_(std, 0.0)
         torch._foreach_mul_(std, 2 * eta)
         torch._foreach_sqrt_(std)
@@ -103,7 +113,7 @@ class SGHMC(Sampler):
         self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
     ) -> None:
         v = state.buffers["momentum"]
-        torch._foreach_mul_(v, 1 - self.alpha)
+        torch._foreach_mul_(v, 1 - self._friction)
         torch._foreach_add_(v, grads, alpha=-step_size)
         if noise:
             std = self._online_noise_std(state, step_size)
@@ -120,10 +130,10 @@ class SGHMC(Sampler):
         draws = self.gaussian_like(v) if noise else [None] * len(v)
         variances = state.buffers.get("grad_var") if self.online else None
         for i, (theta, v_i, g, z) in enumerate(zip(state.params, v, grads, draws, strict=True)):
-            v_i.mul_(1 - self.alpha).add_(g, alpha=-step_size)
+            v_i.mul_(1 - self._friction).add_(g, alpha=-step_size)
             if z is not None and variances is not None:
                 beta = 0.5 * step_size * variances[i]
-                v_i.addcmul_(z, (self.alpha - beta).clamp_(min=0).mul_(2 * step_size).sqrt_())
+                v_i.addcmul_(z, (self._friction - beta).clamp_(min=0).mul_(2 * step_size).sqrt_())
             elif z is not None:
                 v_i.add_(z, alpha=self._noise_std(step_size))
             theta.add_(v_i)
