@@ -196,7 +196,7 @@ def test_the_uci_protocol_is_hernandez_lobato_and_adams():
         (["+protocol.mlp.foo=1"], "protocol.mlp.foo is not a key of protocol.mlp"),
         (
             ["+sampler.foo=1"],
-            r"sampler.foo is not an option of SGHMC \(options: lr, alpha, grad_var, burn_in_alpha\)",
+            r"sampler.foo is not an option of SGHMC \(options: lr, alpha, grad_var, burn_in_alph",
         ),
         (["+model.foo=1"], r"model.foo is not an option of MLP \(options: hidden, activation"),
         (["+schedule.foo=1"], r"schedule.foo is not an option of Constant \(options: none\)"),
