@@ -78,6 +78,7 @@ def test_error_figure(
     of ``column`` over the group's curves at each epoch where it is defined (after burn-in)."""
     figure = Figure(figsize=(11, 4.2), layout="constrained")
     by_epoch, by_grads = figure.subplots(1, 2, sharey=True)
+    lows, finals = [], []
     for label, curves in groups:
         frame = pd.concat(curves).dropna(subset=[column])
         mean = frame.groupby("epoch", sort=True)[column].mean()
@@ -85,6 +86,13 @@ def test_error_figure(
         if "grad_evals" in frame:
             grads = frame.groupby("epoch", sort=True)["grad_evals"].mean()
             by_grads.plot(grads.to_numpy(), mean.to_numpy(), label=label)
+        if len(mean):
+            lows.append(mean.min())
+            finals.append(mean.iloc[-1])
+    if finals and max(finals) > 0:
+        # an optimiser's first epochs (SGD's 88% error) would flatten every line's end: show,
+        # as Chen et al.'s Fig. 3 does, the range where the curves end
+        by_epoch.set_ylim(0.9 * min(lows), 3 * max(finals))
     by_epoch.set(xlabel="epoch", ylabel=name, title=f"{name} of the model average")
     by_grads.set(xlabel="gradient evaluations", title=f"{name} against cost")
     by_grads.set_xscale("log")
