@@ -1,14 +1,14 @@
-"""The UCI protocol's SG-MCMC samples the posterior, not a hotter one: against a long full-batch
-HMC run of the same posterior (yacht split 0, noise std 0.1 in standardised units, N(0, 1) on
-every weight, T = 1), the posterior of the network's output f on the test inputs has HMC's width
-and mean (``bdl.metrics.function_agreement``), and the check tells the old, hotter setting apart.
+"""The UCI protocol's SG-MCMC against a long full-batch HMC run of the same posterior (yacht
+split 0, noise std 0.1 in standardised units, N(0, 1) on every weight, T = 1): the posterior of
+the network's output f on the test inputs has about HMC's width and mean
+(``bdl.metrics.function_agreement``), and the check tells a hotter chain (friction 0.01) apart.
 
 Thresholds from measured runs (``scripts/uci_posterior_check.py`` against an 8-chain, 2500-draw
 HMC run; a second HMC run of 4 chains agreed with it to width 1.005 and offset 0.06): the
-protocol (friction 0.1, 8 chains of 1000 epochs) gave widths 1.00-1.02 and offsets 0.17-0.24 over
-three seeds (1.10 and 0.12 at 3000 epochs); friction 0.01 gave widths 1.22 both times. Its mean
-offset is the sampler's Monte Carlo error more than a bias: the chains' slowest test points have
-a bulk ESS of 25-70.
+protocol (burn-in at friction 0.01, then 0.1; 8 chains of 1000 epochs) gave widths 0.89 and 0.91
+and offsets 0.23 and 0.27 over two seeds; friction 0.01 throughout gave widths 1.22 both times.
+A width within 10% and means within 0.15 posterior standard deviations are not reached: the
+chains mix slowly on 277 points (the worst test points' bulk ESS 17-26).
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def test_uci_sghmc_samples_the_posterior_that_hmc_samples(data_dir, isolated_cac
     run(config(root, *hmc), tmp_path / "hmc")
     reference = load_run(tmp_path / "hmc").function_moments()
     results = {}
-    for name, overrides in {"protocol": [], "friction 0.01": ["sampler.alpha=0.01"]}.items():
+    hotter = ["sampler.alpha=0.01", "sampler.burn_in_alpha=null"]
+    for name, overrides in {"protocol": [], "friction 0.01": hotter}.items():
         run(config(root, "experiment=uci_sghmc", *overrides), tmp_path / name)
         moments = load_run(tmp_path / name).function_moments()
         results[name] = function_agreement(reference, moments)

@@ -1,6 +1,6 @@
-"""The samplers of issue 3 in the runner, on 1,000 generated images in MNIST's format: every new
-config instantiates and runs, full-batch HMC's predictive is a reference for an SG-MCMC run, and
-the cSGLD and cSGHMC presets keep one sample per cycle."""
+"""The samplers beyond SGLD and SGHMC in the runner, on 1,000 generated images in MNIST's format:
+every new config instantiates and runs, full-batch HMC's predictive is a reference for an SG-MCMC
+run, and the cSGLD and cSGHMC presets keep one sample per cycle."""
 
 import csv
 
