@@ -48,8 +48,7 @@ def main() -> None:
     print(f"{'K':>3} {'stacked':>9} {'in turn':>9} {'singles':>9} {'stacked/singles':>16}")
     with tempfile.TemporaryDirectory() as directory:
         root = Path(directory)
-        for k in range(len(args.chains)):
-            chains = args.chains[k]
+        for k, chains in enumerate(args.chains):
             stacked, in_turn = (
                 sampling(composed([*base, f"chains={chains}", f"vectorise={v}"]), root / f"{v}{k}")
                 for v in ("true", "false")

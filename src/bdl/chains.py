@@ -81,7 +81,14 @@ class ChainStack:
         self.state: SamplerState = dataclasses.replace(
             states[0], params=self.params, buffers=buffers, info=info
         )
+        self.orders: Tensor | None = None  # the epoch's minibatch orders, one row per chain
+        self._reset_tallies()
         self.sync()
+
+    def begin_epoch(self) -> None:
+        """Take the chains' minibatch orders of the epoch (drawn by the runner), as one tensor."""
+        if not self.sampler.full_batch:
+            self.orders = torch.stack([loop.order for loop in self.loops])
 
     def closure(self, step: int) -> Closure:
         """The stacked closure of step ``step`` of the epoch, each chain on its own minibatch."""
@@ -89,22 +96,32 @@ class ChainStack:
         potential = first.potential
         if self.sampler.full_batch:
             return potential.chain_full_closure(self.params, first.train_chunks)
-        window = slice(step * first.batch_size, (step + 1) * first.batch_size)
-        index = torch.stack([loop.order[window] for loop in self.loops])
+        index = self.orders[:, step * first.batch_size : (step + 1) * first.batch_size]
         x = first.x_train.index_select(0, index.flatten()).unflatten(0, index.shape)
         y = first.y_train.index_select(0, index.flatten()).unflatten(0, index.shape)
         return potential.chain_closure(
             self.params, x, y, self.sampler.prior_weight(step, first.steps_per_epoch)
         )
 
-    def step(self, closure: Closure, lr_scale: float, noise: bool, tune: bool) -> dict[str, Tensor]:
-        """One step of every chain; the step's diagnostics, one entry per chain."""
+    def step(self, closure: Closure, lr_scale: float, noise: bool, tune: bool) -> None:
+        """One step of every chain; its potentials and Metropolis decisions are tallied here,
+        stacked, and handed to the chains' loops by :meth:`sync`."""
         self.state = self.sampler.step(self.state, closure, lr_scale, noise, tune)
-        return self.state.info
+        info = self.state.info
+        self._potentials.append(info["potential"])
+        if "accepted" in info:  # this step made a Metropolis test in every chain
+            self._accepted = self._accepted + info["accepted"].double()
+            self._tests += 1
+        self._steps += 1
+        if self.loops[0].initial_potential is None:  # once a run: the divergence yardstick
+            for loop, value in zip(self.loops, info["potential"].tolist(), strict=True):
+                loop.initial_potential = value
 
     def sync(self) -> None:
         """Point each chain's loop state at its slice of the stacked state (buffers a step
-        created or dropped included), for the checkpoint and the per-chain bookkeeping."""
+        created or dropped included), and add the steps since the last sync to each loop's
+        position and tallies, for the checkpoint and the per-chain bookkeeping."""
+        columns = torch.stack(self._potentials).unbind(1) if self._potentials else None
         for k, loop in enumerate(self.loops):
             loop.sampler = dataclasses.replace(
                 self.state,
@@ -112,3 +129,15 @@ class ChainStack:
                 buffers={key: [b[k] for b in bs] for key, bs in self.state.buffers.items()},
                 info={key: t[k] if t.dim() else t for key, t in self.state.info.items()},
             )
+            if columns is not None:
+                loop.potentials.extend(columns[k].unbind())
+            if self._tests:
+                loop.accepted = loop.accepted + self._accepted[k]
+                loop.tests += self._tests
+            loop.step += self._steps
+        self._reset_tallies()
+
+    def _reset_tallies(self) -> None:
+        self._potentials: list[Tensor] = []
+        self._accepted: Tensor | float = 0.0
+        self._tests = self._steps = 0

@@ -669,21 +669,18 @@ class Sampling:
         exp, stack, first = self.experiment, self.stack, self.loops[0]
         for chain in range(len(self.loops)):
             self._draw_order(chain)
+        stack.begin_epoch()
         for i in range(first.step, exp.steps_per_epoch):
             if self._stop_requested():
                 stack.sync()
                 return False
             t = first.epoch * exp.steps_per_epoch + i
-            info = stack.step(
+            stack.step(
                 stack.closure(i),
                 lr_scale=exp.schedule(t),
                 noise=not exp.schedule.explores(t),
                 tune=first.epoch < self.cfg.burn_in,
             )
-            for chain, loop in enumerate(self.loops):
-                accepted = info["accepted"][chain] if "accepted" in info else None
-                self._record_step(loop, info["potential"][chain], accepted)
-                loop.step = i + 1
         stack.sync()
         if self._stop_requested():
             return False
@@ -699,17 +696,6 @@ class Sampling:
             loop.order = torch.randperm(
                 exp.data.num_train, generator=exp.generators["data"], device=exp.device
             )
-
-    @staticmethod
-    def _record_step(loop: Loop, potential: Tensor, accepted: Tensor | None) -> None:
-        """A step's potential and Metropolis decisions (None: it made no test) in the epoch's
-        running tallies."""
-        loop.potentials.append(potential)
-        if loop.initial_potential is None:
-            loop.initial_potential = potential.item()
-        if accepted is not None:
-            loop.accepted = loop.accepted + accepted.double().mean()
-            loop.tests += 1
 
     def _epoch(self, chain: int) -> bool:
         """Steps chain ``chain`` to the end of its epoch (from wherever it stopped in it); False
@@ -729,7 +715,12 @@ class Sampling:
                 tune=loop.epoch < self.cfg.burn_in,
             )
             info = loop.sampler.info
-            self._record_step(loop, info["potential"], info.get("accepted"))
+            loop.potentials.append(info["potential"])
+            if loop.initial_potential is None:
+                loop.initial_potential = info["potential"].item()
+            if "accepted" in info:  # this step made a Metropolis test
+                loop.accepted = loop.accepted + info["accepted"].double().mean()
+                loop.tests += 1
             if (t + 1) % exp.gibbs_every == 0 and exp.potential.has_gibbs_step:
                 exp.potential.gibbs_step(exp.generators["gibbs"], exp.train_chunks)
                 loop.sampler.buffers.pop("grad", None)  # U changed: a kernel's cached ∇U is stale
