@@ -370,6 +370,36 @@ def regression_potential(prior, temperature=0.7):
     return Potential(model.double(), Gaussian().double(), prior, 40, temperature)
 
 
+@pytest.mark.parametrize("prior", [GaussianPrior(0.8), Laplace(0.5)], ids=["gaussian", "laplace"])
+def test_regression_potential_matches_autograd_of_torch_distributions(prior):
+    """U of a regression network with a sampled noise precision, written with torch.distributions
+    (the precision's Gamma(a, b) prior on s = log τ, Jacobian e^s included, up to its constant
+    a log b - log Γ(a)) and differentiated by autograd: the closures' value and gradient, whose
+    log p(s) is differentiated in closed form, must be the same."""
+    potential = regression_potential(prior, temperature=0.7)
+    likelihood = Gaussian(prior_shape=2.0, prior_rate=3.0).double()
+    potential = Potential(potential.model, likelihood, prior, 40, temperature=0.7)
+    with torch.no_grad():
+        likelihood.log_precision.fill_(0.4)
+    x, y = torch.randn(40, 4, dtype=torch.float64), torch.randn(40, dtype=torch.float64)
+    s = likelihood.log_precision
+    noise = torch.distributions.Normal(potential.model(x).squeeze(-1), (-s / 2).exp())
+    gamma = torch.distributions.Gamma(torch.tensor(2.0).double(), torch.tensor(3.0).double())
+    log_p_s = gamma.log_prob(s.exp()) + s - (2.0 * math.log(3.0) - math.lgamma(2.0))
+    log_prior = prior.log_prob(dict(potential.model.named_parameters()))
+    for closure, n in (
+        (potential.closure(x[:10], y[:10], prior_weight=0.5), 10),
+        (potential.full_closure(lambda: zip(x.split(16), y.split(16))), 40),
+    ):
+        weight = 0.5 if n == 10 else 1.0
+        data_term = -40 / n * noise.log_prob(y)[:n].sum()
+        expected = (data_term - weight * (log_prior + log_p_s)) / 0.7
+        value, grads = closure()
+        assert value.item() == pytest.approx(expected.item(), rel=1e-12)
+        for g, e in zip(grads, torch.autograd.grad(expected, potential.params, retain_graph=True)):
+            torch.testing.assert_close(g, e)
+
+
 @pytest.mark.parametrize("prior", [GaussianPrior(0.8), Laplace(0.5), ScaleMixture(), StudentT()])
 def test_stacked_closures_are_each_chains_own(prior):
     """``chain_closure`` and ``chain_full_closure`` on K stacked parameter sets give, per chain,

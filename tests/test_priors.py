@@ -95,6 +95,36 @@ def test_per_layer_scales_and_fan_in_scaling(family):
     check_against(prior, {n: density(float64(s)) for n, s in scales.items()})
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_chain_log_prob_is_each_stacked_chains_density(family):
+    """Chains stacked along a first dimension (bdl.chains): one log-density per chain, with its
+    gradient, at the per-layer and fan-in scales that bind() resolved on one chain's shapes."""
+    prior, density = FAMILIES[family]
+    prior = type(prior)(**{**vars_of(prior), "layers": {"*.bias": 3.0}, "fan_in": True})
+    chains = [named_params(seed) for seed in range(3)]
+    prior.bind(chains[0])
+    stacked = {
+        name: torch.stack([chain[name] for chain in chains]).detach().requires_grad_()
+        for name in NAMED
+    }
+    scales = {"layers.0.weight": 0.7 / math.sqrt(3), "layers.0.bias": 3.0}
+    scales["layers.2.weight"] = 0.7 / math.sqrt(5)
+    ours = prior.chain_log_prob(stacked)
+    theirs = torch.stack(
+        [
+            sum(density(float64(scales[n])).log_prob(p[k]).sum() for n, p in stacked.items())
+            for k in range(len(chains))
+        ]
+    )
+    torch.testing.assert_close(ours, theirs, rtol=1e-9, atol=0)
+    for a, b in zip(
+        torch.autograd.grad(ours.sum(), list(stacked.values())),
+        torch.autograd.grad(theirs.sum(), list(stacked.values())),
+        strict=True,
+    ):
+        torch.testing.assert_close(a, b)
+
+
 def vars_of(prior):
     """The constructor arguments a FAMILIES prior was built with."""
     keys = {"scale": prior.scale}

@@ -29,6 +29,12 @@ class Likelihood(nn.Module):
     def log_prior(self) -> Tensor:
         return torch.zeros(())
 
+    def log_prior_grad(self, phi: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
+        """``log p(φ)`` and its gradient in closed form, at ``phi``: values of this
+        module's parameters, or those of chains stacked along a first dimension (one value per
+        chain). A likelihood with parameters gives its own."""
+        return torch.zeros(()), []
+
     def gibbs_step(
         self,
         outputs: Iterable[tuple[Tensor, Tensor]],
@@ -127,8 +133,14 @@ class Gaussian(Likelihood):
         # draws, vectorised chains) the parameter is replaced by a plain tensor
         if not self.sampled or self.gibbs:
             return torch.zeros(())
-        s = self.log_precision
-        return self.prior_shape * s - self.prior_rate * s.exp()
+        return self.log_prior_grad([self.log_precision])[0]
+
+    def log_prior_grad(self, phi: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
+        # d/ds (a s - b e^s) = a - b e^s
+        (s,) = phi
+        precision = s.exp()
+        log_prior = self.prior_shape * s - self.prior_rate * precision
+        return log_prior, [self.prior_shape - self.prior_rate * precision]
 
     @torch.no_grad()
     def gibbs_step(

@@ -225,10 +225,11 @@ class Potential:
         gradients stacked like ``params``."""
 
         def evaluate() -> tuple[Tensor, list[Tensor]]:
-            log_lik, log_prior_phi, leaves = self._chain_joint(params, x, y, data_dim=0)
+            leaves = [p.detach().requires_grad_() for p in params]
             with torch.enable_grad():
+                log_lik = self._chain_log_likelihood(leaves, x, y, data_dim=0)
                 data_term = -self.num_data / x.shape[1] * log_lik
-            return self._add_prior(data_term, prior_weight, (leaves, log_prior_phi))
+            return self._add_prior(data_term, prior_weight, leaves)
 
         return evaluate
 
@@ -241,80 +242,65 @@ class Potential:
         def evaluate() -> tuple[Tensor, list[Tensor]]:
             total = params[0].new_zeros(params[0].shape[0], dtype=torch.float64)
             sums = [torch.zeros_like(p, dtype=torch.float64) for p in params]
-            prior = None  # the first chunk's leaves and log p(φ), whose graph outlives the chunk's
+            leaves = [p.detach().requires_grad_() for p in params]
             for x, y in batches():
-                log_lik, log_prior_phi, leaves = self._chain_joint(params, x, y, data_dim=None)
-                prior = prior or (leaves, log_prior_phi)
                 with torch.enable_grad():
+                    log_lik = self._chain_log_likelihood(leaves, x, y, data_dim=None)
                     nll = -log_lik / self.temperature
                     grads = torch.autograd.grad(nll.sum(), leaves, materialize_grads=True)
                 torch._foreach_add_(sums, grads)
                 total += nll.detach().double()
-            prior_term, grads = self._add_prior(None, 1.0, prior)
+            prior_term, grads = self._add_prior(None, 1.0, leaves)
             torch._foreach_add_(grads, [s.to(g.dtype) for s, g in zip(sums, grads, strict=True)])
             return total + prior_term.double(), grads
 
         return evaluate
 
-    def _chain_joint(
-        self, params: list[Tensor], x: Tensor | None, y: Tensor | None, data_dim: int | None
-    ) -> tuple[Tensor, Tensor, list[Tensor]]:
-        """Each chain's ``log p(y | x, θ)`` summed over the batch (0 without ``x``) and the
-        likelihood's ``log p(φ)`` (graphs), and the leaves they are functions of; ``data_dim``:
-        x's and y's chain dimension (None: the same data for every chain). By the model's
-        ``chain_forward`` where it has one, else by ``torch.func.vmap`` of the one-chain model
-        over the chain dimension."""
-        leaves = [p.detach().requires_grad_() for p in params]
+    def _chain_log_likelihood(
+        self, leaves: list[Tensor], x: Tensor, y: Tensor, data_dim: int | None
+    ) -> Tensor:
+        """Each chain's ``log p(y | x, θ)`` summed over the batch (a graph), at the stacked
+        ``leaves`` aligned with :attr:`params`; ``data_dim``: x's and y's chain dimension (None:
+        the same data for every chain). By the model's ``chain_forward`` where it has one, else
+        by ``torch.func.vmap`` of the one-chain model over the chain dimension."""
         values = dict(zip(self._names, leaves, strict=True))
         with torch.enable_grad():
             if hasattr(self.model, "chain_forward"):
                 chains = "own" if data_dim == 0 else "shared"
-                log_lik, log_prior_phi = functional_call(self._joint, values, (x, y, chains))
+                # an MLP ties no weights; their search was a tenth of a small network's step
+                log_lik, _ = functional_call(self._joint, values, (x, y, chains), tie_weights=False)
             else:
-                log_lik, log_prior_phi = vmap(
+                log_lik, _ = vmap(
                     lambda v, x, y: functional_call(self._joint, v, (x, y)),
                     in_dims=(0, data_dim, data_dim),
                 )(values, x, y)
-        return log_lik, log_prior_phi, leaves
+        return log_lik
 
     def _add_prior(
-        self,
-        data_term: Tensor | None,
-        prior_weight: float,
-        stacked: tuple[list[Tensor], Tensor] | None = None,
+        self, data_term: Tensor | None, prior_weight: float, stacked: list[Tensor] | None = None
     ) -> tuple[Tensor, list[Tensor]]:
         r"""``[data_term - κ log p(θ, φ)] / T`` and its gradient in ``params`` (``data_term``: a
         graph still to differentiate, or None for the prior term alone). For chains stacked as
-        one, ``stacked`` holds the leaves standing for ``params`` and each chain's ``log p(φ)``;
-        the value is then one per chain.
+        one, ``stacked`` holds the leaves standing for ``params``; the value is then one per
+        chain.
 
         A prior that is Gaussian given its hyperparameters is differentiated in closed form,
-        :math:`\kappa\theta/\sigma^2 T` added to the gradient, instead of through autograd:
-        the backward pass through the prior's graph was a tenth of a small MLP's step.
+        :math:`\kappa\theta/\sigma^2 T` added to the gradient, and so is the likelihood's
+        :math:`\log p(\phi)` (:meth:`bdl.likelihoods.Likelihood.log_prior_grad`), instead of
+        through autograd: a backward pass through the prior's graph was a tenth of a small MLP's
+        step, and one through the noise precision's prior a quarter of a UCI network's.
         """
         if stacked is None:
-            params, model, log_prob = self.params, self.model_params, self.prior.log_prob
-            log_prior_phi = self.likelihood.log_prior if self._samples_likelihood else None
-            shape = ()
+            params, model, log_prob, shape = self.params, self.model_params, self.prior.log_prob, ()
         else:
-            params, phi = stacked
             # the model's parameters come first in `params`
-            model = dict(zip(self.model_params, params, strict=False))
-            log_prob, shape = self.prior.chain_log_prob, params[0].shape[:1]
-
-            def log_prior_phi() -> Tensor:
-                return phi
-
+            params, model = stacked, dict(zip(self.model_params, stacked, strict=False))
+            log_prob, shape = self.prior.chain_log_prob, stacked[0].shape[:1]
         stds = self._prior_stds() if prior_weight else None
         with torch.enable_grad():
             objective = data_term if data_term is not None else params[0].new_zeros(shape)
-            terms = []
             if prior_weight and stds is None:
-                terms.append(log_prob(model))
-            if prior_weight and self._samples_likelihood:
-                terms.append(log_prior_phi())
-            if terms:
-                objective = objective - prior_weight * sum(terms)
+                objective = objective - prior_weight * log_prob(model)
             objective = objective / self.temperature
             if objective.requires_grad:
                 grads = _writable(
@@ -323,9 +309,13 @@ class Potential:
             else:
                 grads = [torch.zeros_like(p) for p in params]
         objective = objective.detach()
-        if stds is not None:
-            weight = prior_weight / self.temperature
-            with torch.no_grad():
+        weight = prior_weight / self.temperature
+        with torch.no_grad():
+            if prior_weight and self._samples_likelihood:
+                log_prior_phi, phi_grads = self.likelihood.log_prior_grad(params[len(model) :])
+                objective -= weight * log_prior_phi
+                torch._foreach_add_(grads[len(model) :], phi_grads, alpha=-weight)
+            if stds is not None:
                 objective -= weight * log_prob(model)
                 for grad, theta, std in zip(grads, model.values(), stds, strict=False):
                     if isinstance(std, Tensor):

@@ -183,27 +183,35 @@ class Gaussian(ElementwisePrior):
         self, scale: float = 1.0, layers: Mapping[str, float] | None = None, fan_in: bool = False
     ) -> None:
         super().__init__(scale, layers, fan_in)
-        self._cache: dict[tuple, tuple[Tensor, float]] = {}
+        self._cache: dict[tuple, tuple[Tensor, Tensor, float]] = {}
 
     def log_prob(self, params: Mapping[str, Tensor]) -> Tensor:
         # One fused norm over all tensors: this prior is evaluated at every step of every run.
         tensors = list(params.values())
         squared = torch.stack(torch._foreach_norm(tensors)).square()
-        inverse, constant = self._terms(params, squared)
+        inverse, _, constant = self._terms(params, squared)
         return -0.5 * (squared * inverse).sum() - 0.5 * constant
 
-    def _terms(self, params: Mapping[str, Tensor], like: Tensor) -> tuple[Tensor, float]:
-        """The precisions ``1/s²`` per tensor (as a tensor ``like``) and the normalising constant,
-        cached per layout."""
+    def chain_log_prob(self, params: Mapping[str, Tensor]) -> Tensor:
+        # fused as log_prob: one weighted sum of squares over each chain's parameters, laid end
+        # to end, instead of a few operations per tensor at every step
+        flat = torch.cat([p.flatten(1) for p in params.values()], 1)
+        _, inverse, constant = self._terms({name: p[0] for name, p in params.items()}, flat)
+        return -0.5 * (flat.square() @ inverse) - 0.5 * constant
+
+    def _terms(self, params: Mapping[str, Tensor], like: Tensor) -> tuple[Tensor, Tensor, float]:
+        """The precisions ``1/s²`` per tensor and per element (as tensors ``like``) and the
+        normalising constant, cached per layout."""
         key = (like.dtype, like.device, *((name, p.shape) for name, p in params.items()))
         if key not in self._cache:
             variances = [self.scale_of(name, p) ** 2 for name, p in params.items()]
             inverse = torch.tensor([1 / v for v in variances], dtype=like.dtype, device=like.device)
+            sizes = torch.tensor([p.numel() for p in params.values()], device=like.device)
             constant = sum(
                 p.numel() * math.log(2 * math.pi * v)
                 for p, v in zip(params.values(), variances, strict=True)
             )
-            self._cache[key] = inverse, constant
+            self._cache[key] = inverse, inverse.repeat_interleave(sizes), constant
         return self._cache[key]
 
     def log_density(self, theta: Tensor, scale: float) -> Tensor:

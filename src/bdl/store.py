@@ -168,6 +168,9 @@ class SampleStore:
             self._entries = _read_manifest(self.directory)
         else:
             self._entries = []
+        # each entry's JSON, encoded once: re-encoding the whole manifest at every sample made a
+        # long chain's sampling quadratic in its number of samples
+        self._lines = [json.dumps(entry) for entry in self._entries]
         self._next = max((e["index"] for e in self._entries), default=-1) + 1
 
     def add(self, params: Mapping[str, Tensor], **metadata: Any) -> Path:
@@ -192,9 +195,10 @@ class SampleStore:
         atomic_write(path, data)
         entry = {"index": index, "file": name, "sha256": _sha256(data), **metadata}
         del data
-        entries = [*self._entries, entry]
-        self._write_manifest(entries)
-        self._entries = entries
+        line = json.dumps(entry)
+        self._write_manifest([*self._lines, line])
+        self._entries.append(entry)
+        self._lines.append(line)
         self._next = index + 1
         return path
 
@@ -210,18 +214,18 @@ class SampleStore:
             )
         kept = self._entries[:count]
         if len(kept) < len(self._entries):
-            self._write_manifest(kept)
+            self._write_manifest(self._lines[:count])
         listed = {entry["file"] for entry in kept} | {MANIFEST}
         for path in self.directory.iterdir():
             if path.name not in listed and path.is_file():
                 path.unlink()
-        self._entries = kept
+        self._entries, self._lines = kept, self._lines[:count]
         self._next = max((e["index"] for e in kept), default=-1) + 1
 
-    def _write_manifest(self, entries: list[dict]) -> None:
-        atomic_write(
-            self.directory / MANIFEST, (json.dumps(entries, indent=1) + "\n").encode("utf-8")
-        )
+    def _write_manifest(self, lines: list[str]) -> None:
+        """Replace the manifest by the entries encoded as ``lines``, one entry per line."""
+        text = "[\n" + ",\n".join(lines) + "\n]\n"
+        atomic_write(self.directory / MANIFEST, text.encode("utf-8"))
 
     def __len__(self) -> int:
         return len(self._entries)
