@@ -70,6 +70,17 @@ def test_round_trip_and_manifest(store_dir):
     ]
 
 
+def test_every_sample_lists_its_tensors_in_the_same_order(tmp_path):
+    """A network's parameters, written in the network's order, come back in one order for every
+    sample, so that samples flattened by ``torch.cat(list(tensors.values()))`` line up."""
+    names = [f"layers.{i}.{kind}" for i in (4, 0, 2) for kind in ("weight", "bias")]
+    store = SampleStore(tmp_path)
+    for seed in range(6):
+        store.add({name: torch.full((2,), float(seed)) for name in names})
+    orders = [list(tensors) for tensors, _ in load_samples(tmp_path)]
+    assert orders == [sorted(names)] * 6
+
+
 def test_reopening_continues_numbering(store_dir):
     store = SampleStore(store_dir)
     assert len(store) == 3

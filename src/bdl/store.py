@@ -242,6 +242,9 @@ class SampleStore:
 def load_samples(directory: str | Path) -> Iterator[tuple[dict[str, Tensor], dict]]:
     """Yield ``(tensors, manifest entry)`` in index order, one file in memory at a time.
 
+    The tensors come in the order of their names, the same for every sample: a safetensors file
+    keeps none of its own, and its reader's order changed from one file to the next, so that
+    ``torch.cat(list(tensors.values()))`` lined up different parameters across samples.
     The manifest is checked now, so a wrong directory fails at the call; each sample file is read,
     checked against its SHA-256 and parsed only when the iterator reaches it.
     """
@@ -271,7 +274,7 @@ def _iter_samples(directory: Path, entries: list[dict]) -> Iterator[tuple[dict[s
                 f"sample file {path} is corrupt or incomplete (sha256 mismatch); {fix}"
             )
         try:
-            tensors = _st_load(data)
+            tensors = dict(sorted(_st_load(data).items()))
         except (SafetensorError, ValueError, RuntimeError) as e:
             raise StoreError(
                 f"sample file {path} is corrupt or incomplete (not safetensors: {e}); {fix}"
