@@ -138,7 +138,8 @@ class Posterior:
 
     def samples(self, chain: int | None = None) -> Iterator[Sample]:
         """The samples of ``chain`` (all chains, one after the other, when ``None``), read one
-        file at a time and checked against the manifest's SHA-256."""
+        file at a time and checked against the manifest's SHA-256; each sample's ``params`` in
+        the order of their names, the same for every sample."""
         chains = range(self.num_chains) if chain is None else [self._chain(chain)]
         for k in chains:
             for draw, (params, info) in enumerate(load_samples(self._stores[k])):
