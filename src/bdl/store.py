@@ -245,6 +245,7 @@ def load_samples(directory: str | Path) -> Iterator[tuple[dict[str, Tensor], dic
     The tensors come in the order of their names, the same for every sample: a safetensors file
     keeps none of its own, and its reader's order changed from one file to the next, so that
     ``torch.cat(list(tensors.values()))`` lined up different parameters across samples.
+
     The manifest is checked now, so a wrong directory fails at the call; each sample file is read,
     checked against its SHA-256 and parsed only when the iterator reaches it.
     """
