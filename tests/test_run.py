@@ -115,8 +115,12 @@ def test_classification_metrics_are_those_of_the_written_predictive(run_with):
     assert probs.shape == (10000, 10) and metrics["num_samples"] == 2
     # each sample's probabilities are a float32 softmax: a row sums to 1 within about one float32
     # rounding per class (2.3e-7 seen on one CPU, more than float64's default tolerance)
-    float32_sum = dict(rtol=0, atol=10 * torch.finfo(torch.float32).eps)
-    torch.testing.assert_close(probs.sum(-1), torch.ones(10000, dtype=torch.float64), **float32_sum)
+    torch.testing.assert_close(
+        probs.sum(-1),
+        torch.ones(10000, dtype=torch.float64),
+        rtol=0,
+        atol=10 * torch.finfo(torch.float32).eps,
+    )
     accuracy = (probs.argmax(-1) == targets).double().mean().item()
     assert metrics["test_accuracy"] == pytest.approx(accuracy)
     nll = -probs.gather(1, targets[:, None]).clamp_min(1e-12).log().mean().item()

@@ -275,13 +275,13 @@ def _iter_samples(directory: Path, entries: list[dict]) -> Iterator[tuple[dict[s
                 f"sample file {path} is corrupt or incomplete (sha256 mismatch); {fix}"
             )
         try:
-            tensors = dict(sorted(_st_load(data).items()))
+            tensors = _st_load(data)
         except (SafetensorError, ValueError, RuntimeError) as e:
             raise StoreError(
                 f"sample file {path} is corrupt or incomplete (not safetensors: {e}); {fix}"
             ) from None
         del data
-        yield tensors, dict(entry)
+        yield dict(sorted(tensors.items())), dict(entry)
 
 
 def save_predictive(path: str | Path, predictive: Tensor, **tensors: Tensor) -> None:
