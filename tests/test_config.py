@@ -186,6 +186,11 @@ def test_the_uci_protocol_is_hernandez_lobato_and_adams():
         cfg = composed(f"dataset={dataset}")
         assert list(cfg.model.hidden) == hidden and cfg.model.activation == "relu"
         assert cfg.prior.scale == 0.3 and cfg.batch_size == 32
+    # naval and power sample for half as long (conf/protocol/uci_500.yaml); 400 samples everywhere
+    for dataset, epochs, burn_in, thin in [("boston", 1000, 200, 2), ("naval", 500, 100, 1)]:
+        cfg = composed(f"dataset={dataset}")
+        assert (cfg.epochs, cfg.burn_in, cfg.thin) == (epochs, burn_in, thin)
+        assert (cfg.epochs - cfg.burn_in) // cfg.thin == 400
 
 
 @pytest.mark.parametrize(
