@@ -67,7 +67,7 @@ UCI := multirun/uci
 UCI_SETS := boston,concrete,energy,kin8nm,naval,power,wine,yacht
 UCI_SPLITS ?= $(shell seq -s, 0 19)
 PROTEIN_SPLITS ?= 0,1,2,3,4
-# Protein's splits (a quarter of the table's run time) run one after the other beside the sweep of
+# Protein's splits (a third of the table's run time) run one after the other beside the sweep of
 # the other sets, which takes every core: run after it, protein's last split would leave cores idle.
 # One thread per run: the runs already outnumber the cores.
 reproduce-uci: install ## SGHMC on the nine UCI sets' standard splits, beside PBP, MC dropout, deep ensembles

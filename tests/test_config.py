@@ -181,14 +181,17 @@ def test_the_quick_start_is_chen_et_al_2014s_mnist_setup():
 
 
 def test_the_uci_protocol_is_hernandez_lobato_and_adams():
-    # one hidden layer of 50 ReLU units, 100 for protein (Hernandez-Lobato & Adams 2015)
-    for dataset, hidden in [("boston", [50]), ("yacht", [50]), ("protein", [100])]:
+    # one hidden layer of 50 ReLU units, 100 for protein (Hernandez-Lobato & Adams 2015); naval and
+    # power sample for half as long (conf/protocol/uci_500.yaml); 400 samples everywhere
+    for dataset, hidden, epochs, burn_in, thin in [
+        ("boston", [50], 1000, 200, 2),
+        ("yacht", [50], 1000, 200, 2),
+        ("protein", [100], 1000, 200, 2),
+        ("naval", [50], 500, 100, 1),
+    ]:
         cfg = composed(f"dataset={dataset}")
         assert list(cfg.model.hidden) == hidden and cfg.model.activation == "relu"
         assert cfg.prior.scale == 0.3 and cfg.batch_size == 32
-    # naval and power sample for half as long (conf/protocol/uci_500.yaml); 400 samples everywhere
-    for dataset, epochs, burn_in, thin in [("boston", 1000, 200, 2), ("naval", 500, 100, 1)]:
-        cfg = composed(f"dataset={dataset}")
         assert (cfg.epochs, cfg.burn_in, cfg.thin) == (epochs, burn_in, thin)
         assert (cfg.epochs - cfg.burn_in) // cfg.thin == 400
 
