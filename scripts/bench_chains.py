@@ -1,7 +1,8 @@
 """Benchmark: seconds per epoch of K chains in one run (``chains=K``), stacked as one
-(``vectorise=true``, :mod:`bdl.chains`) and stepped in turn (``vectorise=false``), against K runs
-of one chain (seeds 0..K-1), all through the runner's own epoch (``Sampling.step_epoch``), in this
-one process, alternating, so that machine noise hits all alike.
+(``vectorise=true``, :mod:`bdl.chains`), stacked on minibatches the chains share
+(``shared_minibatches=true``) and stepped in turn (``vectorise=false``), against K runs of one
+chain (seeds 0..K-1), all through the runner's own epoch (``Sampling.step_epoch``), in this one
+process, alternating, so that machine noise hits all alike.
 
 The figure of merit is (one run of K chains) / (K runs of one chain); the goal for K = 8 is
 <= 0.7 on the CPU and <= 0.2 on a GPU.
@@ -45,13 +46,21 @@ def main() -> None:
     base = [*DATASETS[args.dataset], *SAMPLERS[args.sampler]]
     base += [f"device={args.device}", "wandb.mode=disabled"]
     print(f"{args.dataset}, {args.sampler}, seconds per epoch (median of {args.rounds})")
-    print(f"{'K':>3} {'stacked':>9} {'in turn':>9} {'singles':>9} {'stacked/singles':>16}")
+    print(
+        f"{'K':>3} {'stacked':>9} {'shared':>9} {'in turn':>9} {'singles':>9} "
+        f"{'stacked/singles':>16} {'shared/singles':>15}"
+    )
+    runs = {  # one run of K chains: stacked, stacked on shared minibatches, stepped in turn
+        "stacked": ["vectorise=true"],
+        "shared": ["vectorise=true", "shared_minibatches=true"],
+        "in_turn": ["vectorise=false"],
+    }
     with tempfile.TemporaryDirectory() as directory:
         root = Path(directory)
         for k, chains in enumerate(args.chains):
-            stacked, in_turn = (
-                sampling(composed([*base, f"chains={chains}", f"vectorise={v}"]), root / f"{v}{k}")
-                for v in ("true", "false")
+            stacked, shared, in_turn = (
+                sampling(composed([*base, f"chains={chains}", *options]), root / f"{name}{k}")
+                for name, options in runs.items()
             )
             singles = [
                 sampling(composed([*base, f"seed={seed}"]), root / f"single{k}_{seed}")
@@ -62,12 +71,13 @@ def main() -> None:
                 for run in runs:
                     run.step_epoch()
 
-            joint, turns, separate = alternating_medians(
-                [stacked.step_epoch, in_turn.step_epoch, one_after_another], args.rounds
+            joint, joint_shared, turns, separate = alternating_medians(
+                [stacked.step_epoch, shared.step_epoch, in_turn.step_epoch, one_after_another],
+                args.rounds,
             )
             print(
-                f"{chains:>3} {joint:>9.4f} {turns:>9.4f} {separate:>9.4f} "
-                f"{joint / separate:>16.3f}"
+                f"{chains:>3} {joint:>9.4f} {joint_shared:>9.4f} {turns:>9.4f} {separate:>9.4f} "
+                f"{joint / separate:>16.3f} {joint_shared / separate:>15.3f}"
             )
 
 

@@ -12,6 +12,7 @@ import signal
 
 import numpy as np
 import pytest
+import torch
 from conftest import gaussian_mixture_of_samples
 from test_resume import config, write_tiny_uci
 
@@ -101,6 +102,42 @@ def test_stacked_chains_follow_the_single_chain_runs(uci_root, tmp_path, name):
                 np.testing.assert_allclose(
                     value, theirs.params[key], rtol=STACKED_RTOL, atol=STACKED_ATOL, err_msg=key
                 )
+
+
+def test_shared_minibatches_give_every_chain_the_first_chains_orders(uci_root):
+    experiments = runner.build_chains(config(uci_root, "chains=3", "shared_minibatches=true"))
+    orders = [torch.randperm(60, generator=e.generators["data"]) for e in experiments]
+    assert all(torch.equal(order, orders[0]) for order in orders)
+    # and nothing else is shared: each chain keeps its own noise and initial network
+    noises = [torch.randn(3, generator=e.generators["noise"]) for e in experiments]
+    assert not torch.equal(noises[0], noises[1])
+    assert not torch.equal(experiments[0].potential.params[0], experiments[1].potential.params[0])
+    own = runner.build_chains(config(uci_root, "chains=2"))
+    assert not torch.equal(*(torch.randperm(60, generator=e.generators["data"]) for e in own))
+
+
+@pytest.mark.parametrize("name", ["sghmc", "sgld"])
+def test_stacked_chains_on_shared_minibatches_follow_the_chains_in_turn(uci_root, tmp_path, name):
+    """The stacked step's one gathered minibatch is each chain's own minibatch: a run stacked
+    on shared minibatches gives the samples of the same run stepped in turn, to float rounding,
+    and its chain 0 is the run of one chain seeded ``seed``."""
+    shared = [f"sampler={name}", "seed=3", "chains=2", "shared_minibatches=true"]
+    runner.run(config(uci_root, *shared), tmp_path / "stacked")
+    runner.run(config(uci_root, *shared, "vectorise=false"), tmp_path / "in_turn")
+    runner.run(config(uci_root, f"sampler={name}", "seed=3"), tmp_path / "alone")
+    stacked, in_turn = (bdl.load_run(tmp_path / run) for run in ("stacked", "in_turn"))
+    alone = list(bdl.load_run(tmp_path / "alone").samples())
+    for k, expected in enumerate([in_turn.samples(chain=0), in_turn.samples(chain=1)]):
+        mine, theirs = list(stacked.samples(chain=k)), list(expected)
+        assert len(mine) == len(theirs) > 0
+        for ours, reference in zip(mine, theirs, strict=True):
+            for key, value in ours.params.items():
+                np.testing.assert_allclose(
+                    value, reference.params[key], rtol=STACKED_RTOL, atol=STACKED_ATOL, err_msg=key
+                )
+    for ours, reference in zip(in_turn.samples(chain=0), alone, strict=True):
+        for key, value in ours.params.items():
+            np.testing.assert_array_equal(value, reference.params[key], err_msg=key)
 
 
 def test_chains_that_cannot_be_stacked_are_stepped_in_turn(uci_root, tmp_path, caplog):

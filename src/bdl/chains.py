@@ -5,9 +5,9 @@ on a few thousand numbers. Stacking the ``K`` chains' parameters along a new fir
 turns ``K`` such steps into one step on ``K`` times the numbers:
 
 - **the potential** of every chain is evaluated by ``torch.func.vmap`` of the one-chain network
-  over the chain dimension, each chain on its own minibatch
-  (:meth:`bdl.potential.Potential.chain_closure`; the full-data closure of the Metropolis kernels
-  shares the chunks);
+  over the chain dimension (or by the model's batched ``chain_forward``), each chain on its own
+  minibatch (:meth:`bdl.potential.Potential.chain_closure`; the full-data closure of the
+  Metropolis kernels shares the chunks);
 - **the sampler** updates the stacked tensors with the same elementwise ``torch._foreach_*``
   arithmetic as one chain's (samplers that declare ``vectorisable``, :mod:`bdl.samplers.base`),
   drawing chain ``k``'s noise and Metropolis uniforms from chain ``k``'s own generator
@@ -19,6 +19,13 @@ products (``tests/test_chains.py`` states the tolerance). One difference: a Metr
 step-size adaptation during burn-in sees the chains' mean acceptance probability, so the chains
 share one adapted step size (Stan adapts per chain; pooling gives each chain's adaptation K times
 the data, and a fixed kernel after burn-in either way).
+
+**Minibatch order.** Each chain draws its own by default, so that the chains are independent. With
+``shared_minibatches=true`` every chain takes the first chain's order (its data stream is seeded
+``seed``): chain ``k`` is then the run of one chain with chain 0's minibatches and ``seed + k``'s
+initial network and noise. The chains' minibatch noise is then one sequence, evaluated at each
+chain's own position; what that buys, a stacked step that gathers one minibatch and reads it
+once for all chains' products, is measured by ``scripts/bench_chains.py``.
 
 Each chain's network keeps its own parameter objects, which become views of the stacked tensors
 (``param.data = stacked[k]``), and each chain's loop state is pointed at its slice of the stacked
@@ -91,17 +98,22 @@ class ChainStack:
             self.orders = torch.stack([loop.order for loop in self.loops])
 
     def closure(self, step: int) -> Closure:
-        """The stacked closure of step ``step`` of the epoch, each chain on its own minibatch."""
+        """The stacked closure of step ``step`` of the epoch, each chain on its own minibatch
+        (with ``shared_minibatches``, on the one they share)."""
         first = self.experiments[0]
         potential = first.potential
         if self.sampler.full_batch:
             return potential.chain_full_closure(self.params, first.train_chunks)
-        index = self.orders[:, step * first.batch_size : (step + 1) * first.batch_size]
+        batch = slice(step * first.batch_size, (step + 1) * first.batch_size)
+        prior_weight = self.sampler.prior_weight(step, first.steps_per_epoch)
+        if first.cfg.shared_minibatches:  # every row of orders is the same: gather it once
+            index = self.orders[0, batch]
+            x, y = first.x_train.index_select(0, index), first.y_train.index_select(0, index)
+            return potential.chain_closure(self.params, x, y, prior_weight, shared=True)
+        index = self.orders[:, batch]
         x = first.x_train.index_select(0, index.flatten()).unflatten(0, index.shape)
         y = first.y_train.index_select(0, index.flatten()).unflatten(0, index.shape)
-        return potential.chain_closure(
-            self.params, x, y, self.sampler.prior_weight(step, first.steps_per_epoch)
-        )
+        return potential.chain_closure(self.params, x, y, prior_weight)
 
     def step(self, closure: Closure, lr_scale: float, noise: bool, tune: bool) -> None:
         """One step of every chain; its potentials and Metropolis decisions are tallied here,

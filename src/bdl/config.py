@@ -90,6 +90,10 @@ class RunConfig:
     # step the chains as one batched computation (torch.func.vmap) where the sampler, prior and
     # data allow (bdl.chains); false: one after the other, an epoch each in turn
     vectorise: bool = True
+    # every chain steps on the first chain's minibatches (its data seed): cheaper when stacked (one
+    # gather, one input read by all chains' products), at the price of chains whose minibatch
+    # noise is the same sequence; false: each chain draws its own order (bdl.chains)
+    shared_minibatches: bool = False
     device: Device = Device.auto
     epochs: int = 800
     batch_size: int = 500

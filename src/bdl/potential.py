@@ -217,18 +217,26 @@ class Potential:
         return evaluate
 
     def chain_closure(
-        self, params: list[Tensor], x: Tensor, y: Tensor, prior_weight: float = 1.0
+        self,
+        params: list[Tensor],
+        x: Tensor,
+        y: Tensor,
+        prior_weight: float = 1.0,
+        shared: bool = False,
     ) -> Closure:
         """:meth:`closure` for ``K`` chains at once (:mod:`bdl.chains`): ``params`` aligned with
         :attr:`params`, each stacked along a leading chain dimension, and one minibatch per chain,
-        ``x`` of shape ``(K, n, ...)``. Returns ``U_T`` of each chain, shape ``(K,)``, and the
-        gradients stacked like ``params``."""
+        ``x`` of shape ``(K, n, ...)``, or one minibatch of shape ``(n, ...)`` ``shared`` by all.
+        Returns ``U_T`` of each chain, shape ``(K,)``, and the gradients stacked like
+        ``params``."""
+        data_dim = None if shared else 0
+        batch_size = x.shape[0] if shared else x.shape[1]
 
         def evaluate() -> tuple[Tensor, list[Tensor]]:
             leaves = [p.detach().requires_grad_() for p in params]
             with torch.enable_grad():
-                log_lik = self._chain_log_likelihood(leaves, x, y, data_dim=0)
-                data_term = -self.num_data / x.shape[1] * log_lik
+                log_lik = self._chain_log_likelihood(leaves, x, y, data_dim)
+                data_term = -self.num_data / batch_size * log_lik
             return self._add_prior(data_term, prior_weight, leaves)
 
         return evaluate

@@ -272,9 +272,12 @@ def build(
     if cfg.init_from:
         load_initial(potential, cfg.init_from)
 
+    # shared_minibatches: every chain draws the first chain's minibatch orders
+    data_seed = cfg.seed if cfg.shared_minibatches else seed
+    streams = (("data", data_seed), ("noise", seed), ("gibbs", seed))
     generators = {
-        name: torch.Generator(device).manual_seed(stream_seed(seed, stream))
-        for stream, name in enumerate(("data", "noise", "gibbs"))
+        name: torch.Generator(device).manual_seed(stream_seed(root, stream))
+        for stream, (name, root) in enumerate(streams)
     }
     sampler = make_sampler(cfg, potential, generators["noise"])
     batch_size = min(cfg.batch_size, data.num_train)
