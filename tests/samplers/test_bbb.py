@@ -1,6 +1,6 @@
-"""Bayes by Backprop: the update is Adam on (μ, ρ) with σ = log(1 + e^ρ)'s chain rule, foreach =
-loop, Blundell's KL weights, draws from q after training, a conjugate posterior recovered, and
-MFVI's start from an SGD solution."""
+"""Bayes by Backprop: the update is Adam on (μ, ρ) with σ = log(1 + e^ρ)'s chain rule (or, for
+Blundell et al.'s own, SGD at a rate per datum), foreach = loop, Blundell's KL weights, draws from
+q after training, a conjugate posterior recovered, and MFVI's start from an SGD solution."""
 
 import math
 
@@ -14,7 +14,7 @@ from bdl.likelihoods import Gaussian as GaussianLikelihood
 from bdl.potential import Potential
 from bdl.priors import Gaussian as GaussianPrior
 from bdl.run import build, run
-from bdl.samplers.bbb import BBB
+from bdl.samplers.bbb import BBB, BBBSGD
 from bdl.store import StoreError, load_samples
 
 
@@ -58,9 +58,46 @@ def test_update_is_adam_on_mu_and_rho_through_the_softplus():
     assert state.buffers["mu"] is state.params  # the network's weights are q's mean
 
 
-def test_foreach_equals_loop():
+def test_bbb_sgd_is_sgd_on_mu_and_rho_through_the_softplus():
+    theta = params()
+    sampler = BBBSGD(lr=0.1, init_std=0.2)
+    state = sampler.init(theta)
+    assert set(state.buffers) == {"mu", "rho"}  # no optimiser state to checkpoint
+    mu = [p.clone().requires_grad_() for p in params()]
+    rho = [torch.full_like(p, math.log(math.expm1(0.2))).requires_grad_() for p in mu]
+    reference = torch.optim.SGD(mu + rho, lr=0.1)
+    for t in range(5):
+        sampler.step(state, quadratic_closure(), lr_scale=1 / (t + 1))
+        for group in reference.param_groups:
+            group["lr"] = 0.1 / (t + 1)
+        reference.zero_grad()
+        sum(
+            0.5 * ((m - 1.0).square() + (F.softplus(r) - 0.5).square()).sum()
+            for m, r in zip(mu, rho)
+        ).backward()
+        reference.step()
+    for ours, theirs in zip(state.params + state.buffers["rho"], mu + rho):
+        torch.testing.assert_close(ours, theirs.detach())
+
+
+def test_bbb_sgd_takes_the_papers_rate_per_datum(fake_data_root, isolated_cache):
+    """lr = α n: a step of lr / N on U, M = N / n times the paper's minibatch cost, is α on it."""
+    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+        cfg = compose(
+            "config",
+            overrides=["sampler=bbb_sgd", f"dataset.root={fake_data_root}", "epochs=1"],
+        )
+    experiment = build(cfg)
+    num_data = experiment.data.num_train
+    assert isinstance(experiment.sampler, BBBSGD)
+    assert experiment.sampler.lr == pytest.approx(0.128 / num_data)
+    assert experiment.sampler.kl_weighting == "blundell"
+
+
+@pytest.mark.parametrize("kind", [BBB, BBBSGD])
+def test_foreach_equals_loop(kind):
     a, b = params(), params()
-    fast, slow = BBB(lr=0.05, num_mc=2), BBB(lr=0.05, num_mc=2, foreach=False)
+    fast, slow = kind(lr=0.05, num_mc=2), kind(lr=0.05, num_mc=2, foreach=False)
     state_a, state_b = fast.init(a), slow.init(b)
     for t in range(5):
         fast.step(state_a, quadratic_closure(), lr_scale=1 / (t + 1))

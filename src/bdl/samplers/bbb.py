@@ -28,9 +28,10 @@ variational closure (:class:`bdl.potential.MeanField`): minibatch likelihood sca
 Carlo otherwise (Blundell's scale mixture), the local reparameterisation trick on linear layers
 (``local_reparam``); this class owns the rest: :math:`\sigma = \log(1 + e^\rho)` and its chain rule
 :math:`\partial\sigma/\partial\rho = 1/(1 + e^{-\rho})`, ``num_mc`` samples per step (eq. 5's sum),
-the KL weight per minibatch and the update (10). The update is taken by Adam (Kingma & Ba 2015) —
-the practice of reimplementations and of Izmailov et al. (2021)'s MFVI — so ``lr`` is Adam's
-:math:`\alpha` on :math:`(\mu, \rho)`, not a rate per datum.
+the KL weight per minibatch and the update (10). :class:`BBB` takes the update by Adam (Kingma &
+Ba 2015) — the practice of reimplementations and of Izmailov et al. (2021)'s MFVI — so its ``lr``
+is Adam's :math:`\alpha` on :math:`(\mu, \rho)`, not a rate per datum; :class:`BBBSGD` takes
+the paper's plain SGD step, at a rate per datum.
 
 **KL weighting** (Blundell §3.4). The minibatch cost :math:`\mathcal{F}_i = \pi_i\,\mathrm{KL} -
 \mathbb{E}_q\log P(\mathcal{D}_i\mid w)` sums to :math:`\mathcal{F}` over the :math:`M` minibatches
@@ -228,3 +229,59 @@ class BBB(Sampler):
                 yield
         finally:
             torch._foreach_copy_(state.params, mu)
+
+
+class BBBSGD(BBB):
+    r"""Bayes by Backprop with Blundell et al.'s own update: plain SGD steps (10) on
+    :math:`(\mu, \rho)`, with their KL weighting by default.
+
+    ``lr`` is per datum, like the SG-MCMC samplers': the runner makes it a step of ``lr / N`` on the
+    estimate of :math:`\mathcal{F}` (:meth:`bdl.potential.Potential.step_size`), which is
+    :math:`M = N/n` times the paper's minibatch cost :math:`\mathcal{F}_i` (the likelihood summed
+    over the :math:`n` points), so the paper's rate :math:`\alpha` is ``lr`` :math:`= \alpha n`:
+    their :math:`\alpha = 10^{-3}` at :math:`n = 128` is 0.128. Without Adam's rescaling the
+    KL's pull on :math:`\sigma` is as large as its gradient, and at a small :math:`\sigma` that
+    is small: the entropy's :math:`-\partial\log\sigma/\partial\rho \approx -1` moves
+    :math:`\rho` by about :math:`\alpha` an epoch (the KL weights of an epoch sum to one).
+    """
+
+    lr_per_datum = True
+
+    def __init__(
+        self,
+        lr: float,
+        num_mc: int = 1,
+        kl_weighting: str = "blundell",
+        local_reparam: bool = True,
+        init_std: float = 0.01,
+        num_samples: int = 20,
+        *,
+        foreach: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(
+            lr,
+            num_mc=num_mc,
+            kl_weighting=kl_weighting,
+            local_reparam=local_reparam,
+            init_std=init_std,
+            num_samples=num_samples,
+            foreach=foreach,
+            generator=generator,
+        )
+
+    def init(self, params: list[Tensor]) -> SamplerState:
+        state = super().init(params)
+        del state.buffers["exp_avg"], state.buffers["exp_avg_sq"]  # Adam's, not SGD's
+        return state
+
+    def _update_foreach(
+        self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
+    ) -> None:
+        torch._foreach_add_(state.buffers["mu"] + state.buffers["rho"], grads, alpha=-step_size)
+
+    def _update_loop(
+        self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
+    ) -> None:
+        for theta, grad in zip(state.buffers["mu"] + state.buffers["rho"], grads, strict=True):
+            theta.add_(grad, alpha=-step_size)
