@@ -81,6 +81,7 @@ SAMPLERS = {
     "mala": ["sampler=mala"],
     "naive sghmc": ["sampler=naive_sghmc", "sampler.mh=true", "sampler.resample_every=4"],
     "bbb": ["sampler=bbb", "burn_in=0", "sampler.num_samples=3"],
+    "bbb sgd": ["sampler=bbb_sgd", "burn_in=0", "sampler.num_samples=3"],
     "sgd": ["sampler=sgd", "burn_in=0"],
 }
 
