@@ -253,7 +253,11 @@ def test_a_run_of_several_chains_resumes_bitwise(uci_root, tmp_path, monkeypatch
 
 @pytest.mark.parametrize(
     "sampler",
-    [["sampler=sghmc", "sampler.grad_var=online"], ["sampler=hmc", "sampler.num_steps=3"]],
+    [
+        ["sampler=sghmc", "sampler.grad_var=online"],
+        ["sampler=sgld", "shared_minibatches=true"],
+        ["sampler=hmc", "sampler.num_steps=3"],
+    ],
 )
 def test_stacked_chains_resume_bitwise(uci_root, tmp_path, monkeypatch, sampler):
     """Chains stepped as one, stopped mid-epoch (HMC: between its one-step epochs, with the
