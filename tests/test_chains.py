@@ -70,6 +70,7 @@ STACKED = {
     "sgld": ["sampler=sgld"],
     "sghmc online noise estimate": ["sampler=sghmc", "sampler.grad_var=online"],
     "psgld laplace prior": ["sampler=psgld", "prior=laplace"],
+    "sghmc adaptive": ["sampler=sghmc_adaptive"],
     "sgd momentum": ["sampler=sgd_momentum"],
     "naive sghmc": ["sampler=naive_sghmc"],
     # lr 0.1: HMC and RWMH reject some proposals (accept rates 0.875 and 0.5), so the tests count

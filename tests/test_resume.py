@@ -76,6 +76,7 @@ SAMPLERS = {
     "sghmc online noise": ["sampler=sghmc", "sampler.grad_var=online", "likelihood.gibbs=true"],
     "sgld": ["sampler=sgld"],
     "psgld": ["sampler=psgld"],
+    "sghmc adaptive": ["sampler=sghmc_adaptive"],
     "csgd": ["sampler=csgd", "batch_size=4"],  # small batches: noise enough for its step
     "hmc adapting": ["sampler=hmc", "sampler.num_steps=3", "prior=gamma_hierarchical"],
     "mala": ["sampler=mala"],

@@ -37,6 +37,7 @@ SAMPLERS = [
     ("rwmh", []),
     ("naive_sghmc", ["sampler.mh=true", "sampler.resample_every=5"]),
     ("psgld", []),
+    ("sghmc_adaptive", []),
     # csgd is absent: after one burn-in epoch of 5 minibatches its optimal constant step 2D/ΣV
     # (Mandt et al. 2017) is far past the stability limit of this network and the chain
     # diverges; it runs on the small regression of test_resume.py.

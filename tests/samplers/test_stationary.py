@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from bdl.samplers import MALA, SGHMC, SGLD, NaiveSGHMC
+from bdl.samplers import MALA, SGHMC, SGLD, AdaptiveSGHMC, NaiveSGHMC
 
 MU, SIGMA2, CHAINS = 1.0, 2.0, 100_000
 TOLERANCE = 5.0  # standard errors
@@ -121,3 +121,30 @@ def test_naive_sghmc_with_mh_leaves_the_exact_target_invariant():
         sampler.step(state, _closure(theta))
     assert state.grad_evals == 10 * (5 + 1)
     _assert_gaussian(theta, MU, SIGMA2)
+
+
+def test_adaptive_sghmc_stationary_variance_with_its_mass_fixed():
+    """Springenberg et al. (2016), eq. 10, after burn-in: SGHMC with η = ε² M̂⁻¹, M̂⁻¹ = 1/(λ +
+    √V̂). With gradient noise of variance V = V̂ the noise on v is η²V from the gradient plus the
+    injected 2αη − ε⁴, so 2αη up to the damping λ's share: the Lyapunov solution of Chen et
+    al.'s SGHMC test above with that η and that Q."""
+    lr, alpha, grad_var, damping = 0.1, 0.3, 4.0, 1e-5
+    eta = lr / (damping + math.sqrt(grad_var))
+    k = eta / SIGMA2
+    a = np.array([[1 - k, 1 - alpha], [-k, 1 - alpha]])
+    q = eta**2 * grad_var + 2 * alpha * eta - lr**2
+    sigma = _stationary(a, q * np.ones((2, 2)))
+    theta, v = _start(8, sigma)
+    sampler = AdaptiveSGHMC(
+        lr, alpha=alpha, damping=damping, generator=torch.Generator().manual_seed(9)
+    )
+    state = sampler.init([theta])
+    state.buffers["momentum"][0].copy_(v)
+    # the mass as burn-in would have left it, had it seen gradients of second moment V
+    for key, value in (("window", 1.0), ("grad_mean", 0.0), ("grad_sq", grad_var)):
+        state.buffers[key] = [torch.full_like(theta, value)]
+    closure = _closure(theta, math.sqrt(grad_var), torch.Generator().manual_seed(10))
+    for _ in range(150):
+        sampler.step(state, closure)
+    _assert_gaussian(theta, MU, sigma[0, 0])
+    _assert_gaussian(state.buffers["momentum"][0], 0.0, sigma[1, 1])

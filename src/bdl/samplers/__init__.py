@@ -1,5 +1,6 @@
 """Samplers: one file per algorithm, all following the contract in :mod:`bdl.samplers.base`."""
 
+from bdl.samplers.adaptive_sghmc import AdaptiveSGHMC
 from bdl.samplers.base import Sampler, SamplerState
 from bdl.samplers.csgd import ConstantSGD
 from bdl.samplers.hmc import HMC
@@ -12,6 +13,7 @@ from bdl.samplers.sghmc import SGHMC
 from bdl.samplers.sgld import SGLD
 
 __all__ = [
+    "AdaptiveSGHMC",
     "HMC",
     "MALA",
     "PSGLD",

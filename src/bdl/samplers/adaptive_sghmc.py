@@ -1,0 +1,157 @@
+r"""Scale-adapted SGHMC (Springenberg, Klein, Falkner & Hutter, NeurIPS 2016).
+
+SGHMC (Chen et al. 2014) with a diagonal mass matrix :math:`\hat M` fitted to the gradients
+during burn-in, Springenberg et al.'s eq. (10) on the gradient :math:`g = \nabla\tilde U(\theta)`
+of our potential:
+
+.. math::
+
+    v &\leftarrow v - \epsilon^2 \hat M^{-1} g - \alpha\, v
+          + \mathcal N\big(0,\; 2\epsilon^2\alpha\,\hat M^{-1} - \epsilon^4 I\big), \qquad
+    \hat M^{-1} = \mathrm{diag}\Big(\frac{1}{\lambda + \sqrt{\hat V}}\Big) \\
+    \theta &\leftarrow \theta + v
+
+:math:`\alpha = \epsilon\hat M^{-1}C` is the friction ("mdecay"), and :math:`\epsilon^4` the part
+of the required noise that the minibatch gradient brings: its noise in :math:`v`,
+:math:`\epsilon^4\hat M^{-1}V\hat M^{-1}`, is :math:`\epsilon^4` where :math:`\hat V` estimates
+:math:`V` (where the difference is negative, no noise is injected). Per coordinate this is
+:class:`bdl.samplers.sghmc.SGHMC` with the learning rate :math:`\eta_i = \epsilon^2/\sqrt{\hat
+V_i}` and :math:`\hat\beta_i = \tfrac12\eta_i\hat V_i`.
+
+**Burn-in** (``tune=True``) updates, per coordinate, a running mean :math:`\bar g` and second
+moment :math:`\hat V` of the gradient over a window :math:`\tau` that grows while the gradient
+is dominated by its mean and shrinks back where it is noise (eqs. 8-9, after Schaul et al.
+2013), each with :math:`r = 1/(\tau + 1)` of the step's start:
+
+.. math::
+
+    \tau \leftarrow \tau\,\big(1 - \bar g^2 / (\hat V + \lambda)\big) + 1, \qquad
+    \bar g \leftarrow (1 - r)\,\bar g + r\, g, \qquad
+    \hat V \leftarrow (1 - r)\,\hat V + r\, g^2.
+
+After burn-in :math:`\hat M` is fixed, so the chain that is sampled is SGHMC with a constant
+mass matrix. The estimates start at 1 (:math:`\tau = \bar g = \hat V = 1`), as in Springenberg
+et al.'s code: a first gradient would be a worse start, since a coordinate whose first gradient
+vanishes (a bias at 0 in a unit that no input activates) would get the mass :math:`\lambda` and
+a step far past stability. The first burn-in step already halves their weight; a run without
+burn-in is SGHMC with :math:`\eta = \epsilon^2` and no scale adaptation.
+
+**Units.** :math:`\epsilon^2\hat M^{-1} g` is invariant to the scale of :math:`g`, so ``lr`` is
+:math:`\epsilon^2` on the scale of ``U`` itself, not a per-datum rate divided by :math:`N`
+(``lr_per_datum = False``); a schedule's multiplier scales :math:`\epsilon^2`, as it scales
+SGHMC's :math:`\eta`. Springenberg et al.'s :math:`\epsilon = 10^{-2}` is ``lr=1e-4``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from bdl.noise import Generator
+from bdl.potential import Closure
+from bdl.samplers.base import Sampler, SamplerState
+
+
+class AdaptiveSGHMC(Sampler):
+    """Scale-adapted SGHMC with ``lr`` :math:`\\epsilon^2`, friction ``alpha``
+    (:math:`\\alpha`) and ``damping`` :math:`\\lambda` of the mass estimate."""
+
+    vectorisable = True
+
+    lr_per_datum = False
+
+    def __init__(
+        self,
+        lr: float,
+        alpha: float = 0.05,
+        damping: float = 1e-5,
+        *,
+        foreach: bool = True,
+        generator: Generator = None,
+    ) -> None:
+        super().__init__(lr, foreach=foreach, generator=generator)
+        if not 0 < alpha <= 1:
+            raise ValueError(f"sampler.alpha (friction) must be in (0, 1], got {alpha}")
+        if not 0 < damping < math.inf:
+            raise ValueError(f"sampler.damping must be positive and finite, got {damping}")
+        self.alpha = alpha
+        self.damping = damping
+        self._tune = False  # this step's: the mass is fitted during burn-in only
+
+    def init(self, params: list[Tensor]) -> SamplerState:
+        state = super().init(params)
+        state.buffers["momentum"] = [torch.zeros_like(p) for p in params]
+        for key in ("window", "grad_mean", "grad_sq"):
+            state.buffers[key] = [torch.ones_like(p) for p in params]
+        return state
+
+    def step(
+        self,
+        state: SamplerState,
+        closure: Closure,
+        lr_scale: float = 1.0,
+        noise: bool = True,
+        tune: bool = False,
+    ) -> SamplerState:
+        self._tune = tune
+        return super().step(state, closure, lr_scale, noise, tune)
+
+    def _update_foreach(
+        self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
+    ) -> None:
+        buffers = state.buffers
+        if self._tune:
+            window, mean, square = buffers["window"], buffers["grad_mean"], buffers["grad_sq"]
+            rate = torch._foreach_add(window, 1.0)
+            torch._foreach_reciprocal_(rate)
+            shrink = torch._foreach_mul(mean, mean)
+            torch._foreach_div_(shrink, torch._foreach_add(square, self.damping))
+            torch._foreach_mul_(shrink, window)  # τ ḡ² / (V̂ + λ)
+            torch._foreach_sub_(window, shrink)
+            torch._foreach_add_(window, 1.0)
+            torch._foreach_addcmul_(mean, rate, torch._foreach_sub(grads, mean))
+            torch._foreach_addcmul_(
+                square, rate, torch._foreach_sub(torch._foreach_mul(grads, grads), square)
+            )
+        inverse_mass = torch._foreach_sqrt(buffers["grad_sq"])
+        torch._foreach_add_(inverse_mass, self.damping)
+        torch._foreach_reciprocal_(inverse_mass)
+        v = buffers["momentum"]
+        torch._foreach_mul_(v, 1 - self.alpha)
+        torch._foreach_addcmul_(v, inverse_mass, grads, value=-step_size)
+        if noise:
+            std = torch._foreach_mul(inverse_mass, 2 * step_size * self.alpha)
+            torch._foreach_add_(std, -(step_size**2))
+            torch._foreach_clamp_min_(std, 0.0)
+            torch._foreach_sqrt_(std)
+            torch._foreach_addcmul_(v, self.gaussian_like(v), std)
+        torch._foreach_add_(state.params, v)
+
+    def _update_loop(
+        self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
+    ) -> None:
+        buffers = state.buffers
+        draws = self.gaussian_like(state.params) if noise else [None] * len(grads)
+        for theta, v, g, z, window, mean, square in zip(
+            state.params,
+            buffers["momentum"],
+            grads,
+            draws,
+            buffers["window"],
+            buffers["grad_mean"],
+            buffers["grad_sq"],
+            strict=True,
+        ):
+            if self._tune:
+                rate = 1 / (window + 1)
+                window.mul_(1 - mean * mean / (square + self.damping)).add_(1)
+                mean.add_(rate * (g - mean))
+                square.add_(rate * (g * g - square))
+            inverse_mass = 1 / (square.sqrt() + self.damping)
+            v.mul_(1 - self.alpha).addcmul_(inverse_mass, g, value=-step_size)
+            if z is not None:
+                variance = 2 * step_size * self.alpha * inverse_mass - step_size**2
+                v.addcmul_(z, variance.clamp_(min=0).sqrt_())
+            theta.add_(v)
