@@ -89,14 +89,14 @@ def _samplers(target: str) -> list[str]:
 @pytest.mark.slow
 def test_double_well_thresholds(tmp_path):
     rows = double_well(False, 0, tmp_path, _samplers("double_well"))
-    assert len(rows) == 4 and all(row.samples == 80_000 for row in rows)
+    assert len(rows) == 5 and all(row.samples == 80_000 for row in rows)
     assert judge(rows) == ["PASS"] * len(rows), to_markdown(rows)
 
 
 @pytest.mark.slow
 def test_linear_regression_thresholds(tmp_path):
     rows = linear_regression(False, 0, tmp_path, _samplers("linear_regression"))
-    assert len(rows) == 4
+    assert len(rows) == 5
     assert judge(rows) == ["PASS"] * len(rows), to_markdown(rows)
 
 

@@ -66,6 +66,7 @@ from bdl.samplers import (
     RWMH,
     SGHMC,
     SGLD,
+    AdaptiveSGHMC,
     ConstantSGD,
     NaiveSGHMC,
     Sampler,
@@ -101,6 +102,7 @@ THRESHOLDS: dict[tuple[str, str], tuple[Bound, ...]] = {
     ("double_well", "hmc"): (Bound("tv", 0.026),),  # 0.0094 ± 0.0040
     ("double_well", "mala"): (Bound("tv", 0.013),),  # 0.0059 ± 0.0016
     ("double_well", "sghmc"): (Bound("tv", 0.014),),  # 0.0092 ± 0.0012
+    ("double_well", "sghmc_adaptive"): (Bound("tv", 0.016),),  # 0.0084 ± 0.0019
     ("double_well", "naive_sghmc"): (Bound("tv", 2.0, above="sghmc"),),
     ("linear_regression", "hmc"): (
         Bound("mean_error", 0.0052),  # 0.0012 ± 0.0010
@@ -117,6 +119,10 @@ THRESHOLDS: dict[tuple[str, str], tuple[Bound, ...]] = {
     ("linear_regression", "sghmc"): (
         Bound("mean_error", 0.00075),  # 0.00045 ± 0.00007
         Bound("cov_error", 0.042),  # 0.033 ± 0.0021
+    ),
+    ("linear_regression", "sghmc_adaptive"): (
+        Bound("mean_error", 0.0011),  # 0.00062 ± 0.00011
+        Bound("cov_error", 0.031),  # 0.022 ± 0.0025
     ),
 }
 
@@ -271,6 +277,7 @@ def double_well(quick: bool, seed: int, out: Path, only: Sequence[str] | None = 
         per_step("naive_sghmc, MH", lambda g: NaiveSGHMC(lr, leapfrog, mh=True, generator=g), True),
         per_step("naive_sghmc", lambda g: NaiveSGHMC(lr, leapfrog, generator=g), True),
         per_step("sghmc", lambda g: SGHMC(lr, alpha=0.3, grad_var=4.0, generator=g), True),
+        per_step("sghmc_adaptive", lambda g: AdaptiveSGHMC(lr, alpha=0.3, generator=g), True),
         per_step("sgld", lambda g: SGLD(lr, generator=g), True),
         per_step("psgld", lambda g: PSGLD(lr, generator=g), True),
         # A nearly constant preconditioner: the bias above is the dropped Γ term's.
@@ -417,6 +424,7 @@ def linear_regression(
             thin,
         ),
         Spec("psgld", lambda g: PSGLD(2e-3, generator=g), True, steps, burn, thin),
+        Spec("sghmc_adaptive", lambda g: AdaptiveSGHMC(1e-4, generator=g), True, steps, burn, thin),
         Spec("naive_sghmc", lambda g: NaiveSGHMC(1e-5, 50, generator=g), True, steps, burn, thin),
         Spec("csgd", lambda g: ConstantSGD(1e-4, generator=g), True, steps, burn, thin),
         Spec(
