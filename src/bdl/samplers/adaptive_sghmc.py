@@ -19,8 +19,9 @@ of the required noise that the minibatch gradient brings: its noise in :math:`v`
 V_i}` and :math:`\hat\beta_i = \tfrac12\eta_i\hat V_i`.
 
 **Burn-in** (``tune=True``) updates, per coordinate, a running mean :math:`\bar g` and second
-moment :math:`\hat V` of the gradient over a window :math:`\tau` that grows while the gradient
-is dominated by its mean and shrinks back where it is noise (eqs. 8-9, after Schaul et al.
+moment :math:`\hat V` of the gradient over a window :math:`\tau` that grows by one a step while
+the gradient is noise about a small mean (a long average) and falls back towards 1 where its
+mean dominates (a gradient still changing as the chain travels; eqs. 8-9, after Schaul et al.
 2013), each with :math:`r = 1/(\tau + 1)` of the step's start:
 
 .. math::
