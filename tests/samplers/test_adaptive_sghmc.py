@@ -50,6 +50,23 @@ def test_foreach_equals_loop(assert_foreach_matches_loop, quadratic):
     )
 
 
+def test_the_kept_mass_is_that_of_the_buffers_in_use(quadratic):
+    """The foreach update keeps M̂⁻¹ and the noise's scale between steps after burn-in; the loop
+    twin recomputes them every step. They agree over plain steps at one step size, and after
+    ``grad_sq`` is replaced by other tensors (as a restored checkpoint does)."""
+    twins = []
+    for foreach in (True, False):
+        params = [torch.linspace(-2.0, 2.0, 7)]
+        sampler = AdaptiveSGHMC(0.01, foreach=foreach, generator=torch.Generator().manual_seed(3))
+        twins.append((params, sampler, sampler.init(params)))
+    for t in range(9):
+        for params, sampler, state in twins:
+            if t == 6:
+                state.buffers["grad_sq"] = [4 * b for b in state.buffers["grad_sq"]]
+            sampler.step(state, quadratic(params, scale=2.0), tune=t < 3)
+        torch.testing.assert_close(twins[0][0][0], twins[1][0][0], rtol=0, atol=0)
+
+
 def test_lr_is_on_the_scale_of_u():
     assert AdaptiveSGHMC.lr_per_datum is False
 
