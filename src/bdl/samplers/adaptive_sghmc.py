@@ -135,12 +135,13 @@ class AdaptiveSGHMC(Sampler):
         a burn-in step, another step size or other ``grad_sq`` tensors (a restored checkpoint)
         come."""
         cached = self._cached
-        if (
-            self._tune
-            or cached is None
-            or cached[1] != step_size
-            or any(a is not b for a, b in zip(cached[0], grad_sq, strict=True))
-        ):
+        kept = (
+            cached is not None
+            and cached[1] == step_size
+            and len(cached[0]) == len(grad_sq)
+            and all(a is b for a, b in zip(cached[0], grad_sq, strict=True))
+        )
+        if self._tune or not kept:
             inverse_mass = torch._foreach_sqrt(grad_sq)
             torch._foreach_add_(inverse_mass, self.damping)
             torch._foreach_reciprocal_(inverse_mass)
