@@ -51,8 +51,8 @@ def test_uci_sghmc_samples_the_posterior_that_hmc_samples(data_dir, isolated_cac
     reference = load_run(tmp_path / "hmc").function_moments()
     results = {}
     hotter = ["sampler.alpha=0.01", "sampler.burn_in_alpha=null"]
-    adaptive = ["sampler=sghmc_adaptive", "epochs=3000", "burn_in=600", "thin=6"]
-    runs = {"protocol": [], "friction 0.01": hotter, "adaptive": adaptive}
+    adaptive_3000 = ["sampler=sghmc_adaptive", "epochs=3000", "burn_in=600", "thin=6"]
+    runs = {"protocol": [], "friction 0.01": hotter, "adaptive": adaptive_3000}
     for name, overrides in runs.items():
         run(config(root, "experiment=uci_sghmc", *overrides), tmp_path / name)
         moments = load_run(tmp_path / name).function_moments()
