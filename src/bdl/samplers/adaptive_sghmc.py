@@ -51,7 +51,6 @@ import torch
 from torch import Tensor
 
 from bdl.noise import Generator
-from bdl.potential import Closure
 from bdl.samplers.base import Sampler, SamplerState
 
 
@@ -79,8 +78,7 @@ class AdaptiveSGHMC(Sampler):
             raise ValueError(f"sampler.damping must be positive and finite, got {damping}")
         self.alpha = alpha
         self.damping = damping
-        self._tune = False  # this step's: the mass is fitted during burn-in only
-        # (grad_sq tensors, step size, inverse mass, noise std): see _mass_and_noise
+        # (grad_sq list, step size, inverse mass, noise std): see _mass_and_noise
         self._cached: tuple[list[Tensor], float, list[Tensor], list[Tensor]] | None = None
 
     def init(self, params: list[Tensor]) -> SamplerState:
@@ -90,22 +88,11 @@ class AdaptiveSGHMC(Sampler):
             state.buffers[key] = [torch.ones_like(p) for p in params]
         return state
 
-    def step(
-        self,
-        state: SamplerState,
-        closure: Closure,
-        lr_scale: float = 1.0,
-        noise: bool = True,
-        tune: bool = False,
-    ) -> SamplerState:
-        self._tune = tune
-        return super().step(state, closure, lr_scale, noise, tune)
-
     def _update_foreach(
         self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
     ) -> None:
         buffers = state.buffers
-        if self._tune:
+        if self.tuning:
             window, mean, square = buffers["window"], buffers["grad_mean"], buffers["grad_sq"]
             rate = torch._foreach_add(window, 1.0)
             torch._foreach_reciprocal_(rate)
@@ -132,16 +119,12 @@ class AdaptiveSGHMC(Sampler):
         r""":math:`\hat M^{-1}` and the injected noise's standard deviation. After burn-in both
         are fixed for a given step, so they are kept and reused (recomputing them takes seven more
         passes over the parameters a step, about a tenth of a UCI network's step time) until
-        a burn-in step, another step size or other ``grad_sq`` tensors (a restored checkpoint)
+        a burn-in step, another step size or another ``grad_sq`` list (a restored checkpoint)
         come."""
         cached = self._cached
-        kept = (
-            cached is not None
-            and cached[1] == step_size
-            and len(cached[0]) == len(grad_sq)
-            and all(a is b for a, b in zip(cached[0], grad_sq, strict=True))
-        )
-        if self._tune or not kept:
+        # buffers are replaced as whole lists (a restored checkpoint), never element by element
+        kept = cached is not None and cached[0] is grad_sq and cached[1] == step_size
+        if self.tuning or not kept:
             inverse_mass = torch._foreach_sqrt(grad_sq)
             torch._foreach_add_(inverse_mass, self.damping)
             torch._foreach_reciprocal_(inverse_mass)
@@ -149,7 +132,7 @@ class AdaptiveSGHMC(Sampler):
             torch._foreach_add_(std, -(step_size**2))
             torch._foreach_clamp_min_(std, 0.0)
             torch._foreach_sqrt_(std)
-            cached = self._cached = (list(grad_sq), step_size, inverse_mass, std)
+            cached = self._cached = (grad_sq, step_size, inverse_mass, std)
         return cached[2], cached[3]
 
     def _update_loop(
@@ -167,7 +150,7 @@ class AdaptiveSGHMC(Sampler):
             buffers["grad_sq"],
             strict=True,
         ):
-            if self._tune:
+            if self.tuning:
                 rate = 1 / (window + 1)
                 window.mul_(1 - mean * mean / (square + self.damping)).add_(1)
                 mean.add_(rate * (g - mean))

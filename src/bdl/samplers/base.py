@@ -92,6 +92,8 @@ class Sampler(ABC):
         self.foreach = foreach
         self.generator = generator
         self._normal = StandardNormal()
+        # this step's ``tune`` (set by step): read by updates that differ during burn-in
+        self.tuning = False
 
     def attach(self, potential: Potential, batches: Batches) -> None:  # noqa: B027 (optional)
         """Meet the run's potential and training set, once, before :meth:`init`. Samplers that
@@ -111,6 +113,7 @@ class Sampler(ABC):
     ) -> SamplerState:
         potential, grads = closure()
         state.grad_evals += 1
+        self.tuning = tune
         update = self._update_foreach if self.foreach else self._update_loop
         step_size = self.lr * lr_scale
         update(state, grads, step_size, noise and self.injects_noise)

@@ -73,7 +73,6 @@ class SGHMC(Sampler):
             )
         self.alpha = alpha
         self.burn_in_alpha = alpha if burn_in_alpha is None else burn_in_alpha
-        self._friction = alpha  # this step's: burn_in_alpha while tuning, else alpha
         self.grad_var = 0.0 if self.online else float(grad_var)
 
     def init(self, params: list[Tensor]) -> SamplerState:
@@ -91,8 +90,12 @@ class SGHMC(Sampler):
     ) -> SamplerState:
         if tune and self.online:
             closure = observing(state, closure, self.foreach)
-        self._friction = self.burn_in_alpha if tune else self.alpha
         return super().step(state, closure, lr_scale, noise, tune)
+
+    @property
+    def _friction(self) -> float:
+        """This step's friction: ``burn_in_alpha`` while tuning, else ``alpha``."""
+        return self.burn_in_alpha if self.tuning else self.alpha
 
     def _noise_std(self, eta: float) -> float:
         return math.sqrt(2 * eta * max(self._friction - 0.5 * eta * self.grad_var, 0.0))
