@@ -67,17 +67,15 @@ UCI := multirun/uci
 UCI_SETS := boston,concrete,energy,kin8nm,naval,power,wine,yacht
 UCI_SPLITS ?= $(shell seq -s, 0 19)
 PROTEIN_SPLITS ?= 0,1,2,3,4
-# The protocol's sampler; e.g. UCI_SAMPLER=sghmc_adaptive for scale-adapted SGHMC
-UCI_SAMPLER ?= sghmc_uci
 # Protein's splits (a third of the table's run time) run one after the other beside the sweep of
 # the other sets, which takes every core: run after it, protein's last split would leave cores idle.
 # One thread per run: the runs already outnumber the cores.
 reproduce-uci: install ## SGHMC on the nine UCI sets' standard splits, beside PBP, MC dropout, deep ensembles
 	mkdir -p $(UCI)
 	export OMP_NUM_THREADS=1; \
-	$(BIN)/bdl-run -m experiment=uci_sghmc sampler=$(UCI_SAMPLER) dataset=protein dataset.split=$(PROTEIN_SPLITS) \
+	$(BIN)/bdl-run -m experiment=uci_sghmc dataset=protein dataset.split=$(PROTEIN_SPLITS) \
 		hydra.sweep.dir=$(UCI)/sghmc_protein > $(UCI)/protein.log 2>&1 & protein=$$!; \
-	$(BIN)/bdl-run -m experiment=uci_sghmc sampler=$(UCI_SAMPLER) dataset=$(UCI_SETS) dataset.split=$(UCI_SPLITS) \
+	$(BIN)/bdl-run -m experiment=uci_sghmc dataset=$(UCI_SETS) dataset.split=$(UCI_SPLITS) \
 		hydra/launcher=joblib hydra.sweep.dir=$(UCI)/sghmc; sets=$$?; \
 	wait $$protein || { echo "protein's sweep failed: see $(UCI)/protein.log"; exit 1; }; exit $$sets
 	$(BIN)/bdl-report --paper uci $(UCI) --out $(UCI)/table

@@ -156,10 +156,10 @@ def test_a_dataset_leaves_the_prior_and_schedule_alone(dataset):
     assert cfg.prior == own("prior", "gaussian") and cfg.schedule == own("schedule", "constant")
 
 
-def test_the_uci_step_size_reaches_sghmc_only():
-    for overrides in [(), ("dataset=concrete",)]:
+def test_the_uci_preset_chooses_scale_adapted_sghmc_and_reaches_no_other_sampler():
+    for overrides in [(), ("dataset=concrete",), ("dataset=naval",)]:
         cfg = composed("experiment=uci_sghmc", *overrides)
-        assert cfg.sampler._target_ == "bdl.samplers.sghmc.SGHMC" and cfg.sampler.lr == 3e-4
+        assert cfg.sampler == own("sampler", "sghmc_adaptive")
     assert composed("experiment=uci_sghmc", "sampler=sgld").sampler == own("sampler", "sgld")
 
 
@@ -181,17 +181,18 @@ def test_the_quick_start_is_chen_et_al_2014s_mnist_setup():
 
 
 def test_the_uci_protocol_is_hernandez_lobato_and_adams():
-    # one hidden layer of 50 ReLU units, 100 for protein (Hernandez-Lobato & Adams 2015); naval and
-    # power sample for half as long (conf/protocol/uci_500.yaml); 400 samples everywhere
-    for dataset, hidden, epochs, burn_in, thin in [
-        ("boston", [50], 1000, 200, 2),
-        ("yacht", [50], 1000, 200, 2),
-        ("protein", [100], 1000, 200, 2),
-        ("naval", [50], 500, 100, 1),
+    # one hidden layer of 50 ReLU units, 100 for protein (Hernandez-Lobato & Adams 2015), sampled on
+    # full batches but for naval (conf/protocol/uci_minibatch.yaml); 400 samples everywhere
+    for dataset, hidden, batch_size, epochs, burn_in, thin in [
+        ("boston", [50], 100000, 10000, 2000, 20),
+        ("yacht", [50], 100000, 10000, 2000, 20),
+        ("power", [50], 100000, 10000, 2000, 20),
+        ("protein", [100], 100000, 30000, 6000, 60),
+        ("naval", [50], 32, 500, 100, 1),
     ]:
         cfg = composed(f"dataset={dataset}")
         assert list(cfg.model.hidden) == hidden and cfg.model.activation == "relu"
-        assert cfg.prior.scale == 0.3 and cfg.batch_size == 32
+        assert cfg.prior.scale == 0.3 and cfg.batch_size == batch_size
         assert (cfg.epochs, cfg.burn_in, cfg.thin) == (epochs, burn_in, thin)
         assert (cfg.epochs - cfg.burn_in) // cfg.thin == 400
 
