@@ -10,8 +10,10 @@ within 0.15 standard deviations.
 from __future__ import annotations
 
 import argparse
+import sys
 
 import bdl
+from bdl.evaluate import USER_ERRORS, user_message
 from bdl.metrics import function_agreement
 
 
@@ -20,10 +22,17 @@ def main() -> None:
     parser.add_argument("reference")
     parser.add_argument("runs", nargs="+")
     args = parser.parse_args()
-    reference = bdl.load_run(args.reference).function_moments()
+    try:
+        reference = bdl.load_run(args.reference).function_moments()
+    except USER_ERRORS as e:
+        sys.exit(f"uci_posterior_check: error: {args.reference}: {user_message(e)}")
     print(f"{'run':<60} {'width':>6} {'min':>5} {'max':>5} {'offset':>7}")
     for run in args.runs:
-        result = function_agreement(reference, bdl.load_run(run).function_moments())
+        try:
+            moments = bdl.load_run(run).function_moments()
+        except USER_ERRORS as e:
+            sys.exit(f"uci_posterior_check: error: {run}: {user_message(e)}")
+        result = function_agreement(reference, moments)
         print(
             f"{run[-60:]:<60} {result['width_ratio']:>6.3f} {result['width_ratio_min']:>5.2f} "
             f"{result['width_ratio_max']:>5.2f} {result['mean_offset']:>7.3f}"

@@ -29,7 +29,7 @@ from bdl.priors import Gaussian as GaussianPrior
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 HMC = ["sampler=hmc", "sampler.num_steps=10", "epochs=22", "burn_in=6", "thin=1"]
 CASES = {
-    "boston": ["dataset=boston"],  # N = 455 in 15 chunks of 32: 8 and 7 per rank
+    "boston": ["dataset=boston", "batch_size=32"],  # N = 455 in 15 chunks: 8 and 7 per rank
     "mnist": ["dataset.validation=59800", "batch_size=50"],  # N = 200 in 4 chunks
 }
 

@@ -192,6 +192,8 @@ def test_bad_input_one_message_each(uci_run: Path, cifar_run: Path, uci_root: Pa
     assert "has no validation split" in error(str(uci_run), "split=validation")
     assert "shift.rotate applies to images" in error(str(uci_run), "shift.rotate=30")
     assert "is not an option" in error(str(uci_run), "epochs=3")
+    missing = error(str(uci_run), f"dataset.root={not_a_run}")  # the loader's message, not Hydra's
+    assert "missing file" in missing and "BDL_DATA_DIR" in missing
 
 
 def test_data_file_and_rotation(cifar_run: Path):

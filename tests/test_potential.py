@@ -324,8 +324,10 @@ def test_runner_gibbs_steps_in_any_sampler_are_traced(fake_data_root, isolated_c
         "prior=ard",
         "likelihood.gibbs=true",
         "gibbs_every=3",
+        "batch_size=32",
         "epochs=3",
         "burn_in=1",
+        "thin=2",
     ]
     with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
         cfg = compose("config", overrides=overrides)

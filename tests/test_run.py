@@ -17,8 +17,15 @@ from safetensors.torch import load_file
 import bdl
 from bdl.run import run
 
-# sampler.lr: the UCI step size (sampler=sghmc_uci's), which these runs were written for
-UCI = ["dataset=boston", "protocol.mlp.hidden=[8]", "thin=1", "burn_in=0", "sampler.lr=3e-4"]
+# minibatches of 32 and the UCI step size (sampler=sghmc_uci's), which these runs were written for
+UCI = [
+    "dataset=boston",
+    "batch_size=32",
+    "protocol.mlp.hidden=[8]",
+    "thin=1",
+    "burn_in=0",
+    "sampler.lr=3e-4",
+]
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hydra.errors import HydraException
+from hydra.errors import HydraException, InstantiationException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from safetensors import SafetensorError
@@ -39,6 +39,15 @@ __all__ = ["evaluation_set", "main"]
 
 KEYS = ("dataset", "split", "shift.rotate", "data", "device", "out")
 USER_ERRORS = (RunError, StoreError, DataError, ValueError, HydraException, OmegaConfBaseException)
+
+
+def user_message(error: Exception) -> str:
+    """One line for a user error: a loader's own message (which names the fix, e.g. where the data
+    should be) rather than Hydra's wrapper around it."""
+    if isinstance(error, InstantiationException) and isinstance(error.__cause__, USER_ERRORS):
+        error = error.__cause__
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _dataset_config(name: str) -> DictConfig:
@@ -186,8 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # --help, or a usage error argparse already reported
         return e.code if isinstance(e.code, int) else 2
     except USER_ERRORS as e:
-        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"bdl-eval: error: {message}", file=sys.stderr)
+        print(f"bdl-eval: error: {user_message(e)}", file=sys.stderr)
         return 2
     print(json.dumps(metrics, indent=2))
     print(f"bdl-eval: wrote {out / 'metrics.json'}", file=sys.stderr)
