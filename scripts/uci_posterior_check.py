@@ -22,17 +22,17 @@ def main() -> None:
     parser.add_argument("reference")
     parser.add_argument("runs", nargs="+")
     args = parser.parse_args()
-    try:
-        reference = bdl.load_run(args.reference).function_moments()
-    except USER_ERRORS as e:
-        sys.exit(f"uci_posterior_check: error: {args.reference}: {user_message(e)}")
-    print(f"{'run':<60} {'width':>6} {'min':>5} {'max':>5} {'offset':>7}")
-    for run in args.runs:
+
+    def moments(run: str):
         try:
-            moments = bdl.load_run(run).function_moments()
+            return bdl.load_run(run).function_moments()
         except USER_ERRORS as e:
             sys.exit(f"uci_posterior_check: error: {run}: {user_message(e)}")
-        result = function_agreement(reference, moments)
+
+    reference = moments(args.reference)
+    print(f"{'run':<60} {'width':>6} {'min':>5} {'max':>5} {'offset':>7}")
+    for run in args.runs:
+        result = function_agreement(reference, moments(run))
         print(
             f"{run[-60:]:<60} {result['width_ratio']:>6.3f} {result['width_ratio_min']:>5.2f} "
             f"{result['width_ratio_max']:>5.2f} {result['mean_offset']:>7.3f}"

@@ -29,8 +29,8 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-import bdl.config  # noqa: F401  (registers the root schema `base_config`)
 from bdl import distributed
+from bdl.config import constructor_error, print_sweep  # importing it registers the schema
 from bdl.data import DataError
 from bdl.outputs import METRICS, RunDirectory
 from bdl.run import DivergedError, Interrupted, run
@@ -68,8 +68,7 @@ def _app(cfg: DictConfig) -> float | None:
     except KeyboardInterrupt:
         raise SystemExit("bdl-run: interrupted before sampling began; nothing to resume") from None
     except USER_ERRORS as error:
-        if isinstance(error, InstantiationException) and isinstance(error.__cause__, USER_ERRORS):
-            error = error.__cause__  # the constructor's own message names the key
+        error = constructor_error(error, USER_ERRORS)
         message = f"bdl-run: error: {error}"
         if follower:
             raise SystemExit(1) from None
@@ -176,7 +175,7 @@ def _torchrun_overrides(argv: list[str]) -> tuple[list[str], str | None]:
 
 def main() -> None:
     argv = sys.argv[1:]
-    if bdl.config.print_sweep(argv):  # bdl-run -m <sweep> --cfg job
+    if print_sweep(argv):  # bdl-run -m <sweep> --cfg job
         return
     _check_launcher(argv)
     scratch = None

@@ -283,6 +283,15 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
+def constructor_error(error: Exception, kinds: tuple[type[Exception], ...]) -> Exception:
+    """The constructor's own error inside Hydra's ``InstantiationException`` when it is one of
+    ``kinds`` (its message names the key or the fix, e.g. where the data should be); else
+    ``error``."""
+    if isinstance(error, InstantiationException) and isinstance(error.__cause__, kinds):
+        return error.__cause__
+    return error
+
+
 def _build_without_data(cfg: Any) -> None:
     """Build once what needs no data (prior, likelihood, sampler, schedule), so that their
     constructors' range checks fail before the data are read; the runner builds them again."""

@@ -22,13 +22,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hydra.errors import HydraException, InstantiationException
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from torch import Tensor
 
+from bdl.config import constructor_error
 from bdl.data import DataError, Dataset
 from bdl.data.shift import rotate
 from bdl.posterior import Posterior, RunError
@@ -44,8 +45,7 @@ USER_ERRORS = (RunError, StoreError, DataError, ValueError, HydraException, Omeg
 def user_message(error: Exception) -> str:
     """One line for a user error: a loader's own message (which names the fix, e.g. where the data
     should be) rather than Hydra's wrapper around it."""
-    if isinstance(error, InstantiationException) and isinstance(error.__cause__, USER_ERRORS):
-        error = error.__cause__
+    error = constructor_error(error, USER_ERRORS)
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
 
