@@ -2,7 +2,9 @@
 full-batch HMC run)? Prints, over the test points, the ratio of the standard deviations of the
 network's output f and the distance between its means in the reference's standard deviations
 (``bdl.metrics.function_agreement``); the UCI protocol's goal is a width within 10% and means
-within 0.15 standard deviations.
+within 0.15 standard deviations. For runs of several chains, also the offset that Monte Carlo error
+alone gives runs of these lengths (``noise``, from the spread of the chains' means): an offset
+near it is no evidence of a bias.
 
     python scripts/uci_posterior_check.py REFERENCE_RUN RUN [RUN ...]
 """
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+
+from torch import Tensor
 
 import bdl
 from bdl.evaluate import USER_ERRORS, user_message
@@ -23,19 +27,25 @@ def main() -> None:
     parser.add_argument("runs", nargs="+")
     args = parser.parse_args()
 
-    def moments(run: str):
+    def moments(run: str) -> tuple[tuple[Tensor, Tensor], Tensor | None]:
+        """The run's function moments and, with several chains, their standard errors."""
         try:
-            return bdl.load_run(run).function_moments()
+            posterior = bdl.load_run(run)
+            error = posterior.function_standard_error() if posterior.num_chains > 1 else None
+            return posterior.function_moments(), error
         except USER_ERRORS as e:
             sys.exit(f"uci_posterior_check: error: {run}: {user_message(e)}")
 
-    reference = moments(args.reference)
-    print(f"{'run':<60} {'width':>6} {'min':>5} {'max':>5} {'offset':>7}")
+    reference, reference_error = moments(args.reference)
+    print(f"{'run':<60} {'width':>6} {'min':>5} {'max':>5} {'offset':>7} {'noise':>6}")
     for run in args.runs:
-        result = function_agreement(reference, moments(run))
+        other, error = moments(run)
+        errors = (reference_error, error) if None not in (reference_error, error) else None
+        result = function_agreement(reference, other, errors)
+        noise = f"{result['mean_offset_noise']:>6.3f}" if errors else f"{'':>6}"
         print(
             f"{run[-60:]:<60} {result['width_ratio']:>6.3f} {result['width_ratio_min']:>5.2f} "
-            f"{result['width_ratio_max']:>5.2f} {result['mean_offset']:>7.3f}"
+            f"{result['width_ratio_max']:>5.2f} {result['mean_offset']:>7.3f} {noise}"
         )
 
 

@@ -78,3 +78,30 @@ def test_categorical_is_the_sum_of_log_softmax_at_the_labels():
     expected = CategoricalDist(logits=logits).log_prob(labels).sum()
     torch.testing.assert_close(Categorical()(logits, labels), expected)
     torch.testing.assert_close(Categorical().predict(logits), CategoricalDist(logits=logits).probs)
+
+
+@pytest.mark.parametrize("noise_std", [None, 0.4])
+def test_gaussian_chain_forward_is_each_chains_normal_log_density(noise_std):
+    """Chains stacked in front: each chain's mean at its own log precision (sampled), or at the
+    one fixed noise scale."""
+    s = torch.tensor([-1.3, 0.7, 2.0])
+    means = MEAN.squeeze(-1) + torch.tensor([[0.0], [0.5], [-1.0]])
+    stds = s.mul(-0.5).exp() if noise_std is None else torch.full((3,), noise_std)
+    expected = Normal(means, stds.unsqueeze(1)).log_prob(Y).sum(-1)
+    likelihood = Gaussian(noise_std=noise_std)
+    phi = [s] if noise_std is None else []
+    torch.testing.assert_close(likelihood.chain_forward(means.unsqueeze(-1), Y, phi), expected)
+
+
+@pytest.mark.parametrize("own_labels", [False, True])
+def test_categorical_chain_forward_is_each_chains_log_softmax_sum(own_labels):
+    logits = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(0))
+    labels = torch.tensor([0, 2, 1, 1])
+    targets = torch.stack([labels, labels.flip(0)]) if own_labels else labels
+    expected = torch.stack(
+        [
+            CategoricalDist(logits=logits[k]).log_prob(targets[k] if own_labels else labels).sum()
+            for k in range(2)
+        ]
+    )
+    torch.testing.assert_close(Categorical().chain_forward(logits, targets, []), expected)

@@ -245,3 +245,29 @@ def test_function_agreement_by_hand():
     assert result["width_ratio"] == pytest.approx((1.2 + 0.5) / 2)
     assert (result["width_ratio_min"], result["width_ratio_max"]) == pytest.approx((0.5, 1.2))
     assert result["mean_offset"] == pytest.approx((0.5 / 1 + 1 / 2) / 2)
+
+
+def test_mean_offset_noise_by_hand():
+    reference = (torch.tensor([0.0, 1.0]), torch.tensor([1.0, 2.0]))
+    errors = (torch.tensor([0.3, 0.0]), torch.tensor([0.4, 0.2]))
+    result = function_agreement(reference, reference, errors)
+    # point 0: sqrt(0.09 + 0.16) / 1 = 0.5; point 1: 0.2 / 2 = 0.1
+    assert result["mean_offset_noise"] == pytest.approx(math.sqrt(2 / math.pi) * 0.3)
+    assert "mean_offset_noise" not in function_agreement(reference, reference)
+
+
+def test_mean_offset_noise_is_the_offset_of_an_unbiased_estimate():
+    """Means that differ from the reference's by Monte Carlo error alone, of the stated standard
+    errors, are offset by mean_offset_noise, to the Monte Carlo error of its average over the
+    points (sd of |Z| is sqrt(1 - 2/pi))."""
+    generator = torch.Generator().manual_seed(0)
+    points = 4000
+    ref_mean = torch.randn(points, generator=generator, dtype=torch.float64)
+    ref_std = torch.rand(points, generator=generator, dtype=torch.float64) + 0.5
+    ref_error = 0.05 * ref_std
+    error = torch.rand(points, generator=generator, dtype=torch.float64) * 0.2 * ref_std
+    combined = (ref_error.square() + error.square()).sqrt()
+    mean = ref_mean + combined * torch.randn(points, generator=generator, dtype=torch.float64)
+    result = function_agreement((ref_mean, ref_std), (mean, ref_std), (ref_error, error))
+    tolerance = 5 * math.sqrt(1 - 2 / math.pi) * (combined / ref_std).max().item() / points**0.5
+    assert abs(result["mean_offset"] - result["mean_offset_noise"]) < tolerance

@@ -248,6 +248,39 @@ def test_function_moments_of_a_regression_run(uci_run: Path, cifar_run: Path):
         load_run(cifar_run).function_moments()
 
 
+def test_function_standard_error_is_the_spread_of_the_chains_means(
+    tmp_path: Path, uci_root: Path, uci_run: Path
+):
+    run_dir = make_run(
+        tmp_path / "chains",
+        "dataset=boston",
+        "dataset.name=tiny",
+        f"dataset.root={uci_root}",
+        "dataset.download=false",
+        "sampler.lr=3e-4",
+        "epochs=4",
+        "burn_in=1",
+        "thin=1",
+        "batch_size=16",
+        "chains=3",
+    )
+    posterior = load_run(run_dir)
+    model, _ = posterior.network()
+    chain_means = []
+    for chain in range(3):
+        outputs = []
+        for sample in posterior.samples(chain):
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    p.copy_(sample.params[name])
+                outputs.append(model(posterior.data.x_test).squeeze(-1).double())
+        chain_means.append(torch.stack(outputs).mean(0))
+    f = torch.stack(chain_means) * posterior.data.target_std + posterior.data.target_mean
+    torch.testing.assert_close(posterior.function_standard_error(), f.std(0) / 3**0.5)
+    with pytest.raises(RunError, match="one chain.*chains=K"):
+        load_run(uci_run).function_standard_error()
+
+
 def test_not_a_run_from_the_command_line(tmp_path: Path):
     result = subprocess.run(
         [sys.executable, "-m", "bdl.evaluate", str(tmp_path)],

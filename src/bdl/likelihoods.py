@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.func import functional_call
 
 from bdl.priors import conjugate_precision
 
@@ -28,6 +29,12 @@ class Likelihood(nn.Module):
 
     def log_prior(self) -> Tensor:
         return torch.zeros(())
+
+    def chain_forward(self, output: Tensor, y: Tensor, phi: list[Tensor]) -> Tensor:
+        """``forward`` for chains stacked along a first dimension of ``output`` (:mod:`bdl.chains`),
+        one sum per chain, at ``phi``: the chains' stacked values of this module's parameters."""
+        names = [name for name, _ in self.named_parameters()]
+        return functional_call(self, dict(zip(names, phi, strict=True)), (output, y))
 
     def log_prior_grad(self, phi: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
         """``log p(φ)`` and its gradient in closed form, at ``phi``: values of this
@@ -123,8 +130,16 @@ class Gaussian(Likelihood):
             self.register_buffer("log_precision", log_precision)
 
     def forward(self, mean: Tensor, y: Tensor) -> Tensor:
+        return self._log_density(mean, y, self.log_precision)
+
+    def chain_forward(self, mean: Tensor, y: Tensor, phi: list[Tensor]) -> Tensor:
+        # in closed form: functional_call's swap of the one parameter cost a fifth of a stacked
+        # UCI network's forward pass
+        return self._log_density(mean, y, phi[0] if phi else self.log_precision)
+
+    @staticmethod
+    def _log_density(mean: Tensor, y: Tensor, s: Tensor) -> Tensor:
         # sums over the last dimension: chains stacked in front (bdl.chains) get one sum each
-        s = self.log_precision
         residual = (y - mean.squeeze(-1)).square().sum(-1)
         return 0.5 * y.shape[-1] * (s - math.log(2 * math.pi)) - 0.5 * s.exp() * residual
 

@@ -328,19 +328,33 @@ def pool(
 
 
 def function_agreement(
-    reference: tuple[Tensor, Tensor], other: tuple[Tensor, Tensor]
+    reference: tuple[Tensor, Tensor],
+    other: tuple[Tensor, Tensor],
+    standard_errors: tuple[Tensor, Tensor] | None = None,
 ) -> dict[str, float]:
-    """How well the posterior of a regression function ``other`` matches ``reference`` (e.g. a
+    r"""How well the posterior of a regression function ``other`` matches ``reference`` (e.g. a
     long full-batch HMC run), each the per-point mean and standard deviation of :math:`f`
     (:meth:`RegressionAverage.function_moments`): ``width_ratio`` the mean over points of the
     ratio of standard deviations (1 for the same width; its least and largest as
     ``width_ratio_min``, ``width_ratio_max``), and ``mean_offset`` the mean over points of the
-    distance between the means in the reference's standard deviations."""
+    distance between the means in the reference's standard deviations.
+
+    With the Monte Carlo ``standard_errors`` of the two means per point (the reference's, then
+    ``other``'s; :meth:`bdl.posterior.Posterior.function_standard_error`), also
+    ``mean_offset_noise``: the offset two unbiased runs of these lengths would show on average,
+    :math:`\sqrt{2/\pi}\,\sqrt{e_\mathrm{ref}^2 + e^2}/s_\mathrm{ref}` averaged over points
+    (the mean of :math:`|\mathcal{N}(0, e^2)|` is :math:`e\sqrt{2/\pi}`). An offset near it is
+    Monte Carlo error, one well above it a bias."""
     (ref_mean, ref_std), (mean, std) = reference, other
     ratio = std / ref_std
-    return {
+    result = {
         "width_ratio": ratio.mean().item(),
         "width_ratio_min": ratio.min().item(),
         "width_ratio_max": ratio.max().item(),
         "mean_offset": ((mean - ref_mean).abs() / ref_std).mean().item(),
     }
+    if standard_errors is not None:
+        ref_error, error = standard_errors
+        combined = (ref_error.square() + error.square()).sqrt() / ref_std
+        result["mean_offset_noise"] = math.sqrt(2 / math.pi) * combined.mean().item()
+    return result

@@ -18,6 +18,7 @@ Predictions stream over the samples, one on the device at a time, into the runni
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator, Sequence
 from fnmatch import fnmatch
@@ -220,6 +221,25 @@ class Posterior:
             raise RunError(f"{self.directory} is a {self.data.task} run: no regression function")
         x = self.data.x_test if x is None else x
         return self.average(x, device=device).function_moments()
+
+    def function_standard_error(
+        self, x: Tensor | None = None, device: str | torch.device | None = None
+    ) -> Tensor:
+        """The Monte Carlo standard error of :meth:`function_moments`' mean on each point, from
+        the spread of the chains' own means: their standard deviation over ``sqrt(K)``, the
+        chains taken as independent batches (as in R-hat, no autocorrelation to estimate; a
+        slow direction of the posterior that every chain is still crossing shows as spread)."""
+        if self.num_chains < 2:
+            raise RunError(
+                f"{self.directory} has one chain: a standard error from the chains' spread "
+                "needs two or more (run with chains=K)"
+            )
+        x = self.data.x_test if x is None else x
+        means = [
+            self.average(x, device=device, chain=k).function_moments()[0]
+            for k in range(self.num_chains)
+        ]
+        return torch.stack(means).std(0) / math.sqrt(self.num_chains)
 
     def evaluate(
         self, x: Tensor, y: Tensor, device: str | torch.device | None = None

@@ -101,21 +101,12 @@ class _Joint(nn.Module):
         self.model = model
         self.likelihood = likelihood
 
-    def forward(
-        self, x: Tensor | None, y: Tensor | None, chains: str | None = None
-    ) -> tuple[Tensor, Tensor]:
-        """``log p(y | f(x))`` summed over the batch (0 without one) and ``log p(φ)``.
-
-        ``chains``: the parameters are those of chains stacked along a leading dimension, and
-        ``x`` holds a minibatch per chain (``"own"``) or one for all (``"shared"``); a model with
-        a ``chain_forward`` evaluates them all at once (:class:`bdl.models.mlp.MLP`), and the
-        values are one per chain."""
+    def forward(self, x: Tensor | None, y: Tensor | None) -> tuple[Tensor, Tensor]:
+        """``log p(y | f(x))`` summed over the batch (0 without one) and ``log p(φ)``."""
         log_prior = self.likelihood.log_prior()
         if x is None:
             return torch.zeros_like(log_prior), log_prior
-        if chains is None:
-            return self.likelihood(self.model(x), y), log_prior
-        return self.likelihood(self.model.chain_forward(x, chains == "shared"), y), log_prior
+        return self.likelihood(self.model(x), y), log_prior
 
 
 class Potential:
@@ -271,17 +262,17 @@ class Potential:
         ``leaves`` aligned with :attr:`params`; ``data_dim``: x's and y's chain dimension (None:
         the same data for every chain). By the model's ``chain_forward`` where it has one, else
         by ``torch.func.vmap`` of the one-chain model over the chain dimension."""
-        values = dict(zip(self._names, leaves, strict=True))
         with torch.enable_grad():
             if hasattr(self.model, "chain_forward"):
-                chains = "own" if data_dim == 0 else "shared"
-                # an MLP ties no weights; their search was a tenth of a small network's step
-                log_lik, _ = functional_call(self._joint, values, (x, y, chains), tie_weights=False)
-            else:
-                log_lik, _ = vmap(
-                    lambda v, x, y: functional_call(self._joint, v, (x, y)),
-                    in_dims=(0, data_dim, data_dim),
-                )(values, x, y)
+                # the model's parameters come first in `leaves`, the likelihood's after
+                model = dict(zip(self.model_params, leaves, strict=False))
+                output = self.model.chain_forward(model, x, shared=data_dim is None)
+                return self.likelihood.chain_forward(output, y, leaves[len(model) :])
+            values = dict(zip(self._names, leaves, strict=True))
+            log_lik, _ = vmap(
+                lambda v, x, y: functional_call(self._joint, v, (x, y)),
+                in_dims=(0, data_dim, data_dim),
+            )(values, x, y)
         return log_lik
 
     def _add_prior(

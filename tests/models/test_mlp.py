@@ -75,24 +75,14 @@ def test_mlp_init_std_draws_gaussian_weights_and_zero_biases():
 
 @pytest.mark.parametrize("shared", [True, False])
 def test_chain_forward_is_each_chains_forward(shared):
-    """Under functional_call with K stacked parameter sets, chain_forward gives each chain's own
-    forward pass, on one input for all chains or one per chain."""
+    """With K stacked parameter sets, chain_forward gives each chain's own forward pass, on one
+    input for all chains or one per chain."""
     torch.manual_seed(0)
     mlp = MLP(input_shape=(2, 3), out_features=4, hidden=[5, 7], activation="tanh")
     chains = 3
     stacked = {name: torch.randn(chains, *p.shape) for name, p in mlp.named_parameters()}
     x = torch.randn(6, 2, 3) if shared else torch.randn(chains, 6, 2, 3)
-
-    class Chains(torch.nn.Module):  # functional_call substitutes parameters for forward()
-        def __init__(self) -> None:
-            super().__init__()
-            self.mlp = mlp
-
-        def forward(self, x, shared):
-            return self.mlp.chain_forward(x, shared)
-
-    values = {f"mlp.{name}": value for name, value in stacked.items()}
-    out = torch.func.functional_call(Chains(), values, (x, shared), strict=True)
+    out = mlp.chain_forward(stacked, x, shared)
     for k in range(chains):
         alone = {name: value[k] for name, value in stacked.items()}
         expected = torch.func.functional_call(mlp, alone, (x if shared else x[k],))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import torch
 from torch import Tensor, nn
@@ -77,18 +77,20 @@ class MLP(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return self.layers(x.flatten(1))
 
-    def chain_forward(self, x: Tensor, shared: bool) -> Tensor:
-        """The networks of ``K`` chains at once, when this module's parameters are those of the
-        chains stacked along a leading dimension (under ``torch.func.functional_call``,
-        :mod:`bdl.chains`): outputs ``(K, n, out)`` for ``x`` of shape ``(K, n, ...)``, or
-        ``(n, ...)`` when it is ``shared`` by all chains. Batched matrix products, without the
-        per-operation cost of ``torch.func.vmap`` that dominates a small network's step."""
+    def chain_forward(self, params: Mapping[str, Tensor], x: Tensor, shared: bool) -> Tensor:
+        """The networks of ``K`` chains at once, ``params`` holding their parameters stacked
+        along a leading dimension under this module's parameter names (:mod:`bdl.chains`):
+        outputs ``(K, n, out)`` for ``x`` of shape ``(K, n, ...)``, or ``(n, ...)`` when it is
+        ``shared`` by all chains. Batched matrix products on the tensors as given, without the
+        per-operation cost of ``torch.func.vmap`` or the parameter swaps of
+        ``torch.func.functional_call``, which dominate a small network's step."""
         h = x.flatten(1) if shared else x.flatten(2)
         if shared:  # a view: the products read the one input K times
-            h = h.expand(self.layers[0].weight.shape[0], *h.shape)
-        for layer in self.layers:
+            h = h.expand(params["layers.0.weight"].shape[0], *h.shape)
+        for i, layer in enumerate(self.layers):
             if isinstance(layer, nn.Linear):
-                h = torch.baddbmm(layer.bias.unsqueeze(1), h, layer.weight.transpose(1, 2))
+                weight, bias = params[f"layers.{i}.weight"], params[f"layers.{i}.bias"]
+                h = torch.baddbmm(bias.unsqueeze(1), h, weight.transpose(1, 2))
             else:
                 h = layer(h)
         return h
