@@ -40,7 +40,8 @@ def main() -> None:
     print(f"{'run':<60} {'width':>6} {'min':>5} {'max':>5} {'offset':>7} {'noise':>6}")
     for run in args.runs:
         other, error = moments(run)
-        errors = (reference_error, error) if None not in (reference_error, error) else None
+        both = reference_error is not None and error is not None
+        errors = (reference_error, error) if both else None
         result = function_agreement(reference, other, errors)
         noise = f"{result['mean_offset_noise']:>6.3f}" if errors else f"{'':>6}"
         print(

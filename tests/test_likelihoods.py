@@ -8,7 +8,7 @@ import torch
 from torch.distributions import Categorical as CategoricalDist
 from torch.distributions import Gamma, Normal
 
-from bdl.likelihoods import Categorical, Gaussian
+from bdl.likelihoods import Categorical, Gaussian, Likelihood
 
 MEAN = torch.tensor([[0.3], [-1.2], [2.0], [0.0]])
 Y = torch.tensor([0.5, -0.4, 1.1, -2.0])
@@ -91,6 +91,9 @@ def test_gaussian_chain_forward_is_each_chains_normal_log_density(noise_std):
     likelihood = Gaussian(noise_std=noise_std)
     phi = [s] if noise_std is None else []
     torch.testing.assert_close(likelihood.chain_forward(means.unsqueeze(-1), Y, phi), expected)
+    # the base class's way, for likelihoods without a closed form of their own
+    generic = Likelihood.chain_forward(likelihood, means.unsqueeze(-1), Y, phi)
+    torch.testing.assert_close(generic, expected)
 
 
 @pytest.mark.parametrize("own_labels", [False, True])
