@@ -44,7 +44,7 @@ mutation: install ## mutmut on samplers/, potential, likelihoods, priors, metric
 	OMP_NUM_THREADS=1 $(BIN)/mutmut run
 	$(BIN)/mutmut results
 
-bench: install ## bdl vs bare PyTorch, same process: SGHMC vs SGD-momentum epoch; BBB vs SGD step; stacked chains
+bench: install ## bdl vs bare PyTorch, same process: SGHMC vs SGD-momentum epoch; BBB vs SGD step; stacked chains; compile=true vs eager
 	$(BIN)/python scripts/bench.py
 	$(BIN)/python scripts/bench_bbb.py
 	$(BIN)/python scripts/bench_hmc.py
@@ -53,6 +53,7 @@ bench: install ## bdl vs bare PyTorch, same process: SGHMC vs SGD-momentum epoch
 	$(BIN)/python scripts/bench_chains.py --dataset boston --sampler sghmc_uci
 	$(BIN)/python scripts/bench_chains.py --dataset yacht --sampler hmc
 	$(BIN)/python scripts/bench_ess.py
+	$(BIN)/python scripts/bench_compile.py
 
 CHEN := multirun/chen2014_mnist
 CHEN_SEEDS ?= 0,1,2,3,4

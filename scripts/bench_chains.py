@@ -7,8 +7,11 @@ process, alternating, so that machine noise hits all alike.
 The figure of merit is (one run of K chains) / (K runs of one chain); the goal for K = 8 is
 <= 0.7 on the CPU and <= 0.2 on a GPU.
 
-    python scripts/bench_chains.py [--chains 1 4 8] [--rounds 3] [--dataset mnist|boston]
-        [--sampler sghmc|hmc]
+    python scripts/bench_chains.py [overrides ...] [--chains 1 4 8] [--rounds 3]
+        [--dataset mnist|boston|yacht] [--sampler sghmc|sghmc_uci|hmc]
+
+Overrides, before the options, go to every run (``compile=true``: each run's compile falls in its
+warm-up epoch).
 """
 
 from __future__ import annotations
@@ -43,11 +46,15 @@ def main() -> None:
     parser.add_argument("--dataset", choices=DATASETS, default="mnist")
     parser.add_argument("--sampler", choices=SAMPLERS, default="sghmc")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("overrides", nargs="*", help="more bdl-run overrides, for every run")
     args = parser.parse_args()
 
     base = [*DATASETS[args.dataset], *SAMPLERS[args.sampler]]
-    base += [f"device={args.device}", "wandb.mode=disabled"]
-    print(f"{args.dataset}, {args.sampler}, seconds per epoch (median of {args.rounds})")
+    base += [f"device={args.device}", "wandb.mode=disabled", *args.overrides]
+    print(
+        f"{args.dataset}, {args.sampler} {' '.join(args.overrides)}, seconds per epoch "
+        f"(median of {args.rounds})"
+    )
     print(
         f"{'K':>3} {'stacked':>9} {'shared':>9} {'in turn':>9} {'singles':>9} "
         f"{'stacked/singles':>16} {'shared/singles':>15}"

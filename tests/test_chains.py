@@ -105,6 +105,29 @@ def test_stacked_chains_follow_the_single_chain_runs(uci_root, tmp_path, name):
                 )
 
 
+@pytest.mark.parametrize("name", ["sgld", "hmc"])
+def test_compiled_runs_follow_the_eager_ones(uci_root, tmp_path, name, compiler):
+    """``compile=true`` changes how the data term's gradient is computed, not what: a run of one
+    chain and a run of two stacked chains keep the eager runs' samples (same minibatches, noise
+    and Metropolis decisions) to the stacking tolerance."""
+    for chains in (1, 2):
+        runs = {}
+        for compiled in ("false", "true"):
+            directory = tmp_path / f"{chains}-{compiled}"
+            overrides = [*STACKED[name], f"chains={chains}", f"compile={compiled}"]
+            runner.run(config(uci_root, *overrides), directory)
+            runs[compiled] = bdl.load_run(directory)
+        for k in range(chains):
+            eager = list(runs["false"].samples(chain=k))
+            compiled = list(runs["true"].samples(chain=k))
+            assert len(compiled) == len(eager) > 0
+            for ours, theirs in zip(compiled, eager, strict=True):
+                for key, value in ours.params.items():
+                    np.testing.assert_allclose(
+                        value, theirs.params[key], rtol=STACKED_RTOL, atol=STACKED_ATOL
+                    )
+
+
 def test_shared_minibatches_give_every_chain_the_first_chains_orders(uci_root):
     experiments = runner.build_chains(config(uci_root, "chains=3", "shared_minibatches=true"))
     orders = [torch.randperm(60, generator=e.generators["data"]) for e in experiments]

@@ -95,6 +95,9 @@ class RunConfig:
     # noise is the same sequence; false: each chain draws its own order (bdl.chains)
     shared_minibatches: bool = False
     device: Device = Device.auto
+    # differentiate the data term by torch.compile (bdl.potential.Potential): a small network's
+    # step several times faster after a compile of seconds, gradients equal to float rounding
+    compile: bool = False
     epochs: int = 800
     batch_size: int = 500
     burn_in: int = 50  # epochs before the first sample is kept

@@ -268,6 +268,7 @@ def build(
         data.num_train,
         cfg.temperature,
         reduce=None if group is None else group.all_reduce,
+        compile=cfg.compile,
     )
     if cfg.init_from:
         load_initial(potential, cfg.init_from)
