@@ -129,9 +129,9 @@ class Potential:
             ``torch.func.grad_and_value`` (:meth:`_log_likelihood_grad`) instead of eager
             autograd: the forward and backward passes become one fused function per input shape,
             compiled at its first call (seconds), which removes most of a small network's
-            per-operation cost. Gradients agree with autograd's to float rounding. Without a
-            working compiler (Inductor needs a C++ compiler on the CPU) the run warns and goes on
-            eagerly.
+            per-operation cost. Gradients agree with autograd's to float rounding. The
+            variational closure (a ``MeanField`` ``q``) stays eager. Without a working compiler
+            (Inductor needs a C++ compiler on the CPU) the run warns and goes on eagerly.
     """
 
     def __init__(
