@@ -53,6 +53,7 @@ bench: install ## bdl vs bare PyTorch, same process: SGHMC vs SGD-momentum epoch
 	$(BIN)/python scripts/bench_chains.py --dataset boston --sampler sghmc_uci
 	$(BIN)/python scripts/bench_chains.py --dataset yacht --sampler hmc
 	$(BIN)/python scripts/bench_ess.py
+	$(BIN)/python scripts/bench_ess.py compile=true
 	$(BIN)/python scripts/bench_compile.py
 
 CHEN := multirun/chen2014_mnist
