@@ -186,13 +186,9 @@ class Potential:
         def evaluate(q: MeanField | None = None) -> tuple[Tensor, list[Tensor]]:
             if q is not None:
                 return self._variational(x, y, q, prior_weight)
-            if self._compiled is None:  # one backward pass through data term and prior together
-                with torch.enable_grad():
-                    data_term = -self.num_data / x.shape[0] * self.likelihood(self.model(x), y)
-                return self._add_prior(data_term, prior_weight)
             scale = -self.num_data / x.shape[0] / self.temperature
             data_term, grads = self._log_likelihood_grad(self.params, x, y, scale)
-            return self._add_data_term(data_term, grads, prior_weight)
+            return self._add_prior(data_term, grads, prior_weight)
 
         return evaluate
 
@@ -207,20 +203,7 @@ class Potential:
         prior term is added) give the same ``U`` and, rounded back, the same gradient.
         """
 
-        def evaluate() -> tuple[Tensor, list[Tensor]]:
-            total = self.params[0].new_zeros((), dtype=torch.float64)
-            sums = [torch.zeros_like(p, dtype=torch.float64) for p in self.params]
-            for x, y in batches():
-                nll, grads = self._log_likelihood_grad(self.params, x, y, -1 / self.temperature)
-                torch._foreach_add_(sums, grads)
-                total += nll.double()
-            if self.reduce is not None:
-                self.reduce([total, *sums])
-            prior_term, grads = self._add_prior(None, 1.0)
-            torch._foreach_add_(grads, [s.to(g.dtype) for s, g in zip(sums, grads, strict=True)])
-            return total + prior_term.double(), grads
-
-        return evaluate
+        return self._chunked_closure(self.params, batches, stacked=False)
 
     def chain_closure(
         self,
@@ -240,16 +223,11 @@ class Potential:
 
         def evaluate() -> tuple[Tensor, list[Tensor]]:
             leaves = [p.detach().requires_grad_() for p in params]
-            if self._compiled is None:  # as in closure()
-                with torch.enable_grad():
-                    log_lik = self._chain_log_likelihood(leaves, x, y, data_dim)
-                    data_term = -self.num_data / batch_size * log_lik
-                return self._add_prior(data_term, prior_weight, leaves)
             scale = -self.num_data / batch_size / self.temperature
             data_term, grads = self._log_likelihood_grad(
                 leaves, x, y, scale, data_dim, stacked=True
             )
-            return self._add_data_term(data_term, grads, prior_weight, leaves)
+            return self._add_prior(data_term, grads, prior_weight, leaves)
 
         return evaluate
 
@@ -259,18 +237,31 @@ class Potential:
         """:meth:`full_closure` for ``K`` chains stacked as in :meth:`chain_closure`, every
         chunk of the training set shared by all chains; sums in float64 as there."""
 
+        return self._chunked_closure(params, batches, stacked=True)
+
+    def _chunked_closure(
+        self,
+        params: list[Tensor],
+        batches: Callable[[], Iterator[tuple[Tensor, Tensor]]],
+        stacked: bool,
+    ) -> Closure:
+        """The full-data closure of :meth:`full_closure` (``params``: :attr:`params`) or of
+        :meth:`chain_full_closure` (``stacked``: ``params`` stacked chains, a value each)."""
+
         def evaluate() -> tuple[Tensor, list[Tensor]]:
-            total = params[0].new_zeros(params[0].shape[0], dtype=torch.float64)
+            leaves = [p.detach().requires_grad_() for p in params] if stacked else params
+            shape = params[0].shape[:1] if stacked else ()
+            total = params[0].new_zeros(shape, dtype=torch.float64)
             sums = [torch.zeros_like(p, dtype=torch.float64) for p in params]
-            leaves = [p.detach().requires_grad_() for p in params]
             for x, y in batches():
                 scale = -1 / self.temperature
-                nll, grads = self._log_likelihood_grad(leaves, x, y, scale, stacked=True)
+                nll, grads = self._log_likelihood_grad(leaves, x, y, scale, stacked=stacked)
                 torch._foreach_add_(sums, grads)
                 total += nll.double()
-            prior_term, grads = self._add_prior(None, 1.0, leaves)
-            torch._foreach_add_(grads, [s.to(g.dtype) for s, g in zip(sums, grads, strict=True)])
-            return total + prior_term.double(), grads
+            if self.reduce is not None:
+                self.reduce([total, *sums])
+            grads = [s.to(p.dtype) for s, p in zip(sums, params, strict=True)]
+            return self._add_prior(total, grads, 1.0, leaves if stacked else None)
 
         return evaluate
 
@@ -308,7 +299,7 @@ class Potential:
         chains as in :meth:`_chain_log_likelihood` (leaves for ``params``; a value per chain).
         By eager autograd, or, with ``compile``, by the compiled ``torch.func.grad_and_value`` of
         the same forward pass. Both come scaled in the parameters' dtype, as the full-data
-        closures' float64 sums need."""
+        closures' float64 sums need; the gradients can be added to in place."""
         if self._compiled is None:
             with torch.enable_grad():
                 if stacked:
@@ -317,7 +308,7 @@ class Potential:
                     log_lik = self.likelihood(self.model(x), y)
                 term = scale * log_lik
                 grads = torch.autograd.grad(term.sum(), params, materialize_grads=True)
-            return term.detach(), list(grads)
+            return term.detach(), _writable(grads)
         key = (stacked, data_dim)
         if key not in self._compiled:
             self._compiled[key] = torch.compile(self._grad_function(stacked, data_dim))
@@ -332,8 +323,9 @@ class Potential:
             )
             self._compiled = None
             return self._log_likelihood_grad(params, x, y, scale, data_dim, stacked)
+        grads = _writable(grads)
         torch._foreach_mul_(grads, scale)
-        return scale * log_lik, list(grads)
+        return scale * log_lik, grads
 
     def _grad_function(self, stacked: bool, data_dim: int | None) -> Callable:
         """``params, x, y -> (∇ Σ log p(y | x, θ), (Σ log p, log p per chain))`` in
@@ -349,27 +341,17 @@ class Potential:
 
         return grad_and_value(log_likelihood, has_aux=True)
 
-    def _add_data_term(
+    def _add_prior(
         self,
-        data_term: Tensor,
+        value: Tensor,
         grads: list[Tensor],
         prior_weight: float,
         stacked: list[Tensor] | None = None,
     ) -> tuple[Tensor, list[Tensor]]:
-        """``data_term - κ log p(θ, φ) / T`` and its gradient, from the data term already divided
-        by ``T`` and its gradient ``grads`` (:meth:`_log_likelihood_grad`) and the prior term of
-        :meth:`_add_prior`."""
-        value, total = self._add_prior(None, prior_weight, stacked)
-        torch._foreach_add_(total, grads)
-        return value + data_term, total
-
-    def _add_prior(
-        self, data_term: Tensor | None, prior_weight: float, stacked: list[Tensor] | None = None
-    ) -> tuple[Tensor, list[Tensor]]:
-        r"""``[data_term - κ log p(θ, φ)] / T`` and its gradient in ``params`` (``data_term``: a
-        graph still to differentiate, or None for the prior term alone). For chains stacked as
-        one, ``stacked`` holds the leaves standing for ``params``; the value is then one per
-        chain.
+        r"""``value - κ log p(θ, φ) / T`` and ``grads`` plus its gradient in ``params``, added in
+        place: the data term, already divided by ``T``, and its gradient
+        (:meth:`_log_likelihood_grad`) made ``U_T``. For chains stacked as one, ``stacked``
+        holds the leaves standing for ``params``; the value is then one per chain.
 
         A prior that is Gaussian given its hyperparameters is differentiated in closed form,
         :math:`\kappa\theta/\sigma^2 T` added to the gradient, and so is the likelihood's
@@ -378,38 +360,37 @@ class Potential:
         step, and one through the noise precision's prior a quarter of a UCI network's.
         """
         if stacked is None:
-            params, model, log_prob, shape = self.params, self.model_params, self.prior.log_prob, ()
+            params, model, log_prob = self.params, self.model_params, self.prior.log_prob
         else:
             # the model's parameters come first in `params`
             params, model = stacked, dict(zip(self.model_params, stacked, strict=False))
-            log_prob, shape = self.prior.chain_log_prob, stacked[0].shape[:1]
-        stds = self._prior_stds() if prior_weight else None
-        with torch.enable_grad():
-            objective = data_term if data_term is not None else params[0].new_zeros(shape)
-            if prior_weight and stds is None:
-                objective = objective - prior_weight * log_prob(model)
-            objective = objective / self.temperature
-            if objective.requires_grad:
-                grads = _writable(
-                    torch.autograd.grad(objective.sum(), params, materialize_grads=True)
-                )
-            else:
-                grads = [torch.zeros_like(p) for p in params]
-        objective = objective.detach()
+            log_prob = self.prior.chain_log_prob
+        if not prior_weight:
+            return value, grads
         weight = prior_weight / self.temperature
+        stds = self._prior_stds()
+        if stds is None:
+            with torch.enable_grad():
+                log_prior = log_prob(model)
+                if log_prior.requires_grad:
+                    prior_grads = torch.autograd.grad(
+                        log_prior.sum(), list(model.values()), materialize_grads=True
+                    )
+                    torch._foreach_add_(grads[: len(model)], prior_grads, alpha=-weight)
+            value = value - weight * log_prior.detach()
         with torch.no_grad():
-            if prior_weight and self._samples_likelihood:
+            if self._samples_likelihood:
                 log_prior_phi, phi_grads = self.likelihood.log_prior_grad(params[len(model) :])
-                objective -= weight * log_prior_phi
+                value = value - weight * log_prior_phi
                 torch._foreach_add_(grads[len(model) :], phi_grads, alpha=-weight)
             if stds is not None:
-                objective -= weight * log_prob(model)
+                value = value - weight * log_prob(model)
                 for grad, theta, std in zip(grads, model.values(), stds, strict=False):
                     if isinstance(std, Tensor):
                         grad.addcmul_(theta, std.square().reciprocal(), value=weight)
                     else:
                         grad.add_(theta, alpha=weight / std**2)
-        return objective, grads
+        return value, grads
 
     @torch.no_grad()
     def gibbs_step(
