@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import signal
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import torch
 from conftest import write_fake_uci
 from hydra import compose, initialize_config_module
 
+import bdl.atomic
 import bdl.checkpoint
 import bdl.store
 from bdl import run as runner
@@ -119,11 +121,11 @@ def test_a_sample_written_after_the_checkpoint_is_neither_lost_nor_duplicated(
     real = bdl.store.SampleStore._write_manifest
     writes = {"n": 0}
 
-    def dying(self, entries):
+    def dying(self, entries, durable=True):
         writes["n"] += 1
         if writes["n"] == 4:  # the 4th sample's file is on disk, its manifest entry is not
             raise Kill
-        real(self, entries)
+        real(self, entries, durable)
 
     monkeypatch.setattr(bdl.store.SampleStore, "_write_manifest", dying)
     with pytest.raises(Kill):
@@ -137,6 +139,35 @@ def test_a_sample_written_after_the_checkpoint_is_neither_lost_nor_duplicated(
         config(uci_root, "checkpoint_every=2", "epochs=8", "resume=true"), tmp_path / "killed"
     )
     assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
+
+
+@pytest.mark.parametrize("chains", [1, 2])
+def test_a_checkpoint_counts_only_samples_already_flushed_to_disk(
+    uci_root, tmp_path, monkeypatch, chains
+):
+    """The stores flush at checkpoints, not at each sample: after a power cut the checkpoint
+    must not count a sample whose file or manifest entry was still only in memory."""
+    flushed = set()  # inodes, so that a file renamed after its flush still counts
+    real_fsync, real_save = os.fsync, bdl.checkpoint.save
+
+    def fsync(fd):
+        flushed.add(os.fstat(fd).st_ino)
+        real_fsync(fd)
+
+    checkpoints = []
+
+    def save(path, tensors, header):
+        samples = path.parent / "samples"
+        written = [*samples.rglob("sample_*.safetensors"), *samples.rglob("manifest.json")]
+        assert {p.stat().st_ino for p in written} <= flushed, "a checkpoint before its samples"
+        checkpoints.append(len(written))
+        real_save(path, tensors, header)
+
+    monkeypatch.setattr(bdl.atomic.os, "fsync", fsync)
+    monkeypatch.setattr(bdl.checkpoint, "save", save)
+    runner.run(config(uci_root, f"chains={chains}"), tmp_path / "run")
+    # a checkpoint each epoch; samples from epoch 3 (burn-in 2), one per epoch and chain
+    assert checkpoints[-1] == chains * (4 + 1) and len(checkpoints) >= 6
 
 
 def test_a_kill_while_checkpointing_leaves_the_previous_checkpoint(uci_root, tmp_path, monkeypatch):

@@ -370,6 +370,38 @@ def test_full_disk_keeps_what_was_written(store_dir, monkeypatch, calls_ok, fail
     assert [e["index"] for _, e in load_samples(store_dir)] == [0, 1, 2, 3]
 
 
+def test_a_store_that_defers_flushing_flushes_at_sync(tmp_path, monkeypatch):
+    flushed = []  # inodes of the files and folders flushed to disk, in order
+    real = os.fsync
+    monkeypatch.setattr(bdl.atomic.os, "fsync", lambda fd: flushed.append(os.fstat(fd).st_ino))
+    folder = tmp_path / "samples"
+    store = SampleStore(folder, fsync_each=False)
+    paths = [store.add(_params(i), epoch=i) for i in range(3)]
+    assert flushed == []
+    store.sync()
+    assert flushed == [p.stat().st_ino for p in [*paths, folder / "manifest.json", folder]]
+    store.sync()  # nothing added since
+    assert len(flushed) == 5
+    monkeypatch.setattr(bdl.atomic.os, "fsync", real)
+    assert [e["epoch"] for _, e in load_samples(folder)] == [0, 1, 2]
+
+
+def test_a_failed_sync_is_named_and_can_be_retried(tmp_path, monkeypatch):
+    store = SampleStore(tmp_path / "samples", fsync_each=False)
+    store.add(_params(0))
+    _fail_fsync_after(monkeypatch, 0)
+    with pytest.raises(StoreError, match=r"could not flush \S*sample_00000.safetensors") as err:
+        store.sync()
+    assert "free space" in str(err.value)
+    monkeypatch.undo()
+    _fail_fsync_after(monkeypatch, 1)  # the sample flushes, the manifest does not
+    with pytest.raises(StoreError, match=r"could not flush \S*manifest.json"):
+        store.sync()
+    monkeypatch.undo()
+    store.sync()
+    assert len(list(load_samples(tmp_path / "samples"))) == 1
+
+
 def test_unwritable_output_is_named(tmp_path, monkeypatch):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")

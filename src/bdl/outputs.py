@@ -108,13 +108,13 @@ class RunDirectory:
 
     def open_stores(self, chains: int) -> list[SampleStore] | None:
         """The sample store of each of ``chains`` chains: ``samples/`` for one,
-        ``samples/chain_<k>/`` for several (as :func:`bdl.posterior.chain_stores` reads them)."""
+        ``samples/chain_<k>/`` for several (as :func:`bdl.posterior.chain_stores` reads them).
+        They flush to disk when synced, which the runner does before each checkpoint."""
         if not self.writer:
             return None
         samples = self.path / "samples"
-        if chains == 1:
-            return [SampleStore(samples)]
-        return [SampleStore(samples / f"chain_{k}") for k in range(chains)]
+        folders = [samples] if chains == 1 else [samples / f"chain_{k}" for k in range(chains)]
+        return [SampleStore(folder, fsync_each=False) for folder in folders]
 
     def write_curve(self, fields: list[str], rows: list[dict[str, Any]]) -> None:
         """``curve.csv`` with ``rows``, replaced atomically."""
@@ -130,11 +130,11 @@ class RunDirectory:
         writer.writerows(rows)
         atomic_write(self.path / name, text.getvalue().encode())
 
-    def append_curve(self, fields: list[str], row: dict[str, Any]) -> None:
-        if not self.writer:
+    def append_curve(self, fields: list[str], rows: list[dict[str, Any]]) -> None:
+        if not self.writer or not rows:
             return
         with (self.path / CURVE).open("a", newline="") as file:
-            csv.DictWriter(file, fieldnames=fields, lineterminator="\n").writerow(row)
+            csv.DictWriter(file, fieldnames=fields, lineterminator="\n").writerows(rows)
 
     def write_metrics(self, metrics: dict[str, Any]) -> None:
         if not self.writer:

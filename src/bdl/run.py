@@ -642,6 +642,7 @@ class Sampling:
             raise
         except BaseException as error:
             with contextlib.suppress(StoreError):  # a full disk: keep the error that came first
+                self._sync_stores()
                 self.directory.write_metrics(
                     {
                         "status": "failed",
@@ -683,13 +684,17 @@ class Sampling:
                 stack.closure(i),
                 lr_scale=exp.schedule(t),
                 noise=not exp.schedule.explores(t),
-                tune=first.epoch < self.cfg.burn_in,
+                tune=first.epoch < exp.burn_in,
             )
         stack.sync()
         if self._stop_requested():
             return False
-        for chain in range(len(self.loops)):
-            self._end_epoch(chain)
+        rows = []
+        try:
+            for chain in range(len(self.loops)):
+                rows.append(self._end_epoch(chain))
+        finally:  # one write for all chains' rows; those before a diverged chain's included
+            self.directory.append_curve(self.fields, rows)
         return True
 
     def _draw_order(self, chain: int) -> None:
@@ -716,7 +721,7 @@ class Sampling:
                 self._closure(chain, i),
                 lr_scale=exp.schedule(t),
                 noise=not exp.schedule.explores(t),
-                tune=loop.epoch < self.cfg.burn_in,
+                tune=loop.epoch < exp.burn_in,
             )
             info = loop.sampler.info
             loop.potentials.append(info["potential"])
@@ -731,7 +736,7 @@ class Sampling:
             loop.step = i + 1
         if self._stop_requested():
             return False
-        self._end_epoch(chain)
+        self.directory.append_curve(self.fields, [self._end_epoch(chain)])
         return True
 
     def _stop_requested(self) -> bool:
@@ -750,7 +755,9 @@ class Sampling:
             x = random_crop_flip(x, exp.generators["data"])
         return exp.potential.closure(x, y, exp.sampler.prior_weight(i, exp.steps_per_epoch))
 
-    def _end_epoch(self, chain: int) -> None:
+    def _end_epoch(self, chain: int) -> dict[str, Any]:
+        """Close chain ``chain``'s epoch (divergence check, the sample kept); its curve row,
+        which the caller writes."""
         exp, loop = self.experiments[chain], self.loops[chain]
         epoch = loop.epoch
         mean_potential = torch.stack(loop.potentials).double().sum().item() / exp.steps_per_epoch
@@ -758,7 +765,7 @@ class Sampling:
         if exp.collects(epoch):
             self._collect(chain, epoch)
         accept_rate = loop.accepted.item() / loop.tests if loop.tests else None
-        if accept_rate is not None and epoch >= self.cfg.burn_in:
+        if accept_rate is not None and epoch >= exp.burn_in:
             loop.accept_rates.append(accept_rate)
         row = {"chain": chain} if len(self.loops) > 1 else {}
         row |= {
@@ -772,9 +779,9 @@ class Sampling:
         }
         row.update({k: v.item() for k, v in exp.potential.hyperparameters().items()})
         loop.curve.append(row)
-        self.directory.append_curve(self.fields, row)
         loop.epoch, loop.step, loop.order = epoch + 1, 0, None
         loop.potentials, loop.accepted, loop.tests = [], torch.zeros_like(loop.accepted), 0
+        return row
 
     def _test_metric(self, chain: int) -> float | str:
         """The curve's test metric: the running model average's; for an optimiser or a
@@ -850,6 +857,7 @@ class Sampling:
         self.started = self.last_checkpoint = time.perf_counter()
         if not self.directory.writer:
             return
+        self._sync_stores()  # the samples the checkpoint counts are on disk before it
         tensors, chains = {}, []
         for chain, (experiment, loop) in enumerate(zip(self.experiments, self.loops, strict=True)):
             chain_tensors, header = loop.state(experiment)
@@ -930,8 +938,13 @@ class Sampling:
             metrics["chains"] = len(self.loops)
             self._write_chain_metrics()
         metrics.update(self._diagnostics())
+        self._sync_stores()
         self.directory.write_metrics(metrics)
         return metrics
+
+    def _sync_stores(self) -> None:
+        for store in self.stores or []:
+            store.sync()
 
     def _write_chain_metrics(self) -> None:
         """``chains.csv``: each chain's own model average, work and accept rate."""

@@ -10,6 +10,14 @@ because ``torch.load``/pickle can run arbitrary code from a downloaded or shared
 The manifest is a JSON list of entries ``{"index", "file", "sha256", **metadata}``; it is
 rewritten atomically after each sample so that a crash leaves either the old or the new manifest,
 never half of one.
+
+A store flushes each sample to disk as it is added (``fsync``), or, opened with
+``fsync_each=False``, when :meth:`SampleStore.sync` is called: the runner syncs before each
+checkpoint, the only point a resumed run goes back to, so that a sample costs no disk round trip
+(about a third of a millisecond on a local disk, far more on a cluster's network filesystem;
+many per second for a small network's chains). A killed process loses nothing either way: the
+operating system still writes what it was given; only a power cut can lose the samples since the
+last sync, which a resumed run takes again.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from safetensors.torch import load as _st_load
 from safetensors.torch import save as _st_save
 from torch import Tensor
 
-from bdl.atomic import atomic_file
+from bdl.atomic import atomic_file, fsync_path
 
 __all__ = [
     "MANIFEST",
@@ -93,11 +101,11 @@ def make_dir(directory: Path) -> None:
         ) from None
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
     """Write through :func:`bdl.atomic.atomic_file`: readers never see a partial file, and a
     failed write (a full disk) leaves the previous file as it was."""
     try:
-        with atomic_file(path) as f:
+        with atomic_file(path, durable) as f:
             f.write(data)
     except OSError as e:
         raise write_error(path, e) from None
@@ -159,10 +167,13 @@ class SampleStore:
 
     Args:
         directory: where samples go; created with its parents if needed.
+        fsync_each: flush every sample to disk as it is added; if False, only at :meth:`sync`.
     """
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, fsync_each: bool = True) -> None:
         self.directory = Path(directory)
+        self.fsync_each = fsync_each
+        self._unsynced: list[Path] = []  # sample files added since the last sync
         make_dir(self.directory)
         if (self.directory / MANIFEST).exists():
             self._entries = _read_manifest(self.directory)
@@ -176,8 +187,8 @@ class SampleStore:
     def add(self, params: Mapping[str, Tensor], **metadata: Any) -> Path:
         """Write one sample and record it; returns the sample file's path.
 
-        The sample file is complete on disk before the manifest mentions it, so a crash in
-        between leaves at worst an unlisted file that the next ``add`` overwrites.
+        The sample file is complete before the manifest mentions it, so a crash in between
+        leaves at worst an unlisted file that the next ``add`` overwrites.
         """
         clash = [k for k in metadata if k in _RESERVED]
         if clash:
@@ -192,11 +203,13 @@ class SampleStore:
         name = f"sample_{index:05d}.safetensors"
         path = self.directory / name
         data = _st_save(_to_cpu_tensors(params), metadata={"index": str(index)})
-        atomic_write(path, data)
+        atomic_write(path, data, self.fsync_each)
         entry = {"index": index, "file": name, "sha256": _sha256(data), **metadata}
         del data
         line = json.dumps(entry)
-        self._write_manifest([*self._lines, line])
+        self._write_manifest([*self._lines, line], self.fsync_each)
+        if not self.fsync_each:
+            self._unsynced.append(path)
         self._entries.append(entry)
         self._lines.append(line)
         self._next = index + 1
@@ -220,12 +233,29 @@ class SampleStore:
             if path.name not in listed and path.is_file():
                 path.unlink()
         self._entries, self._lines = kept, self._lines[:count]
+        self._unsynced = [path for path in self._unsynced if path.name in listed]
         self._next = max((e["index"] for e in kept), default=-1) + 1
 
-    def _write_manifest(self, lines: list[str]) -> None:
+    def sync(self) -> None:
+        """Flush to disk the samples added since the last sync, the manifest and the folder's
+        entries (a no-op for a store that flushes each sample)."""
+        if not self._unsynced:
+            return
+        for path in [*self._unsynced, self.directory / MANIFEST, self.directory]:
+            try:
+                fsync_path(path)
+            except OSError as e:
+                raise StoreError(
+                    f"could not flush {path} to disk ({e.strerror or e}): the samples added to "
+                    f"{self.directory} since its last sync may be incomplete (a resumed run takes "
+                    "them again); free space (or make the folder writable) and resume"
+                ) from None
+        self._unsynced = []
+
+    def _write_manifest(self, lines: list[str], durable: bool = True) -> None:
         """Replace the manifest by the entries encoded as ``lines``, one entry per line."""
         text = "[\n" + ",\n".join(lines) + "\n]\n"
-        atomic_write(self.directory / MANIFEST, text.encode("utf-8"))
+        atomic_write(self.directory / MANIFEST, text.encode("utf-8"), durable)
 
     def __len__(self) -> int:
         return len(self._entries)
