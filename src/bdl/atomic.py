@@ -2,11 +2,11 @@
 
 The content goes to a temporary file in the destination's folder (``os.replace`` is atomic only
 within one filesystem), is flushed to disk (unless the caller defers that to :func:`fsync_path`),
-then renamed over the destination. The temporary is
-created with mode 0o666 and ``O_EXCL``, so the kernel applies the user's umask (and any default
-ACL) exactly as for an ordinary ``open``: ``tempfile.mkstemp`` would make it 0600 and a run's
-files unreadable to the group that shares them. Nothing reads the process umask, which cannot be
-read without briefly changing it for every thread.
+then renamed over the destination. The temporary is created with mode 0o666 and ``O_EXCL``, so
+the kernel applies the user's umask (and any default ACL) exactly as for an ordinary ``open``:
+``tempfile.mkstemp`` would make it 0600 and a run's files unreadable to the group that shares them.
+Nothing reads the process umask, which cannot be read without briefly changing it for every
+thread.
 """
 
 from __future__ import annotations
