@@ -36,11 +36,12 @@ def test_minibatch_estimate_scales_likelihood_by_n_over_batch_and_divides_by_t()
         torch.testing.assert_close(g, a)
 
 
-def test_full_closure_equals_one_big_batch_in_float64():
+@pytest.mark.parametrize("chunk", [7, 30], ids=["five chunks", "one chunk"])
+def test_full_closure_equals_one_big_batch_in_float64(chunk):
     potential = make_potential(num_data=30)
     x, y = torch.randn(30, 3), torch.randint(0, 2, (30,))
     whole, whole_grads = potential.closure(x, y)()
-    chunked, chunked_grads = potential.full_closure(lambda: zip(x.split(7), y.split(7)))()
+    chunked, chunked_grads = potential.full_closure(lambda: zip(x.split(chunk), y.split(chunk)))()
     assert chunked.dtype == torch.float64
     assert chunked.item() == pytest.approx(whole.item(), rel=1e-6)
     for a, b in zip(whole_grads, chunked_grads):
