@@ -166,7 +166,8 @@ def test_a_checkpoint_counts_only_samples_already_flushed_to_disk(
     monkeypatch.setattr(bdl.atomic.os, "fsync", fsync)
     monkeypatch.setattr(bdl.checkpoint, "save", save)
     runner.run(config(uci_root, f"chains={chains}"), tmp_path / "run")
-    # a checkpoint each epoch; samples from epoch 3 (burn-in 2), one per epoch and chain
+    # a checkpoint each epoch; the last one sees each chain's 4 samples (epochs 3-6, after a
+    # burn-in of 2) and its manifest
     assert checkpoints[-1] == chains * (4 + 1) and len(checkpoints) >= 6
 
 

@@ -642,7 +642,6 @@ class Sampling:
             raise
         except BaseException as error:
             with contextlib.suppress(StoreError):  # a full disk: keep the error that came first
-                self._sync_stores()
                 self.directory.write_metrics(
                     {
                         "status": "failed",
@@ -650,6 +649,7 @@ class Sampling:
                         "error": f"{type(error).__name__}: {error}",
                     }
                 )
+                self._sync_stores()
             raise
         finally:
             progress.close()
