@@ -118,23 +118,30 @@ def test_a_sample_written_after_the_checkpoint_is_neither_lost_nor_duplicated(
 ):
     cfg = config(uci_root, "checkpoint_every=2", "epochs=8")
     runner.run(cfg, tmp_path / "whole")
-    real = bdl.store.SampleStore._write_manifest
-    writes = {"n": 0}
+    real_add, real_sync = bdl.store.SampleStore.add, bdl.store.SampleStore.sync
+    adds = {"n": 0}
 
-    def dying(self, entries, durable=True):
-        writes["n"] += 1
-        if writes["n"] == 4:  # the 4th sample's file is on disk, its manifest entry is not
+    def dying(self, *args, **kwargs):
+        real_add(self, *args, **kwargs)
+        adds["n"] += 1
+        if adds["n"] == 4:  # the 4th sample's file is written, in epoch 6
             raise Kill
-        real(self, entries, durable)
 
-    monkeypatch.setattr(bdl.store.SampleStore, "_write_manifest", dying)
+    def sync(self):
+        if adds["n"] < 4:  # a killed process lists nothing more
+            real_sync(self)
+
+    monkeypatch.setattr(bdl.store.SampleStore, "add", dying)
+    monkeypatch.setattr(bdl.store.SampleStore, "sync", sync)
     with pytest.raises(Kill):
         runner.run(cfg, tmp_path / "killed")
-    monkeypatch.setattr(bdl.store.SampleStore, "_write_manifest", real)
+    monkeypatch.undo()
     samples = tmp_path / "killed" / "samples"
-    assert len(json.loads((samples / "manifest.json").read_text())) == 3
-    assert (samples / "sample_00003.safetensors").exists()  # written, never listed
-    # the checkpoint after epoch 4 holds 2 samples; the resumed run writes the 3rd and 4th again
+    # listed: the samples of epochs 3 and 4, which the checkpoint after epoch 4 counts
+    assert len(json.loads((samples / "manifest.json").read_text())) == 2
+    for name in ("sample_00002.safetensors", "sample_00003.safetensors"):
+        assert (samples / name).exists()  # written, never listed
+    # the resumed run writes the 3rd and 4th again
     runner.run(
         config(uci_root, "checkpoint_every=2", "epochs=8", "resume=true"), tmp_path / "killed"
     )

@@ -376,14 +376,20 @@ def test_a_store_that_defers_flushing_flushes_at_sync(tmp_path, monkeypatch):
     monkeypatch.setattr(bdl.atomic.os, "fsync", lambda fd: flushed.append(os.fstat(fd).st_ino))
     folder = tmp_path / "samples"
     store = SampleStore(folder, fsync_each=False)
-    paths = [store.add(_params(i), epoch=i) for i in range(3)]
-    assert flushed == []
+    paths = [store.add(_params(i), epoch=i) for i in range(2)]
+    assert flushed == [] and all(path.is_file() for path in paths)
+    assert not (folder / "manifest.json").exists()  # nothing listed that is not on disk
     store.sync()
     assert flushed == [p.stat().st_ino for p in [*paths, folder / "manifest.json", folder]]
     store.sync()  # nothing added since
-    assert len(flushed) == 5
+    assert len(flushed) == 4
+    paths.append(store.add(_params(2), epoch=2))
+    assert [e["epoch"] for _, e in load_samples(folder)] == [0, 1]
+    store.sync()
+    assert flushed[4:] == [p.stat().st_ino for p in [paths[2], folder / "manifest.json", folder]]
     monkeypatch.setattr(bdl.atomic.os, "fsync", real)
     assert [e["epoch"] for _, e in load_samples(folder)] == [0, 1, 2]
+    assert [e["epoch"] for _, e in load_samples(folder)] == [e["epoch"] for e in store.manifest]
 
 
 def test_a_failed_sync_is_named_and_can_be_retried(tmp_path, monkeypatch):
@@ -393,10 +399,12 @@ def test_a_failed_sync_is_named_and_can_be_retried(tmp_path, monkeypatch):
     with pytest.raises(StoreError, match=r"could not flush \S*sample_00000.safetensors") as err:
         store.sync()
     assert "free space" in str(err.value)
+    assert not (tmp_path / "samples" / "manifest.json").exists()
     monkeypatch.undo()
     _fail_fsync_after(monkeypatch, 1)  # the sample flushes, the manifest does not
-    with pytest.raises(StoreError, match=r"could not flush \S*manifest.json"):
+    with pytest.raises(StoreError, match=r"no space left on device writing \S*manifest.json"):
         store.sync()
+    assert not (tmp_path / "samples" / "manifest.json").exists()
     monkeypatch.undo()
     store.sync()
     assert len(list(load_samples(tmp_path / "samples"))) == 1

@@ -8,16 +8,17 @@ garbage into an evaluation. Safetensors (and ``np.load(allow_pickle=False)``) ar
 because ``torch.load``/pickle can run arbitrary code from a downloaded or shared file.
 
 The manifest is a JSON list of entries ``{"index", "file", "sha256", **metadata}``; it is
-rewritten atomically after each sample so that a crash leaves either the old or the new manifest,
-never half of one.
+rewritten atomically, so that a crash leaves either the old or the new manifest, never half of
+one, and it lists a sample only once the sample's file is complete on disk.
 
-A store flushes each sample to disk as it is added (``fsync``), or, opened with
-``fsync_each=False``, when :meth:`SampleStore.sync` is called: the runner syncs before each
-checkpoint, the only point a resumed run goes back to, so that a sample costs no disk round trip
-(about a third of a millisecond on a local disk, far more on a cluster's network filesystem;
-many per second for a small network's chains). A killed process loses nothing either way: the
-operating system still writes what it was given; only a power cut can lose the samples since the
-last sync, which a resumed run takes again.
+A store flushes each sample to disk (``fsync``) and lists it as it is added, or, opened with
+``fsync_each=False``, writes the sample's file at once but flushes and lists the samples added
+since the last call when :meth:`SampleStore.sync` is called. The runner syncs before each
+checkpoint, the only point a resumed run goes back to, so that a sample costs neither a disk round
+trip (a third of a millisecond on a local disk, far more on a cluster's network file system) nor
+a rewrite of the manifest, which grows with the chain: for a small network's chains, many samples
+a second, these were most of a sample's cost. A resumed run removes the files of samples taken
+after its checkpoint, listed or not, and takes them again.
 """
 
 from __future__ import annotations
@@ -187,8 +188,9 @@ class SampleStore:
     def add(self, params: Mapping[str, Tensor], **metadata: Any) -> Path:
         """Write one sample and record it; returns the sample file's path.
 
-        The sample file is complete before the manifest mentions it, so a crash in between
-        leaves at worst an unlisted file that the next ``add`` overwrites.
+        The sample file is complete before the manifest mentions it (with ``fsync_each=False``,
+        from the next :meth:`sync`), so a crash in between leaves at worst an unlisted file that
+        the next ``add`` overwrites.
         """
         clash = [k for k in metadata if k in _RESERVED]
         if clash:
@@ -207,8 +209,9 @@ class SampleStore:
         entry = {"index": index, "file": name, "sha256": _sha256(data), **metadata}
         del data
         line = json.dumps(entry)
-        self._write_manifest([*self._lines, line], self.fsync_each)
-        if not self.fsync_each:
+        if self.fsync_each:
+            self._write_manifest([*self._lines, line])
+        else:
             self._unsynced.append(path)
         self._entries.append(entry)
         self._lines.append(line)
@@ -237,25 +240,31 @@ class SampleStore:
         self._next = max((e["index"] for e in kept), default=-1) + 1
 
     def sync(self) -> None:
-        """Flush to disk the samples added since the last sync, the manifest and the folder's
-        entries (a no-op for a store that flushes each sample)."""
+        """Flush to disk the samples added since the last sync, then list them in the manifest
+        (flushed too, with the folder's entries); a no-op for a store that does so at each add.
+        On an error nothing is listed that is not on disk, and a later sync tries again."""
         if not self._unsynced:
             return
-        for path in [*self._unsynced, self.directory / MANIFEST, self.directory]:
-            try:
-                fsync_path(path)
-            except OSError as e:
-                raise StoreError(
-                    f"could not flush {path} to disk ({e.strerror or e}): the samples added to "
-                    f"{self.directory} since its last sync may be incomplete (a resumed run takes "
-                    "them again); free space (or make the folder writable) and resume"
-                ) from None
+        for path in self._unsynced:
+            self._fsync(path)
+        self._write_manifest(self._lines)
+        self._fsync(self.directory)
         self._unsynced = []
 
-    def _write_manifest(self, lines: list[str], durable: bool = True) -> None:
+    def _fsync(self, path: Path) -> None:
+        try:
+            fsync_path(path)
+        except OSError as e:
+            raise StoreError(
+                f"could not flush {path} to disk ({e.strerror or e}); the samples of "
+                f"{self.directory} taken since its last sync are not listed yet (a resumed run "
+                "takes them again): free space (or make the folder writable) and resume"
+            ) from None
+
+    def _write_manifest(self, lines: list[str]) -> None:
         """Replace the manifest by the entries encoded as ``lines``, one entry per line."""
         text = "[\n" + ",\n".join(lines) + "\n]\n"
-        atomic_write(self.directory / MANIFEST, text.encode("utf-8"), durable)
+        atomic_write(self.directory / MANIFEST, text.encode("utf-8"))
 
     def __len__(self) -> int:
         return len(self._entries)
