@@ -168,13 +168,13 @@ class SampleStore:
 
     Args:
         directory: where samples go; created with its parents if needed.
-        fsync_each: flush every sample to disk as it is added; if False, only at :meth:`sync`.
+        fsync_each: flush every sample to disk and list it in the manifest as it is added; if
+            False, both wait for :meth:`sync`.
     """
 
     def __init__(self, directory: str | Path, fsync_each: bool = True) -> None:
         self.directory = Path(directory)
         self.fsync_each = fsync_each
-        self._unsynced: list[Path] = []  # sample files added since the last sync
         make_dir(self.directory)
         if (self.directory / MANIFEST).exists():
             self._entries = _read_manifest(self.directory)
@@ -184,6 +184,7 @@ class SampleStore:
         # long chain's sampling quadratic in its number of samples
         self._lines = [json.dumps(entry) for entry in self._entries]
         self._next = max((e["index"] for e in self._entries), default=-1) + 1
+        self._listed = len(self._entries)  # the entries before it are flushed and listed on disk
 
     def add(self, params: Mapping[str, Tensor], **metadata: Any) -> Path:
         """Write one sample and record it; returns the sample file's path.
@@ -211,8 +212,7 @@ class SampleStore:
         line = json.dumps(entry)
         if self.fsync_each:
             self._write_manifest([*self._lines, line])
-        else:
-            self._unsynced.append(path)
+            self._listed += 1
         self._entries.append(entry)
         self._lines.append(line)
         self._next = index + 1
@@ -236,20 +236,20 @@ class SampleStore:
             if path.name not in listed and path.is_file():
                 path.unlink()
         self._entries, self._lines = kept, self._lines[:count]
-        self._unsynced = [path for path in self._unsynced if path.name in listed]
+        self._listed = min(self._listed, count)
         self._next = max((e["index"] for e in kept), default=-1) + 1
 
     def sync(self) -> None:
         """Flush to disk the samples added since the last sync, then list them in the manifest
         (flushed too, with the folder's entries); a no-op for a store that does so at each add.
         On an error nothing is listed that is not on disk, and a later sync tries again."""
-        if not self._unsynced:
+        if self._listed == len(self._entries):
             return
-        for path in self._unsynced:
-            self._fsync(path)
+        for entry in self._entries[self._listed :]:
+            self._fsync(self.directory / entry["file"])
         self._write_manifest(self._lines)
         self._fsync(self.directory)
-        self._unsynced = []
+        self._listed = len(self._entries)
 
     def _fsync(self, path: Path) -> None:
         try:
