@@ -229,7 +229,7 @@ class SampleStore:
                 "afresh in a new directory"
             )
         kept = self._entries[:count]
-        if len(kept) < len(self._entries):
+        if count < self._listed:  # the manifest never lists a sample that sync has not flushed
             self._write_manifest(self._lines[:count])
         listed = {entry["file"] for entry in kept} | {MANIFEST}
         for path in self.directory.iterdir():
