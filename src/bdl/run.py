@@ -282,6 +282,15 @@ def build(
     }
     sampler = make_sampler(cfg, potential, generators["noise"])
     batch_size = min(cfg.batch_size, data.num_train)
+    if sampler.minibatch_noise and batch_size == data.num_train:
+        # its step 2D/ΣV would come from the drift of the full gradient along the path: far
+        # past the stability limit, a chain that diverges within epochs
+        raise ConfigError(
+            f"{type(sampler).__name__} samples with the noise of minibatch gradients alone, and "
+            f"batch_size={cfg.batch_size} takes all {data.num_train} training points (the UCI "
+            "protocol takes full batches): set a smaller batch_size, e.g. batch_size=32 or "
+            "protocol=uci_minibatch"
+        )
     distributed.check_supported(
         group, type(sampler).__name__, sampler.full_batch, data.num_train, batch_size
     )
@@ -831,7 +840,8 @@ class Sampling:
             )
         which = f"chain {chain}" if len(self.loops) > 1 else "the chain"
         raise DivergedError(
-            f"{which} diverged in epoch {loop.epoch + 1} ({what}). Lower sampler.lr"
+            f"{which} diverged in epoch {loop.epoch + 1} ({what}). "
+            + exp.sampler.divergence_fix(loop.sampler)
         )
 
     def _collect(self, chain: int, epoch: int) -> None:

@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_module
 from safetensors.torch import load_file
 
 from bdl.config import ConfigError
-from bdl.run import build, run
+from bdl.run import DivergedError, build, run
 
 TINY = ["dataset.validation=59000", "epochs=2", "burn_in=1", "batch_size=200"]
 
@@ -40,7 +40,7 @@ SAMPLERS = [
     ("sghmc_adaptive", []),
     # csgd is absent: after one burn-in epoch of 5 minibatches its optimal constant step 2D/ΣV
     # (Mandt et al. 2017) is far past the stability limit of this network and the chain
-    # diverges; it runs on the small regression of test_resume.py.
+    # diverges (below); it runs on the small regression of test_resume.py.
     ("sghmc", ["sampler.grad_var=online"]),
 ]
 
@@ -94,3 +94,19 @@ def test_cyclical_presets_keep_one_sample_per_cycle(tiny_run, tmp_path, preset):
 def test_a_run_that_would_keep_no_sample_fails_before_training(tiny_run, tmp_path):
     with pytest.raises(ConfigError, match=r"no epoch would keep a sample.*thin=5"):
         run(tiny_run(["epochs=3", "burn_in=1", "thin=5", *TINY[:1]]), tmp_path)
+
+
+def test_constant_sgd_on_full_batches_fails_before_training(tiny_run, tmp_path):
+    # with no minibatch noise, Mandt et al.'s step would come from nothing but the drift of the
+    # full gradient: the chain diverged within four epochs on yacht
+    cfg = tiny_run(["sampler=csgd", "dataset.validation=59000", "batch_size=100000"])
+    with pytest.raises(ConfigError, match=r"ConstantSGD .* minibatch .*batch_size=100000.*1000"):
+        build(cfg)
+
+
+@pytest.mark.parametrize("preconditioner", ["scalar", "diagonal"])
+def test_constant_sgd_past_its_stability_limit_says_why(tiny_run, tmp_path, preconditioner):
+    # lowering sampler.lr, the usual fix, would change only the burn-in's step
+    cfg = tiny_run(["sampler=csgd", f"sampler.preconditioner={preconditioner}", *TINY])
+    with pytest.raises(DivergedError, match=r"diverged in epoch 2 .*Mandt et al.'s optimum"):
+        run(cfg, tmp_path)

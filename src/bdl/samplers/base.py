@@ -84,6 +84,7 @@ class Sampler(ABC):
     injects_noise = True  # False: an optimiser or VI, whose states are not posterior samples
     lr_per_datum = True  # False: `lr` is not converted by Potential.step_size (Adam-based VI)
     vectorisable = False  # True: also steps chains stacked along the first dimension (above)
+    minibatch_noise = False  # True: its only noise is the minibatch gradient's (constant SGD)
 
     def __init__(self, lr: float, *, foreach: bool = True, generator: Generator = None) -> None:
         if not 0 < lr < math.inf:
@@ -131,6 +132,11 @@ class Sampler(ABC):
         ``num_batches`` of an epoch (:class:`bdl.potential.Potential`): 1, which makes every step's
         potential an unbiased estimate; variational methods may spread the KL term unevenly."""
         return 1.0
+
+    def divergence_fix(self, state: SamplerState) -> str:
+        """What to change when the chain in ``state`` has diverged: the runner's message ends
+        with it."""
+        return "Lower sampler.lr"
 
     def posterior_moments(self, state: SamplerState) -> tuple[list[Tensor], list[Tensor]] | None:
         """Mean and standard deviation of the fitted distribution (variational methods), aligned

@@ -40,6 +40,14 @@ has (almost) no minibatch noise — the input weights of always-black MNIST pixe
 prior alone — cannot be sampled by constant SGD (:math:`H^*` is infinite there); their variance is
 floored at ``variance_floor`` times the mean of :math:`V` so that their step stays finite.
 
+**Stability.** SGD with step :math:`h` diverges along the top eigenvector of :math:`\nabla^2 U`
+once :math:`h > 2/\lambda_{\max}`, while :math:`h^*` follows the mean gradient noise, and with it
+the mean curvature. The optimum is therefore stable only for a posterior close to an isotropic
+Gaussian; on neural networks it is not (``scripts/csgd_stability.py`` measures the ratio: about 300
+on MNIST's MLP, 2.4 on yacht's on minibatches of 32), and a diverged chain's message says so
+(:meth:`divergence_fix`). Without minibatches there is no noise to sample with, and the runner
+refuses full batches (``minibatch_noise``).
+
 The iterates are samples (``injects_noise`` is left True: the runner collects them), although the
 kernel injects no noise of its own; it is approximate, exact only for a Gaussian posterior with
 constant gradient noise and in the small-step limit.
@@ -59,6 +67,8 @@ PRECONDITIONERS = ("scalar", "diagonal")
 
 class ConstantSGD(Sampler):
     """Constant SGD with Mandt et al.'s optimal step (``scalar``) or diagonal preconditioner."""
+
+    minibatch_noise = True
 
     def __init__(
         self,
@@ -92,6 +102,20 @@ class ConstantSGD(Sampler):
         elif "preconditioner" not in state.buffers:
             self._fit(state)
         return super().step(state, closure, lr_scale, noise, tune)
+
+    def divergence_fix(self, state: SamplerState) -> str:
+        if "preconditioner" not in state.buffers:
+            return super().divergence_fix(state)
+        if self.preconditioner == "scalar":
+            steps = f"2D/ΣV = {state.info['step_size'].item():.3g} on U"
+        else:
+            steps = "2/V_k per coordinate"
+        return (
+            f"Its step after burn-in is Mandt et al.'s optimum ({steps}), which sampler.lr "
+            "does not set, and it is past the stability limit 2/λ_max of this posterior's "
+            "curvature: constant SGD samples only posteriors close to an isotropic Gaussian "
+            "(scripts/csgd_stability.py measures it). Choose another sampler (sgld, sghmc)"
+        )
 
     @torch.no_grad()
     def _fit(self, state: SamplerState) -> None:
