@@ -475,6 +475,44 @@ def test_compiled_stacked_closures_equal_eager_ones(model, compiler):
             torch.testing.assert_close(grad, expected_grad)
 
 
+@pytest.mark.parametrize("prior", [GaussianPrior(0.8), GammaHierarchical(2.0, 3.0)])
+def test_compiled_prior_term_follows_the_hyperparameters(prior, compiler):
+    """The compiled closed-form prior term reads the prior's current precisions: after a Gibbs
+    step has changed them, closures of one chain and of stacked chains still equal the eager
+    ones, which themselves changed."""
+    eager = regression_potential(prior)
+    compiled = Potential(eager.model, eager.likelihood, prior, 40, 0.7, compile=True)
+    generator = torch.Generator().manual_seed(3)
+    stacked = [torch.randn(2, *p.shape, dtype=p.dtype, generator=generator) for p in eager.params]
+    x = torch.randn(40, 4, dtype=torch.float64, generator=generator)
+    y = torch.randn(40, dtype=torch.float64, generator=generator)
+
+    def closures(potential):
+        yield potential.closure(x[:10], y[:10])
+        yield potential.full_closure(lambda: zip(x.split(16), y.split(16)))
+        if prior.vectorisable:
+            yield potential.chain_full_closure(stacked, lambda: zip(x.split(16), y.split(16)))
+
+    before = [closure()[0].clone() for closure in closures(eager)]
+    for gibbs in (False, True):
+        if gibbs:
+            with torch.no_grad():
+                for p in eager.model.parameters():
+                    p.mul_(3.0)  # far from the initial precision's typical weights
+            prior.gibbs_step(eager.model_params, torch.Generator().manual_seed(0))
+        for mine, theirs in zip(closures(compiled), closures(eager), strict=True):
+            (value, grads), (expected, expected_grads) = mine(), theirs()
+            torch.testing.assert_close(value, expected, rtol=1e-12, atol=0)
+            for grad, expected_grad in zip(grads, expected_grads, strict=True):
+                torch.testing.assert_close(grad, expected_grad)
+    if prior.hyperparameters():  # the Gibbs step changed the term the closures compare
+        with torch.no_grad():
+            for p in eager.model.parameters():
+                p.div_(3.0)
+        after = [closure()[0] for closure in closures(eager)]
+        assert all(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
 def test_compile_without_a_compiler_warns_and_runs_eagerly(caplog):
     """A machine where Inductor finds no C++ compiler gets the eager gradient and one warning
     naming the fix, not a failed run."""

@@ -206,12 +206,16 @@ class Gaussian(ElementwisePrior):
         if key not in self._cache:
             variances = [self.scale_of(name, p) ** 2 for name, p in params.items()]
             inverse = torch.tensor([1 / v for v in variances], dtype=like.dtype, device=like.device)
-            sizes = torch.tensor([p.numel() for p in params.values()], device=like.device)
+            # sizes known to the tracer, unlike repeat_interleave's: torch.compile of the
+            # potential's prior term (compile=true) traces this at its first call
+            elementwise = torch.cat(
+                [i.expand(p.numel()) for i, p in zip(inverse, params.values(), strict=True)]
+            )
             constant = sum(
                 p.numel() * math.log(2 * math.pi * v)
                 for p, v in zip(params.values(), variances, strict=True)
             )
-            self._cache[key] = inverse, inverse.repeat_interleave(sizes), constant
+            self._cache[key] = inverse, elementwise, constant
         return self._cache[key]
 
     def log_density(self, theta: Tensor, scale: float) -> Tensor:
