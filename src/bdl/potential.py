@@ -312,22 +312,23 @@ class Potential:
         By eager autograd, or, with ``compile``, by the compiled ``torch.func.grad_and_value`` of
         the same forward pass. Both come scaled in the parameters' dtype, as the full-data
         closures' float64 sums need; the gradients can be added to in place."""
-        leaves = [p.detach() for p in params]
-        build = functools.partial(self._grad_function, stacked, data_dim)
-        compiled = self._compiled_call((stacked, data_dim), build, leaves, x, y)
-        if compiled is None:
-            with torch.enable_grad():
-                if stacked:
-                    log_lik = self._chain_log_likelihood(params, x, y, data_dim)
-                else:
-                    log_lik = self.likelihood(self.model(x), y)
-                term = scale * log_lik
-                grads = torch.autograd.grad(term.sum(), params, materialize_grads=True)
-            return term.detach(), _writable(grads)
-        grads, (_, log_lik) = compiled
-        grads = _writable(grads)
-        torch._foreach_mul_(grads, scale)
-        return scale * log_lik, grads
+        if self._compiled is not None:
+            build = functools.partial(self._grad_function, stacked, data_dim)
+            leaves = [p.detach() for p in params]
+            compiled = self._compiled_call((stacked, data_dim), build, leaves, x, y)
+            if compiled is not None:
+                grads, (_, log_lik) = compiled
+                grads = _writable(grads)
+                torch._foreach_mul_(grads, scale)
+                return scale * log_lik, grads
+        with torch.enable_grad():
+            if stacked:
+                log_lik = self._chain_log_likelihood(params, x, y, data_dim)
+            else:
+                log_lik = self.likelihood(self.model(x), y)
+            term = scale * log_lik
+            grads = torch.autograd.grad(term.sum(), params, materialize_grads=True)
+        return term.detach(), _writable(grads)
 
     def _compiled_call(self, key: Hashable, build: Callable[[], Callable], *args: Any) -> Any:
         """``build()``'s function, compiled at the first call with ``key``, called on ``args``;
