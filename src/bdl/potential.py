@@ -376,9 +376,9 @@ class Potential:
         terms differentiate by autograd, which the compiled function would leave by a graph
         break, and there gave wrong gradients (torch 2.14)."""
         args = (value, grads, prior_weight, stacked)
-        if not self._closed_form_prior:
-            return self._prior_term(*args)
-        compiled = self._compiled_call("prior", lambda: self._prior_term, *args)
+        compiled = None
+        if self._closed_form_prior:
+            compiled = self._compiled_call("prior", lambda: self._prior_term, *args)
         return self._prior_term(*args) if compiled is None else compiled
 
     def _prior_term(
