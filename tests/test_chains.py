@@ -40,15 +40,20 @@ SAMPLERS = {
     "bbb": ["sampler=bbb", "burn_in=0", "sampler.num_samples=3"],
     "csgd": ["sampler=csgd", "batch_size=4"],
 }
+#: The first seed of each sampler's two chains. Constant SGD's fitted step diverges on this tiny
+#: network for most seeds (its step is past the curvature's stability limit, as the csgd module
+#: says); seeds 4 and 5 stay below the divergence limit of bdl.stability.
+FIRST_SEED = {"csgd": 4}
 
 
 @pytest.mark.parametrize("name", SAMPLERS)
 def test_chain_k_is_the_single_chain_run_seeded_seed_plus_k(uci_root, tmp_path, name):
     """Chains stepped in turn: bit for bit (every sampler here but HMC cannot be stacked)."""
-    runner.run(config(uci_root, *SAMPLERS[name], "seed=3", "chains=2"), tmp_path / "chains")
+    seed = FIRST_SEED.get(name, 3)
+    runner.run(config(uci_root, *SAMPLERS[name], f"seed={seed}", "chains=2"), tmp_path / "chains")
     for k in range(2):
-        single = tmp_path / f"seed{3 + k}"
-        alone = runner.run(config(uci_root, *SAMPLERS[name], f"seed={3 + k}"), single)
+        single = tmp_path / f"seed{seed + k}"
+        alone = runner.run(config(uci_root, *SAMPLERS[name], f"seed={seed + k}"), single)
         manifest = json.loads((single / "samples" / "manifest.json").read_text())
         chain_dir = tmp_path / "chains" / "samples" / f"chain_{k}"
         assert json.loads((chain_dir / "manifest.json").read_text()) == manifest
@@ -166,7 +171,8 @@ def test_stacked_chains_on_shared_minibatches_follow_the_chains_in_turn(uci_root
 
 def test_chains_that_cannot_be_stacked_are_stepped_in_turn(uci_root, tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="bdl")
-    runner.run(config(uci_root, "sampler=csgd", "batch_size=4", "chains=2"), tmp_path)
+    seed = f"seed={FIRST_SEED['csgd']}"
+    runner.run(config(uci_root, *SAMPLERS["csgd"], seed, "chains=2"), tmp_path)
     assert "stepped in turn: ConstantSGD's update is not written for stacked chains" in caplog.text
 
 
@@ -324,7 +330,9 @@ def test_bad_chains_are_refused(uci_root, tmp_path, overrides, message):
 
 def test_a_chain_that_diverges_is_named(uci_root, tmp_path):
     with pytest.raises(runner.DivergedError, match="chain 0 diverged"):
-        runner.run(config(uci_root, "chains=2", "sampler=sgld", "sampler.lr=1e3"), tmp_path)
+        runner.run(
+            config(uci_root, "chains=2", "sampler=sgld", "sampler.lr=1e3", "burn_in=0"), tmp_path
+        )
     assert json.loads((tmp_path / "metrics.json").read_text())["status"] == "diverged"
 
 
@@ -332,6 +340,8 @@ def test_one_chain_gets_the_ess_and_no_rhat(uci_root, tmp_path):
     """R-hat needs two chains (arviz): one chain's run reports the ESS alone, and no point is
     called constant that is not."""
     metrics = runner.run(config(uci_root, "epochs=8", "sampler=sgld"), tmp_path)
-    assert "rhat_max" not in metrics and metrics["points_constant"] == 0
-    assert metrics["ess_bulk_min"] > 0
+    assert metrics["rhat_max"] is None and metrics["points_constant"] == 0
+    assert any("R-hat needs chains>=2" in warning for warning in metrics["warnings"])
+    # six draws: arviz's estimator sits at its ceiling, which is no measurement (diagnostics.cap)
+    assert metrics["ess_bulk_min"] is None and metrics["ess_tail_min"] is None
     assert list(rows(tmp_path / diagnostics.FILE)[0]) == ["point", "ess_bulk", "ess_tail"]

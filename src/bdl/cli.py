@@ -79,6 +79,14 @@ def _app(cfg: DictConfig) -> float | None:
         RunDirectory(hydra_cfg.runtime.output_dir).record_failure(cfg, str(error))
         _failed_jobs.append((hydra_cfg.runtime.output_dir, str(error)))
         return None
+    if metrics.get("status") == "unsound":
+        message = f"bdl-run: error: {metrics['error']}"
+        if follower:
+            raise SystemExit(1) from None
+        if hydra_cfg.mode != RunMode.MULTIRUN:
+            raise SystemExit(message)
+        _failed_jobs.append((hydra_cfg.runtime.output_dir, metrics["error"]))
+        return None
     # what a sweeper (e.g. Optuna) tunes on: the validation metric, never the test set's
     return metrics.get("val_accuracy", metrics.get("val_rmse"))
 

@@ -94,29 +94,40 @@ def summarise(pointwise: np.ndarray, weights: np.ndarray) -> tuple[dict[str, flo
     infinite R-hat, which is kept."""
     with np.errstate(invalid="ignore"):  # a sample giving a point zero density: -inf - -inf
         constant = np.ptp(pointwise.reshape(-1, pointwise.shape[-1]), axis=0) == 0
-    metrics: dict[str, float] = {"points_constant": int(constant.sum())}
+    metrics: dict[str, float | None] = {"points_constant": int(constant.sum())}
     table: dict[str, np.ndarray] = {"point": np.arange(pointwise.shape[-1])}
     if pointwise.shape[0] > 1:
         table["rhat"] = rhat(pointwise)
         metrics |= _extreme("rhat_max", table["rhat"], np.max)
         metrics |= _extreme("rhat_p95", table["rhat"], lambda r: np.percentile(r, 95))
         metrics |= _extreme("weight_rhat_max", rhat(weights), np.max)
-    table["ess_bulk"], table["ess_tail"] = ess(pointwise, "bulk"), ess(pointwise, "tail")
+    else:
+        metrics |= dict.fromkeys(("rhat_max", "rhat_p95", "weight_rhat_max"))
+    chains, draws = pointwise.shape[:2]
+    table["ess_bulk"] = _measured(ess(pointwise, "bulk"), chains, draws)
+    table["ess_tail"] = _measured(ess(pointwise, "tail"), chains, draws)
     metrics |= _extreme("ess_bulk_min", table["ess_bulk"], np.min)
     metrics |= _extreme("ess_tail_min", table["ess_tail"], np.min)
-    metrics |= _extreme("weight_ess_bulk_min", ess(weights, "bulk"), np.min)
+    weight_ess = _measured(ess(weights, "bulk"), chains, draws)
+    metrics |= _extreme("weight_ess_bulk_min", weight_ess, np.min)
     return metrics, table
 
 
-def _extreme(name: str, values: np.ndarray, reduce) -> dict[str, float]:
-    """``{name: reduce(values)}`` over the values arviz measured (not NaN); empty if none."""
+def _measured(values: np.ndarray, chains: int, draws: int) -> np.ndarray:
+    """``values`` with the effective sample sizes at arviz's :func:`cap` set to NaN: there no
+    autocorrelation was measured, and the number is the estimator's ceiling, not an ESS."""
+    return np.where(values >= cap(chains, draws) * (1 - 1e-9), np.nan, values)
+
+
+def _extreme(name: str, values: np.ndarray, reduce) -> dict[str, float | None]:
+    """``{name: reduce(values)}`` over the values arviz measured (not NaN); None if none."""
     measured = values[~np.isnan(values)]
-    return {name: float(reduce(measured))} if measured.size else {}
+    return {name: float(reduce(measured)) if measured.size else None}
 
 
-def warning(metrics: dict[str, float]) -> str | None:
+def warning(metrics: dict[str, float | None]) -> str | None:
     """A line saying that the function-space R-hat exceeds :data:`RHAT_MAX_THRESHOLD`, if so."""
-    if not metrics.get("rhat_max", 1.0) > RHAT_MAX_THRESHOLD:
+    if not (metrics.get("rhat_max") or 1.0) > RHAT_MAX_THRESHOLD:
         return None
     return (
         f"the chains have not converged in function space: R-hat up to {metrics['rhat_max']:.3f} "

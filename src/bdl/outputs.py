@@ -234,3 +234,39 @@ def _wandb_key_configured() -> bool:
         return netrc.netrc().authenticators("api.wandb.ai") is not None
     except (OSError, netrc.NetrcParseError):
         return False
+
+
+#: The rows of the table that ends a run, in order: what a reader checks first.
+SUMMARY_KEYS = (
+    "test_accuracy",
+    "test_nll",
+    "test_rmse",
+    "test_ll",
+    "val_accuracy",
+    "val_rmse",
+    "agreement",
+    "total_variation",
+    "num_samples",
+    "accept_rate",
+    "step_scale",
+    "ess_bulk_min",
+    "ess_tail_min",
+    "rhat_max",
+    "wall_time_s",
+)
+
+
+def summary_table(metrics: dict[str, Any]) -> str:
+    """The end of a run's log: its status and headline metrics, rounded to 4 significant digits,
+    each test metric beside the trivial predictor's (``metrics.json`` has them all, unrounded)."""
+    trivial = metrics.get("trivial", {})
+    lines = [f"{metrics['status']} (metrics.json):"]
+    for key in SUMMARY_KEYS:
+        if key not in metrics:
+            continue
+        value = metrics[key]
+        shown = "n/a (not measurable)" if value is None else f"{value:.4g}"
+        if key in trivial:
+            shown += f"   trivial predictor {trivial[key]:.4g}"
+        lines.append(f"  {key:<16}{shown}")
+    return "\n".join(lines)

@@ -37,7 +37,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from bdl import checkpoint, diagnostics, distributed, pruning
+from bdl import checkpoint, diagnostics, distributed, outputs, pruning, stability
 from bdl.chains import ChainStack, unsupported
 from bdl.config import ConfigError, validate
 from bdl.data import Dataset
@@ -56,6 +56,8 @@ log = logging.getLogger("bdl")
 #: A potential above this multiple of its starting value (or of N, if larger) has diverged: no
 #: sampler recovers from a jump of six orders of magnitude, and a NaN would follow.
 DIVERGENCE_FACTOR = 1e6
+#: The statuses of a run that went to its last epoch: resuming it has nothing left to do.
+FINAL_STATUSES = ("completed", "unsound")
 #: Per-chain results of a run of several chains.
 CHAINS_FILE = "chains.csv"
 #: Draws per chain below which no R-hat is computed: split R-hat needs two halves of two.
@@ -203,6 +205,10 @@ class Experiment:
     #: held-out training points (MNIST's last 10,000 images), scored as val_* metrics
     x_validation: Tensor | None = None
     validation: Task | None = None
+    #: halve the step during burn-in when the potential climbs (bdl.stability)
+    backs_off: bool = False
+    #: the potential's stationary rise that bdl.stability measures climbs against
+    rise_limit: float = math.inf
 
     def collects(self, epoch: int) -> bool:
         """Whether the state after (0-based) ``epoch`` is kept as a posterior sample."""
@@ -329,6 +335,8 @@ def build(
         chain=chain,
         x_validation=x_validation,
         validation=None if x_validation is None else Task(data, data.y_validation),
+        backs_off=sampler.backs_off and cfg.burn_in > 0,
+        rise_limit=stability.rise_limit(sum(p.numel() for p in potential.params)),
     )
     sampler.attach(potential, experiment.train_chunks)  # a Laplace fit reads the training set
     if sampler.injects_noise and not any(map(experiment.collects, range(cfg.epochs))):
@@ -444,6 +452,17 @@ class Loop:
     curve: list[dict[str, Any]] = field(default_factory=list)
     accept_rates: list[float] = field(default_factory=list)  # per sampling epoch
     initial_potential: float | None = None  # U at the first step: the divergence yardstick
+    #: the lowest epoch-mean potential so far (bdl.stability's yardstick); during burn-in, the
+    #: state the chain began that epoch in (to return to when a step proves too large), and the
+    #: state it began this epoch in (whose potential this epoch's steps measure)
+    level: float | None = None
+    snapshot: dict[str, Tensor] | None = None
+    epoch_start: dict[str, Tensor] | None = None
+    #: the multiplier on the sampler's step that burn-in settled on (halved at each back-off;
+    #: the same in every chain of a run)
+    step_scale: float = 1.0
+    #: the largest rise of an epoch's potential above ``level`` after burn-in, in rise limits
+    rise_max: float = 0.0
     num_samples: int = 0
     # per sample kept: log p(y_i | x_i, θ) of every test point, and the weight probes
     # (bdl.diagnostics)
@@ -458,17 +477,35 @@ class Loop:
         "curve",
         "accept_rates",
         "initial_potential",
+        "level",
+        "step_scale",
+        "rise_max",
         "num_samples",
     )
     _PER_SAMPLE = ("log_likelihoods", "probes")
 
     @classmethod
     def start(cls, experiment: Experiment) -> Loop:
-        return cls(
+        loop = cls(
             sampler=experiment.sampler.init(experiment.potential.params),
             average=experiment.task.average(),
             validation=None if experiment.validation is None else experiment.validation.average(),
         )
+        if experiment.backs_off:
+            loop.snapshot = stability.snapshot(loop.live_state(experiment))
+            loop.epoch_start = loop.snapshot
+        return loop
+
+    def live_state(self, experiment: Experiment) -> dict[str, Tensor]:
+        """The tensors that a back-off returns to their snapshot (:mod:`bdl.stability`): the
+        parameters, the sampler's buffers and the Gibbs-sampled hyperparameters."""
+        state = self.sampler
+        live = {f"params/{i}": p for i, p in enumerate(state.params)}
+        for key, values in state.buffers.items():
+            if values is not state.params:
+                live.update({f"buffers/{key}/{i}": t for i, t in enumerate(values)})
+        live.update({f"potential/{k}": t for k, t in experiment.potential.state_dict().items()})
+        return live
 
     def state(self, experiment: Experiment) -> tuple[dict[str, Tensor], dict[str, Any]]:
         """This chain's tensors and JSON header, for a checkpoint (:meth:`Sampling._checkpoint`)."""
@@ -489,6 +526,8 @@ class Loop:
         for name in self._PER_SAMPLE:
             if getattr(self, name):
                 tensors[f"loop/{name}"] = torch.stack(getattr(self, name))
+        for name in ("snapshot", "epoch_start"):
+            tensors.update({f"{name}/{k}": t for k, t in (getattr(self, name) or {}).items()})
         header = {
             "sampler": sampler_header,
             "loop": {name: getattr(self, name) for name in self._POSITION},
@@ -518,9 +557,17 @@ class Loop:
         for name in cls._PER_SAMPLE:
             if f"loop/{name}" in tensors:
                 setattr(loop, name, list(tensors[f"loop/{name}"].unbind()))
+        for name in ("snapshot", "epoch_start"):
+            saved = _prefixed(tensors, f"{name}/")
+            setattr(loop, name, {k: t.to(device) for k, t in saved.items()} or None)
         for name, value in header["loop"].items():
             setattr(loop, name, value)
         return loop
+
+
+def _g(value: float | None) -> str:
+    """A potential for a message: 4 significant digits, or "none" before there is one."""
+    return "none" if value is None else f"{value:.4g}"
 
 
 def _prefixed(tensors: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
@@ -670,13 +717,19 @@ class Sampling:
         """An epoch of every chain (after a stop mid-epoch, of the chains behind); False if a
         signal stopped a chain first."""
         if self.stack is not None:
-            return self._stacked_epoch()
-        epoch = self.epoch
-        for chain, loop in enumerate(self.loops):
-            if loop.epoch == epoch and not self._epoch(chain):
-                self.stopped = chain
-                return False
-        return True
+            completed = self._stacked_epoch()
+        else:
+            epoch = self.epoch
+            for chain, loop in enumerate(self.loops):
+                if loop.epoch == epoch and not self._epoch(chain):
+                    self.stopped = chain
+                    return False
+            completed = True
+        if completed:  # a back-off in one chain takes every chain's step down with it
+            scale = min(loop.step_scale for loop in self.loops)
+            for loop in self.loops:
+                loop.step_scale = scale
+        return completed
 
     def _stacked_epoch(self) -> bool:
         """An epoch of all chains stepped as one (their positions are always the same)."""
@@ -691,7 +744,7 @@ class Sampling:
             t = first.epoch * exp.steps_per_epoch + i
             stack.step(
                 stack.closure(i),
-                lr_scale=exp.schedule(t),
+                lr_scale=exp.schedule(t) * first.step_scale,
                 noise=not exp.schedule.explores(t),
                 tune=first.epoch < exp.burn_in,
             )
@@ -728,7 +781,7 @@ class Sampling:
             loop.sampler = sampler.step(
                 loop.sampler,
                 self._closure(chain, i),
-                lr_scale=exp.schedule(t),
+                lr_scale=exp.schedule(t) * loop.step_scale,
                 noise=not exp.schedule.explores(t),
                 tune=loop.epoch < exp.burn_in,
             )
@@ -770,7 +823,7 @@ class Sampling:
         exp, loop = self.experiments[chain], self.loops[chain]
         epoch = loop.epoch
         mean_potential = torch.stack(loop.potentials).double().sum().item() / exp.steps_per_epoch
-        self._check_divergence(chain, mean_potential)
+        self._check_stability(chain, mean_potential)
         if exp.collects(epoch):
             self._collect(chain, epoch)
         accept_rate = loop.accepted.item() / loop.tests if loop.tests else None
@@ -779,8 +832,9 @@ class Sampling:
         row = {"chain": chain} if len(self.loops) > 1 else {}
         row |= {
             "epoch": epoch + 1,
-            "potential": mean_potential,
-            "lr_scale": exp.schedule((epoch + 1) * exp.steps_per_epoch - 1),
+            # a backed-off epoch's potential may be infinite, which JSON and the curve cannot hold
+            "potential": mean_potential if math.isfinite(mean_potential) else None,
+            "lr_scale": exp.schedule((epoch + 1) * exp.steps_per_epoch - 1) * loop.step_scale,
             "num_samples": loop.average.count,
             "test_metric": self._test_metric(chain),
             "wall_time_s": round(self.elapsed, 3),
@@ -813,9 +867,10 @@ class Sampling:
             return rows[0]
         average = pool([loop.average for loop in self.loops])
         rates = [row["accept_rate"] for row in rows if row["accept_rate"] != ""]
+        potentials = [row["potential"] for row in rows if row["potential"] is not None]
         return {
             "epoch": rows[0]["epoch"],
-            "potential": sum(row["potential"] for row in rows) / len(rows),
+            "potential": sum(potentials) / len(potentials) if potentials else None,
             "lr_scale": rows[0]["lr_scale"],
             "num_samples": average.count,
             "test_metric": self.experiment.task.headline_value(average) if average.count else "",
@@ -823,25 +878,90 @@ class Sampling:
             "accept_rate": sum(rates) / len(rates) if rates else "",
         }
 
-    def _check_divergence(self, chain: int, mean_potential: float) -> None:
+    def _check_stability(self, chain: int, mean_potential: float) -> None:
+        """Hold chain ``chain``'s epoch against its lowest potential so far
+        (:mod:`bdl.stability`): during burn-in, a climb or a non-finite state returns the chain
+        to its snapshot and halves the run's step; after burn-in (and for kernels that do not
+        back off), a climb past :data:`~bdl.stability.DIVERGENCE_LIMITS` limits, or a
+        non-finite state, is a divergence."""
         exp, loop = self.experiments[chain], self.loops[chain]
         finite = torch.stack(torch._foreach_norm(loop.sampler.params)).isfinite().all().item()
-        limit = DIVERGENCE_FACTOR * max(abs(loop.initial_potential), exp.data.num_train)
-        if finite and mean_potential <= limit:  # False for NaN
+        finite = finite and math.isfinite(mean_potential)
+        if not finite:
+            rise = math.inf
+        else:  # the first epoch sets the yardstick
+            rise = 0.0 if loop.level is None else mean_potential - loop.level
+        burning_in = exp.backs_off and loop.epoch < exp.burn_in
+        if burning_in and not rise <= exp.rise_limit:  # True for NaN
+            self._back_off(chain, mean_potential)
+            return
+        if finite and (loop.level is None or mean_potential < loop.level):
+            loop.level = mean_potential
+            if burning_in:
+                loop.snapshot = loop.epoch_start
+        if burning_in and loop.epoch + 1 < exp.burn_in:
+            loop.epoch_start = stability.snapshot(loop.live_state(exp))
+        else:  # the step is frozen: nothing to return to
+            loop.snapshot = loop.epoch_start = None
+        if exp.sampler.injects_noise:
+            if finite and loop.epoch >= exp.burn_in:
+                loop.rise_max = max(loop.rise_max, rise / exp.rise_limit)
+            limit = stability.DIVERGENCE_LIMITS * exp.rise_limit
+            diverged = not rise <= limit
+            what = (
+                f"U per step rose {rise:.4g} above its lowest, {_g(loop.level)}, more than "
+                f"{stability.DIVERGENCE_LIMITS:g} x {exp.rise_limit:.4g} (the rise a stationary "
+                "chain exceeds once in 10^9 epochs)"
+            )
+        else:  # an optimiser's or a variational fit's objective: only an explosion is certain
+            limit = DIVERGENCE_FACTOR * max(abs(loop.initial_potential), exp.data.num_train)
+            diverged = not mean_potential <= limit
+            what = f"U per step = {mean_potential:.4g}, over {DIVERGENCE_FACTOR:.0e} x its start"
+        if finite and not diverged:
             return
         if not finite:
-            what = "its parameters are not finite"
-        elif not math.isfinite(mean_potential):
-            what = f"U per step = {mean_potential}"
-        else:
-            what = (
-                f"U per step = {mean_potential:.4g}, over {DIVERGENCE_FACTOR:.0e} times its start "
-                f"{loop.initial_potential:.4g}"
+            what = "its parameters or potential are not finite"
+        fix = exp.sampler.divergence_fix(loop.sampler)
+        if loop.step_scale < 1:
+            fix += (
+                f" (burn-in had already taken the step down to {loop.step_scale:.3g} x "
+                f"sampler.lr={self.cfg.sampler.lr:g}; try "
+                f"sampler.lr={self.cfg.sampler.lr * loop.step_scale / 4:.3g} or a longer burn_in)"
             )
-        which = f"chain {chain}" if len(self.loops) > 1 else "the chain"
         raise DivergedError(
-            f"{which} diverged in epoch {loop.epoch + 1} ({what}). "
-            + exp.sampler.divergence_fix(loop.sampler)
+            f"{self._name(chain)} diverged in epoch {loop.epoch + 1} ({what}). {fix}"
+        )
+
+    def _name(self, chain: int) -> str:
+        return f"chain {chain}" if len(self.loops) > 1 else "the chain"
+
+    def _back_off(self, chain: int, mean_potential: float) -> None:
+        """Return chain ``chain`` to its snapshot and halve its step (every chain's, at the
+        end of the epoch)."""
+        exp, loop = self.experiments[chain], self.loops[chain]
+        if loop.step_scale <= 2.0**-stability.MAX_BACKOFFS:
+            raise DivergedError(
+                f"{self._name(chain)} still climbs in "
+                f"epoch {loop.epoch + 1} of burn-in after the step was halved "
+                f"{stability.MAX_BACKOFFS} times (U per step {mean_potential:.4g}, lowest "
+                f"{_g(loop.level)}): the model or the data, not the step, is at fault; check them "
+                "with another sampler (sampler=hmc)"
+            )
+        stability.restore(loop.live_state(exp), loop.snapshot)
+        exp.sampler.restart(loop.sampler)
+        loop.epoch_start = loop.snapshot
+        loop.step_scale /= 2
+        log.info(
+            "epoch %d%s: U per step %.4g, above its lowest (%s) by more than %.4g: back to "
+            "that point, step "
+            "halved to %.3g x sampler.lr (burn-in adapts it; it is frozen from epoch %d on)",
+            loop.epoch + 1,
+            f", chain {chain}" if len(self.loops) > 1 else "",
+            mean_potential,
+            _g(loop.level),
+            exp.rise_limit,
+            loop.step_scale,
+            exp.burn_in + 1,
         )
 
     def _collect(self, chain: int, epoch: int) -> None:
@@ -911,10 +1031,11 @@ class Sampling:
             for _ in experiment.sampler.final_samples(loop.sampler):
                 self._collect(chain, self.cfg.epochs - 1)
         metrics = self._write_metrics("completed")
-        log.info("metrics: %s", metrics)
-        warning = diagnostics.warning(metrics)
-        if warning is not None:
-            log.warning(warning)
+        log.info("%s", outputs.summary_table(metrics))
+        if metrics["status"] == "unsound":
+            log.error("NOT A RESULT: %s; %s", metrics["error"], self._kept())
+        for warning in metrics.get("warnings", []):
+            log.warning("WARNING: %s", warning)
         if self.cfg.pruning and self.stores is not None:
             self._pruning()
         log.info("run directory: %s", self.directory.path)
@@ -944,13 +1065,39 @@ class Sampling:
         rates = [rate for loop in self.loops for rate in loop.accept_rates]
         if rates:
             metrics["accept_rate"] = sum(rates) / len(rates)
+        if exp.backs_off:
+            metrics["step_scale"] = self.loops[0].step_scale
+        if exp.sampler.injects_noise:
+            metrics["rise_max"] = max(loop.rise_max for loop in self.loops)
         if len(self.loops) > 1:
             metrics["chains"] = len(self.loops)
             self._write_chain_metrics()
         metrics.update(self._diagnostics())
+        if status == "completed" and average.count:
+            self._judge(metrics)
         self._sync_stores()
         self.directory.write_metrics(metrics)
         return metrics
+
+    def _judge(self, metrics: dict[str, Any]) -> None:
+        """Set ``metrics``' verdict: ``unsound`` (with the ``error``) where the trivial predictor
+        does better on held-out data; ``warnings`` for what is a judgement, not a certainty."""
+        task = self.experiment.task
+        metrics["trivial"] = task.trivial_metrics()
+        worse = task.worse_than_trivial(metrics)
+        if worse:
+            metrics["status"] = "unsound"
+            metrics["error"] = (
+                f"the posterior predicts worse than ignoring the inputs: {', '.join(worse)} "
+                "(the trivial predictor's in brackets). Try another sampler, a smaller "
+                "sampler.lr or more epochs"
+            )
+        warnings = [diagnostics.warning(metrics)]
+        if len(self.loops) == 1 and self.experiment.sampler.injects_noise:
+            warnings.append(
+                "R-hat needs chains>=2: one chain cannot show that it has converged (chains=4)"
+            )
+        metrics["warnings"] = [w for w in warnings if w is not None]
 
     def _sync_stores(self) -> None:
         for store in self.stores or []:
@@ -1030,7 +1177,8 @@ class Progress:
 
     def update(self, row: dict[str, Any]) -> None:
         exp, epoch = self.experiment, row["epoch"]
-        parts = {"U/N": f"{row['potential'] / exp.data.num_train:.4g}"}
+        potential = row["potential"]
+        parts = {"U/N": "inf" if potential is None else f"{potential / exp.data.num_train:.4g}"}
         if row["num_samples"]:
             parts[exp.task.headline] = f"{row['test_metric']:.4f}"
         else:
@@ -1103,7 +1251,7 @@ def _run_in(
         return Sampling(experiments, output, loops, signals, group).run()
     tensors, header = checkpoint.load(output.checkpoint)
     _check_same_config(cfg, header, output.checkpoint)
-    if output.read_status() == "completed":
+    if output.read_status() in FINAL_STATUSES:
         # a requeued job whose run had ended (perhaps killed on its way out): nothing to redo
         log.info("the run in %s has completed; nothing to resume", output.path)
         return output.read_metrics()

@@ -52,6 +52,35 @@ class Task:
             prediction, self.targets(), self.data.target_mean, self.data.target_std
         )
 
+    def trivial_metrics(self) -> dict[str, float]:
+        """The test metrics of the predictor that ignores the inputs: for regression the
+        training targets' mean and variance, for classification the training classes'
+        frequencies. Any posterior worth keeping beats it."""
+        y_train = self.data.y_train.double()
+        if self.classification:
+            counts = torch.bincount(y_train.long(), minlength=self.data.out_features)
+            prediction = (counts / counts.sum()).expand(len(self.y_test), -1)
+        else:
+            moments = torch.stack([y_train.mean(), y_train.var()])
+            prediction = moments.expand(len(self.y_test), -1)
+        average = self.average()
+        average.update(prediction)
+        return average.metrics(self.y_test)
+
+    def worse_than_trivial(self, metrics: dict[str, float]) -> list[str]:
+        """The metrics of ``metrics`` in which the trivial predictor does better, each as
+        ``name value (trivial predictor's)``."""
+        trivial = self.trivial_metrics()
+        lower_is_better = ("test_rmse", "test_nll")
+        keys = ("test_accuracy", "test_nll") if self.classification else ("test_rmse", "test_ll")
+        worse = []
+        for key in keys:
+            value, baseline = metrics[key], trivial[key]
+            better = value <= baseline if key in lower_is_better else value >= baseline
+            if not better:  # NaN included
+                worse.append(f"{key} {value:.4g} ({baseline:.4g})")
+        return worse
+
     @property
     def headline(self) -> str:
         """The metric that progress lines, curves and sweeps report."""

@@ -59,6 +59,7 @@ class AdaptiveSGHMC(Sampler):
     (:math:`\\alpha`) and ``damping`` :math:`\\lambda` of the mass estimate."""
 
     vectorisable = True
+    backs_off = True
 
     lr_per_datum = False
 

@@ -85,6 +85,9 @@ class Sampler(ABC):
     lr_per_datum = True  # False: `lr` is not converted by Potential.step_size (Adam-based VI)
     vectorisable = False  # True: also steps chains stacked along the first dimension (above)
     minibatch_noise = False  # True: its only noise is the minibatch gradient's (constant SGD)
+    #: True: its step is set in a unit that does not transfer between data sets (a learning rate),
+    #: so the runner halves it during burn-in when the potential climbs (:mod:`bdl.stability`)
+    backs_off = False
 
     def __init__(self, lr: float, *, foreach: bool = True, generator: Generator = None) -> None:
         if not 0 < lr < math.inf:
@@ -132,6 +135,14 @@ class Sampler(ABC):
         ``num_batches`` of an epoch (:class:`bdl.potential.Potential`): 1, which makes every step's
         potential an unbiased estimate; variational methods may spread the KL term unevenly."""
         return 1.0
+
+    @torch.no_grad()
+    def restart(self, state: SamplerState) -> None:
+        """Called once the runner has returned ``state`` to an earlier point and halved the step
+        (:mod:`bdl.stability`): a momentum built at the old step would carry the chain where the
+        old step did, so a kernel's ``"momentum"`` buffer starts again at rest."""
+        for v in state.buffers.get("momentum", []):
+            v.zero_()
 
     def divergence_fix(self, state: SamplerState) -> str:
         """What to change when the chain in ``state`` has diverged: the runner's message ends

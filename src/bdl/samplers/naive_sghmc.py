@@ -58,6 +58,7 @@ class NaiveSGHMC(LeapfrogUpdate, Sampler):
     ``resample_every`` steps, optionally Metropolis-corrected (``mh``)."""
 
     vectorisable = True
+    backs_off = True
 
     def __init__(
         self,

@@ -46,6 +46,7 @@ class PSGLD(Sampler):
     :math:`\\lambda`."""
 
     vectorisable = True
+    backs_off = True
 
     lr_per_datum = False
 

@@ -51,6 +51,7 @@ class SGHMC(Sampler):
     """SGHMC with learning rate ``lr`` (:math:`\\eta`) and friction ``alpha`` (:math:`\\alpha`)."""
 
     vectorisable = True
+    backs_off = True
 
     def __init__(
         self,

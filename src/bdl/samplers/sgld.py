@@ -26,6 +26,7 @@ class SGLD(Sampler):
     """SGLD with step size ``lr`` (:math:`\\epsilon`)."""
 
     vectorisable = True
+    backs_off = True
 
     def _update_foreach(
         self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool

@@ -1,0 +1,71 @@
+r"""What a healthy chain's potential does, and what the runner does when a chain's does not.
+
+**The yardstick.** Near a mode, a posterior in :math:`d` dimensions is close to Gaussian, and
+under it :math:`U(\theta) - U(\theta^\ast)` follows a :math:`\mathrm{Gamma}(d/2, 1)` distribution
+(:math:`\tfrac12\chi^2_d`): a chain at stationarity sits about :math:`d/2` above the mode, with a
+spread of :math:`\sqrt{d/2}`, whatever the data set, the temperature (``U`` is :math:`U_T`) or the
+parametrisation. :func:`rise_limit` is the rise an exact sampler exceeds with probability below
+:data:`TAIL` at any one epoch, from the Chernoff bound of the Gamma's upper tail,
+:math:`P(G > k + t) \le \exp\big(-t^2 / 2(k + t)\big)`. A rise past it is not noise: the chain is
+heating up (a step too large for the posterior's curvature), or has left for a worse region.
+
+**During burn-in** (samplers that declare ``backs_off``: the SG-MCMC kernels, whose step unit, a
+learning rate per datum, does not transfer between data sets; the Metropolis kernels adapt their
+step by dual averaging instead), each chain keeps its lowest epoch-mean potential so far and a
+snapshot of its state there. An epoch whose mean potential rises more than :func:`rise_limit`
+above that level, or is not finite, restores the chain to its snapshot and halves the run's step
+(every chain's, as HMC's pooled adaptation shares one step size). The step is frozen when burn-in
+ends, so that the samples kept come from one fixed kernel. This is the backing-off half of the
+step-size adaptation that the literature recommends for SG-MCMC (Welling & Teh 2011 decrease the
+step until it is stable; Chen et al. 2014 tune it on the data set), made automatic.
+
+Measured on yacht (the UCI protocol, full batches): SGHMC at its MNIST step, ``lr`` 0.1 per datum,
+heats up within 30 steps (the sampled noise precision falls from 9 to 1e-12) and completed with a
+test RMSE of 74 380 before this existed; its healthy chains at a hundredth of that step rise at
+most 44 above their burn-in level (``rise_limit`` = 314 for its 401 parameters).
+
+**After burn-in** a chain whose epoch-mean potential exceeds its burn-in level by more than
+:data:`DIVERGENCE_LIMITS` times :func:`rise_limit` has diverged: the run ends with status
+``diverged`` and one line naming the cause and the fix. The factor is set from the spread of
+healthy runs (``scripts/stability_spread.py``): their largest rise, over every SG-MCMC and
+Metropolis sampler on yacht and boston and SGHMC on MNIST, is below one ``rise_limit``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+#: The per-epoch probability with which an exact sampler's rise exceeds :func:`rise_limit`.
+TAIL = 1e-9
+#: After burn-in, a rise above the burn-in level of this many :func:`rise_limit` is a divergence.
+DIVERGENCE_LIMITS = 4.0
+#: Halvings of the step during burn-in after which the chain is declared diverged: a step 2^-20 of
+#: the configured one is no longer a setting to fix by halving.
+MAX_BACKOFFS = 20
+
+
+def rise_limit(dimensions: int) -> float:
+    r"""The rise of the potential above its mode that a :math:`\mathrm{Gamma}(d/2, 1)` variable
+    exceeds with probability below :data:`TAIL`: :math:`k + t`, :math:`k = d/2`, with :math:`t`
+    solving :math:`t^2 = 2(k + t)\log(1/\text{TAIL})`."""
+    k, log_tail = dimensions / 2, math.log(1 / TAIL)
+    t = log_tail + math.sqrt(log_tail**2 + 2 * k * log_tail)
+    return k + t
+
+
+def snapshot(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Copies of ``tensors``, detached: a chain's state to return to."""
+    return {name: t.detach().clone() for name, t in tensors.items()}
+
+
+@torch.no_grad()
+def restore(live: dict[str, Tensor], saved: dict[str, Tensor]) -> None:
+    """Write ``saved`` into the tensors of ``live`` in place (stacked chains' states are views of
+    one stacked tensor, which must see the restored values). Entries that the state gained since
+    the snapshot (an online noise estimate begun later) keep their values."""
+    for name, t in saved.items():
+        if name in live:
+            live[name].copy_(t)
