@@ -260,14 +260,17 @@ FAKE_UCI = {
 }
 
 
-def write_fake_uci(root: Path, name: str, rows: int, columns: int, splits: int, seed: int = 0):
+def write_fake_uci(
+    root: Path, name: str, rows: int, columns: int, splits: int, seed: int = 0, noise: float = 0.3
+):
     """One UCI folder in the layout of the standard splits (``data.txt``, ``index_*.txt``,
-    ``n_splits.txt``): a linear target plus noise, 90/10 random splits."""
+    ``n_splits.txt``): a linear target plus ``noise`` times standard normal noise, 90/10 random
+    splits."""
     rng = np.random.default_rng(seed)
     folder = Path(root) / "uci" / name
     folder.mkdir(parents=True, exist_ok=True)
     x = rng.normal(size=(rows, columns - 1))
-    y = x @ rng.normal(size=columns - 1) + 0.3 * rng.normal(size=rows)
+    y = x @ rng.normal(size=columns - 1) + noise * rng.normal(size=rows)
     np.savetxt(folder / "data.txt", np.column_stack([x, 10 + 5 * y]), fmt="%.6f")
     np.savetxt(folder / "index_features.txt", np.arange(columns - 1), fmt="%d")
     np.savetxt(folder / "index_target.txt", [columns - 1], fmt="%d")

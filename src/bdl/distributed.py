@@ -141,7 +141,8 @@ def on_leader(group: Group | None, work: Callable[[], object]) -> None:
 def check_supported(
     group: Group | None, sampler_name: str, full_batch: bool, num: int, chunk: int
 ) -> None:
-    """Refuse what cannot be split: a minibatch sampler, fewer points or chunks than ranks."""
+    """Refuse what cannot be split: a minibatch sampler, fewer points than ranks. (A full-batch
+    kernel's chunks are made small enough for every rank to hold some: :func:`bdl.run.build`.)"""
     if group is None:
         return
     if not full_batch:
@@ -154,11 +155,4 @@ def check_supported(
         raise ConfigError(
             f"{group.world_size} ranks but only {num} training points: start at most {num} "
             "processes (torchrun --nproc_per_node)"
-        )
-    chunks = -(-num // chunk)
-    if chunks < group.world_size:
-        raise ConfigError(
-            f"{group.world_size} ranks but the {num} training points make only {chunks} "
-            f"chunks of batch_size={chunk} (each rank evaluates whole chunks): use "
-            f"batch_size={num // group.world_size} or less"
         )

@@ -23,6 +23,7 @@ import contextlib
 import logging
 import math
 import os
+import shutil
 import signal
 import sys
 import time
@@ -287,6 +288,12 @@ def build(
         for stream, (name, root) in enumerate(streams)
     }
     sampler = make_sampler(cfg, potential, generators["noise"])
+    if sampler.needs_trained_start and not cfg.init_from:
+        raise ConfigError(
+            f"{type(sampler).__name__} expands the posterior around a trained network, and this "
+            "run would expand it around its random start: train one first (bdl-run "
+            f"sampler=sgd dataset={data.name}) and give its directory as init_from=<run directory>"
+        )
     batch_size = min(cfg.batch_size, data.num_train)
     if sampler.minibatch_noise and batch_size == data.num_train:
         # its step 2D/ΣV would come from the drift of the full gradient along the path: far
@@ -297,6 +304,10 @@ def build(
             "protocol takes full batches): set a smaller batch_size, e.g. batch_size=32 or "
             "protocol=uci_minibatch"
         )
+    if group is not None and sampler.full_batch:
+        # a full-batch kernel's chunk size is a memory bound, not a statistic: small enough to
+        # give every rank its share whatever batch_size says (the UCI protocol's takes all)
+        batch_size = min(batch_size, max(data.num_train // group.world_size, 1))
     distributed.check_supported(
         group, type(sampler).__name__, sampler.full_batch, data.num_train, batch_size
     )
@@ -340,10 +351,12 @@ def build(
     )
     sampler.attach(potential, experiment.train_chunks)  # a Laplace fit reads the training set
     if sampler.injects_noise and not any(map(experiment.collects, range(cfg.epochs))):
+        burn_in = min(cfg.burn_in, cfg.epochs // 2)
+        thin = max(1, min(cfg.thin, (cfg.epochs - burn_in) // 10))
         raise ConfigError(
             f"no epoch would keep a sample (epochs={cfg.epochs}, burn_in={cfg.burn_in}, "
             f"thin={cfg.thin}, schedule={cfg.schedule._target_.rsplit('.', 1)[-1]}): "
-            "raise epochs or lower burn_in or thin"
+            f"raise epochs, or keep epochs={cfg.epochs} with burn_in={burn_in} thin={thin}"
         )
     if chain:
         return experiment
@@ -1084,15 +1097,21 @@ class Sampling:
         does better on held-out data; ``warnings`` for what is a judgement, not a certainty."""
         task = self.experiment.task
         metrics["trivial"] = task.trivial_metrics()
-        worse = task.worse_than_trivial(metrics)
+        worse = task.worse_than_trivial(metrics, (task.headline,))
         if worse:
             metrics["status"] = "unsound"
             metrics["error"] = (
-                f"the posterior predicts worse than ignoring the inputs: {', '.join(worse)} "
-                "(the trivial predictor's in brackets). Try another sampler, a smaller "
-                "sampler.lr or more epochs"
+                f"the posterior predicts worse than ignoring the inputs: {worse[0]} (the trivial "
+                "predictor's in brackets). Try another sampler, a smaller sampler.lr or more "
+                "epochs"
             )
         warnings = [diagnostics.warning(metrics)]
+        for density in task.worse_than_trivial(metrics, (task.calibration,)):
+            warnings.append(
+                f"the predictive density is worse than ignoring the inputs: {density} (the "
+                "trivial predictor's in brackets); its point predictions beat it, its spread "
+                "does not (an overconfident fit)"
+            )
         if len(self.loops) == 1 and self.experiment.sampler.injects_noise:
             warnings.append(
                 "R-hat needs chains>=2: one chain cannot show that it has converged (chains=4)"
@@ -1210,13 +1229,22 @@ def resume_command(directory: Path) -> str:
     overrides = []
     if HydraConfig.initialized():
         overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
-    command = ["bdl-run", *overrides, f"hydra.run.dir={directory}", "resume=true"]
+    command = [_program(), *overrides, f"hydra.run.dir={directory}", "resume=true"]
     size = distributed.world_size()
     if size > 1:
         per_node = int(os.environ.get("LOCAL_WORLD_SIZE", size))
         nodes = "--standalone" if per_node == size else f"--nnodes={size // per_node} ..."
         command = ["torchrun", nodes, f"--nproc_per_node={per_node}", "--no-python", *command]
     return " ".join(command)
+
+
+def _program() -> str:
+    """``bdl-run`` as the shell finds it; the path it was started by where the shell would not
+    find that one (a virtual environment not activated), so that the command runs as printed."""
+    started, found = Path(sys.argv[0]), shutil.which("bdl-run")
+    if started.name != "bdl-run" or (found and Path(found).resolve() == started.resolve()):
+        return "bdl-run"
+    return str(started.resolve())
 
 
 # --------------------------------------------------------------------------------------------

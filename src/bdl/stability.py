@@ -4,10 +4,9 @@ r"""What a healthy chain's potential does, and what the runner does when a chain
 under it :math:`U(\theta) - U(\theta^\ast)` follows a :math:`\mathrm{Gamma}(d/2, 1)` distribution
 (:math:`\tfrac12\chi^2_d`): a chain at stationarity sits about :math:`d/2` above the mode, with a
 spread of :math:`\sqrt{d/2}`, whatever the data set, the temperature (``U`` is :math:`U_T`) or the
-parametrisation. :func:`rise_limit` is the rise an exact sampler exceeds with probability below
-:data:`TAIL` at any one epoch, from the Chernoff bound of the Gamma's upper tail,
-:math:`P(G > k + t) \le \exp\big(-t^2 / 2(k + t)\big)`. A rise past it is not noise: the chain is
-heating up (a step too large for the posterior's curvature), or has left for a worse region.
+parametrisation. :func:`rise_limit` is the rise an exact sampler exceeds with probability
+:data:`TAIL` at any one epoch, the Gamma's upper quantile. A rise past it is not noise: the chain
+is heating up (a step too large for the posterior's curvature), or has left for a worse region.
 
 **During burn-in** (samplers that declare ``backs_off``: the SG-MCMC kernels, whose step unit, a
 learning rate per datum, does not transfer between data sets; the Metropolis kernels adapt their
@@ -33,9 +32,8 @@ Metropolis sampler on yacht and boston and SGHMC on MNIST, is below one ``rise_l
 
 from __future__ import annotations
 
-import math
-
 import torch
+from scipy.special import gammainccinv
 from torch import Tensor
 
 #: The per-epoch probability with which an exact sampler's rise exceeds :func:`rise_limit`.
@@ -49,11 +47,8 @@ MAX_BACKOFFS = 20
 
 def rise_limit(dimensions: int) -> float:
     r"""The rise of the potential above its mode that a :math:`\mathrm{Gamma}(d/2, 1)` variable
-    exceeds with probability below :data:`TAIL`: :math:`k + t`, :math:`k = d/2`, with :math:`t`
-    solving :math:`t^2 = 2(k + t)\log(1/\text{TAIL})`."""
-    k, log_tail = dimensions / 2, math.log(1 / TAIL)
-    t = log_tail + math.sqrt(log_tail**2 + 2 * k * log_tail)
-    return k + t
+    exceeds with probability :data:`TAIL` (its upper quantile)."""
+    return float(gammainccinv(dimensions / 2, TAIL))
 
 
 def snapshot(tensors: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -67,12 +67,11 @@ class Task:
         average.update(prediction)
         return average.metrics(self.y_test)
 
-    def worse_than_trivial(self, metrics: dict[str, float]) -> list[str]:
-        """The metrics of ``metrics`` in which the trivial predictor does better, each as
-        ``name value (trivial predictor's)``."""
+    def worse_than_trivial(self, metrics: dict[str, float], keys: tuple[str, ...]) -> list[str]:
+        """Those of the metrics ``keys`` of ``metrics`` in which the trivial predictor does
+        better, each as ``name value (trivial predictor's)``."""
         trivial = self.trivial_metrics()
         lower_is_better = ("test_rmse", "test_nll")
-        keys = ("test_accuracy", "test_nll") if self.classification else ("test_rmse", "test_ll")
         worse = []
         for key in keys:
             value, baseline = metrics[key], trivial[key]
@@ -80,6 +79,11 @@ class Task:
             if not better:  # NaN included
                 worse.append(f"{key} {value:.4g} ({baseline:.4g})")
         return worse
+
+    @property
+    def calibration(self) -> str:
+        """The metric of the predictive density beside the headline's point predictions."""
+        return "test_nll" if self.classification else "test_ll"
 
     @property
     def headline(self) -> str:

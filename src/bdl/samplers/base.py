@@ -88,6 +88,8 @@ class Sampler(ABC):
     #: True: its step is set in a unit that does not transfer between data sets (a learning rate),
     #: so the runner halves it during burn-in when the potential climbs (:mod:`bdl.stability`)
     backs_off = False
+    #: True: it expands the posterior around a trained network, given by ``init_from`` (Laplace)
+    needs_trained_start = False
 
     def __init__(self, lr: float, *, foreach: bool = True, generator: Generator = None) -> None:
         if not 0 < lr < math.inf:

@@ -87,6 +87,7 @@ class Laplace(Sampler):
     full_batch = True
     injects_noise = False  # the draws after the run are the samples, not the (fixed) states
     lr_per_datum = False
+    needs_trained_start = True
 
     def __init__(
         self,
