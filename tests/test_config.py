@@ -213,7 +213,10 @@ def test_the_uci_protocol_is_hernandez_lobato_and_adams():
         (["+dataset.foo=1"], "dataset.foo is not an option of bdl.data.mnist.load"),
         (["+sampler.generator=1"], "sampler.generator is not an option of SGHMC"),
         (["~sampler.lr"], "sampler.lr is required by SGHMC"),
-        (["sampler._target_=nowhere.Sampler"], "sampler._target_=nowhere.Sampler cannot be"),
+        (
+            ["sampler._target_=nowhere.Sampler"],
+            "sampler._target_=nowhere.Sampler is not one of bdl.s own targets",
+        ),
         (["sampler.lr=[1,2]"], r"sampler.lr=\[1, 2\] must be a finite number"),
         (["sampler.lr=fast"], "sampler.lr=fast must be a finite number"),
         (["sampler.lr=inf"], "sampler.lr=inf must be a finite number"),

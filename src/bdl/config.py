@@ -26,7 +26,6 @@ from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, InstantiationException
-from hydra.utils import instantiate
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -146,6 +145,10 @@ SCALARS = {float: "a finite number", int: "an integer", bool: "true or false", s
 def validate(cfg: Any) -> None:
     """Check a composed config before any data is read; raises :class:`ConfigError` naming the
     key and the fix."""
+    # imported here: bdl.instantiation raises this module's ConfigError
+    from bdl.instantiation import check_targets
+
+    check_targets(cfg)  # before _check_group imports a target
     try:
         _check_keys(cfg, RunConfig)
         _check_ranges(cfg)
@@ -298,6 +301,8 @@ def constructor_error(error: Exception, kinds: tuple[type[Exception], ...]) -> E
 def _build_without_data(cfg: Any) -> None:
     """Build once what needs no data (prior, likelihood, sampler, schedule), so that their
     constructors' range checks fail before the data are read; the runner builds them again."""
+    from bdl.instantiation import instantiate
+
     try:
         instantiate(cfg.prior)
         Gaussian(**cfg.likelihood)

@@ -27,6 +27,8 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from bdl.instantiation import inert
+
 __all__ = [
     "DEFAULT_EXCLUDE",
     "ERRORS",
@@ -160,34 +162,15 @@ def _flatten(obj: Any, prefix: str = "", out: dict[str, Any] | None = None) -> d
     return out
 
 
-# ``${oc.env:VAR}`` (and the legacy ``${env:VAR}``), nested or not.
-_ENV_CALL = re.compile(r"\$\{\s*(?:oc\.)?env\s*:")
-
-
-def _without_env(obj: Any) -> Any:
-    """The raw config with every string that reads the environment made literal text.
-
-    A report is shared (CSV files, Markdown tables), and the environment of whoever runs
-    ``bdl-report`` may hold secrets: ``${oc.env:...}`` is shown as written, never its value,
-    including through another key that interpolates it.
-    """
-    if isinstance(obj, dict):
-        return {k: _without_env(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_without_env(v) for v in obj]
-    if isinstance(obj, str) and _ENV_CALL.search(obj):
-        return obj.replace("${", "\\${")  # OmegaConf's escape: a literal "${"
-    return obj
-
-
 def _config_values(path: Path) -> dict[str, Any]:
     """The flattened config, resolving interpolations that resolve outside of Hydra.
 
     Interpolations such as ``${hydra:runtime.output_dir}`` only resolve inside a Hydra app;
     those keep their literal text rather than losing the whole config. Environment lookups are
-    never resolved (:func:`_without_env`).
+    never resolved (:func:`bdl.instantiation.inert`).
     """
-    cfg = OmegaConf.create(_without_env(OmegaConf.to_container(OmegaConf.load(path))))
+    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    cfg = OmegaConf.create(inert(raw, as_written=True))
     try:
         return _flatten(OmegaConf.to_container(cfg, resolve=True))
     except Exception:

@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
@@ -42,6 +41,7 @@ from bdl.chains import ChainStack, unsupported
 from bdl.config import ConfigError, validate
 from bdl.data import Dataset
 from bdl.data.augment import random_crop_flip
+from bdl.instantiation import instantiate
 from bdl.metrics import agreement, pool, total_variation
 from bdl.noise import Generator
 from bdl.outputs import RunDirectory, start_wandb
