@@ -1097,7 +1097,7 @@ def _run_in(
     cfg: DictConfig, output: RunDirectory, signals: Signals, group: distributed.Group | None
 ) -> dict[str, Any]:
     log.info("run directory: %s", output.path)
-    if not cfg.resume:
+    if not cfg.resume or not output.checkpoint.exists():  # claim started it afresh
         experiments = build_chains(cfg, group)
         loops = [Loop.start(experiment) for experiment in experiments]
         return Sampling(experiments, output, loops, signals, group).run()
