@@ -422,3 +422,53 @@ def test_a_model_average_restored_from_its_state_continues_exactly(average):
         resumed.update(d)
     assert resumed.count == 4
     assert torch.equal(resumed.predictive(), whole.predictive())
+
+
+@pytest.mark.parametrize("damage", ["deleted", "altered"])
+def test_resume_checks_the_samples_it_keeps(uci_root, tmp_path, monkeypatch, damage):
+    cfg = config(uci_root)
+    runner.run(cfg, tmp_path / "whole")
+    real_epoch_end = runner.Sampling._checkpoint_due
+
+    def dying(self):
+        if self.epoch == 5:  # after the checkpoint of epoch 4, which counts two samples
+            raise Kill
+        return real_epoch_end(self)
+
+    monkeypatch.setattr(runner.Sampling, "_checkpoint_due", dying)
+    with pytest.raises(Kill):
+        runner.run(cfg, tmp_path / "killed")
+    monkeypatch.undo()
+    sample = tmp_path / "killed" / "samples" / "sample_00001.safetensors"
+    if damage == "deleted":
+        sample.unlink()
+    else:
+        data = bytearray(sample.read_bytes())
+        data[-1] ^= 0x01
+        sample.write_bytes(bytes(data))
+    before = {p: p.read_bytes() for p in (tmp_path / "killed").rglob("*") if p.is_file()}
+    problem = "is missing" if damage == "deleted" else r"is corrupt or incomplete \(sha256"
+    with pytest.raises(bdl.store.StoreError, match=f"sample file {sample} {problem}.*delete"):
+        runner.run(config(uci_root, "resume=true"), tmp_path / "killed")
+    assert {p: p.read_bytes() for p in (tmp_path / "killed").rglob("*") if p.is_file()} == before
+    # the way out the message names
+    (tmp_path / "killed" / bdl.checkpoint.FILE).unlink()
+    runner.run(config(uci_root, "resume=true"), tmp_path / "killed")
+    assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
+
+
+def test_a_finished_run_leaves_no_temporary_file(uci_root, tmp_path, monkeypatch):
+    """A kill inside a write leaves its temporary; the next claim removes it, and a run removes
+    those of its own writes that an error interrupted before it ends."""
+    (tmp_path / ".checkpoint.safetensors.0badf00d.tmp").write_bytes(b"half")
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / ".config.yaml.0badf00d.tmp").write_bytes(b"half")
+    real = runner.Sampling._finish
+
+    def stray_then_finish(self):
+        (tmp_path / ".metrics.json.12345678.tmp").write_bytes(b"")
+        return real(self)
+
+    monkeypatch.setattr(runner.Sampling, "_finish", stray_then_finish)
+    runner.run(config(uci_root), tmp_path)
+    assert not [p for p in tmp_path.rglob(".*.tmp")]
