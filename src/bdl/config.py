@@ -154,6 +154,7 @@ def validate(cfg: Any) -> None:
         _check_ranges(cfg)
         for group in RUNTIME_ARGUMENTS:
             _check_group(cfg, group)
+        _check_data_root(cfg)
         _build_without_data(cfg)
     except OmegaConfBaseException as error:  # an interpolation that does not resolve
         raise ConfigError(str(error).splitlines()[0]) from None
@@ -175,7 +176,11 @@ def _check_keys(node: DictConfig, schema: type, prefix: str = "") -> None:
 
 def _check_ranges(cfg: Any) -> None:
     checks = [
-        ("seed", cfg.seed >= 0, "seed=0 or more"),
+        (
+            "seed",
+            0 <= cfg.seed <= 2**64 - cfg.chains,  # torch seeds are 64-bit; chain k gets seed + k
+            "seed=0 or more, below 2^64 (torch's seeds are 64-bit) less the chains",
+        ),
         ("chains", cfg.chains >= 1, "chains=1 or more independent chains"),
         ("epochs", cfg.epochs >= 1, "a positive number of epochs, e.g. epochs=10"),
         ("batch_size", cfg.batch_size >= 1, "a positive minibatch size, e.g. batch_size=128"),
@@ -256,6 +261,17 @@ def _check_group(cfg: Any, group: str) -> None:
         raise ConfigError(
             f"burn_in={cfg.burn_in} leaves no epoch to sample in (epochs={cfg.epochs}): "
             "use burn_in < epochs"
+        )
+
+
+def _check_data_root(cfg: Any) -> None:
+    """An empty ``dataset.root`` written as such (``dataset.root=$DATA`` with ``DATA`` unset) is
+    refused rather than read as null; ``${oc.env:BDL_DATA_DIR,null}`` of an empty variable is
+    not written empty, and still reads as null."""
+    if OmegaConf.to_container(cfg.dataset, resolve=False).get("root") == "":
+        raise ConfigError(
+            "dataset.root is empty (a shell variable that is not set?): give a folder, "
+            "dataset.root=/path/to/data, or dataset.root=null for $BDL_DATA_DIR or the cache"
         )
 
 
