@@ -157,5 +157,5 @@ def test_an_out_that_cannot_be_written_is_one_line(tmp_path, capsys, place):
         out[place].mkdir(mode=0o500)
     assert main(["--quick", "--out", str(out[place])]) == 2
     (line,) = capsys.readouterr().err.splitlines()
-    assert line.startswith(f"bdl-check: error: ") and str(out[place]) in line
+    assert line.startswith("bdl-check: error: ") and str(out[place]) in line
     assert line.endswith("--out DIR")
