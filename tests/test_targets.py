@@ -9,7 +9,10 @@ marker."""
 from __future__ import annotations
 
 import contextlib
+import os
 import pickle
+import subprocess
+import sys
 from importlib.resources import files
 from pathlib import Path
 
@@ -112,6 +115,17 @@ def test_the_command_line_cannot_name_a_foreign_target(tmp_path):
         cfg = compose("config", overrides)
     with pytest.raises(ConfigError, match="dataset._target_=numpy.load is not one of bdl's own"):
         validate(cfg)
+    result = subprocess.run(
+        [sys.executable, "-m", "bdl.cli", *overrides, f"hydra.run.dir={tmp_path / 'run'}"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "bdl-run: error: dataset._target_=numpy.load is not one of bdl's own targets: choose a "
+        "dataset option listed by bdl-run --help"
+    ]
     assert not marker.exists()
 
 
