@@ -4,6 +4,7 @@ target 3 (Bayesian linear regression) — read from the one table ``bdl-check`` 
 
 import csv
 import math
+import os
 
 import numpy as np
 import pytest
@@ -143,3 +144,18 @@ def test_double_well_threshold_fails_sghmc_without_its_noise_correction(tmp_path
     monkeypatch.setattr(check, "SGHMC", uncorrected)
     rows = double_well(False, 0, tmp_path, ["sghmc"])
     assert judge(rows) == ["FAIL"], to_markdown(rows)
+
+
+@pytest.mark.parametrize("place", ["a file", "below a file", "read-only"])
+def test_an_out_that_cannot_be_written_is_one_line(tmp_path, capsys, place):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    out = {"a file": blocker, "below a file": blocker / "check", "read-only": tmp_path / "ro"}
+    if place == "read-only":
+        if os.geteuid() == 0:
+            pytest.skip("root writes into a read-only folder")
+        out[place].mkdir(mode=0o500)
+    assert main(["--quick", "--out", str(out[place])]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("bdl-check: error: ") and str(out[place]) in line
+    assert line.endswith("--out DIR")

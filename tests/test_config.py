@@ -213,7 +213,10 @@ def test_the_uci_protocol_is_hernandez_lobato_and_adams():
         (["+dataset.foo=1"], "dataset.foo is not an option of bdl.data.mnist.load"),
         (["+sampler.generator=1"], "sampler.generator is not an option of SGHMC"),
         (["~sampler.lr"], "sampler.lr is required by SGHMC"),
-        (["sampler._target_=nowhere.Sampler"], "sampler._target_=nowhere.Sampler cannot be"),
+        (
+            ["sampler._target_=nowhere.Sampler"],
+            "sampler._target_=nowhere.Sampler is not one of bdl.s own targets",
+        ),
         (["sampler.lr=[1,2]"], r"sampler.lr=\[1, 2\] must be a finite number"),
         (["sampler.lr=fast"], "sampler.lr=fast must be a finite number"),
         (["sampler.lr=inf"], "sampler.lr=inf must be a finite number"),
@@ -231,6 +234,16 @@ def test_the_uci_protocol_is_hernandez_lobato_and_adams():
         (["likelihood.noise_std=nan"], "likelihood.noise_std must be positive and finite"),
         (["schedule=polynomial", "schedule.gamma=2"], "schedule.gamma must be in"),
         (["model.hidden=${protocol.mlp.hiden}"], "protocol.mlp.hiden"),
+        # torch's seeds are 64-bit, and chain k is seeded seed + k
+        (["seed=18446744073709551616"], r"seed=18446744073709551616 is out of range: use seed"),
+        (["seed=18446744073709551615", "chains=2"], "seed=18446744073709551615 is out of range"),
+        (
+            ["prior=scale_mixture", "prior.neg_log_sigma2=-1000"],
+            r"prior.neg_log_sigma2=-1000 is out of range: .* between -100 and 100",
+        ),
+        (["prior.layers=5"], "prior.layers=5 is not a mapping of parameter-name patterns"),
+        (["dataset.root="], "dataset.root is empty .*dataset.root=null"),
+        (["dataset.root=''"], "dataset.root is empty"),
     ],
 )
 def test_config_mistakes_name_their_key(overrides, message):

@@ -398,3 +398,31 @@ def test_environment_is_never_resolved(tmp_path, monkeypatch, capsys, hydra_inte
     assert set(df["dataset.root"]) == {"${oc.env:BDL_TEST_SECRET,null}"}
     assert set(df["copy"]) == {"${oc.env:BDL_TEST_SECRET,null}"}
     assert set(df["dataset.split"]) == {0, 1}  # everything else still resolves
+
+
+def test_a_stray_file_is_no_run(tmp_path, capsys):
+    stray = tmp_path / "notes.txt"
+    stray.write_text("not a run\n")
+    assert main([str(stray)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"bdl-report: error: {stray} is a file, not a run directory or a sweep")
+    assert find_runs([stray]) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "fraction_removed,weights_kept\n0.0,10\n",  # no metric column
+        "fraction_removed,weights_kept,test_error\nhalf,10,0.1\n",  # not a number
+        "",  # empty
+        "a,b,c\n1,2,3\n",  # other columns
+    ],
+)
+def test_a_malformed_pruning_curve_is_one_line(tmp_path, capsys, text):
+    (tmp_path / "run").mkdir()
+    path = tmp_path / "run" / "pruning.csv"
+    path.write_text(text)
+    assert main([str(tmp_path), "--pruning"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"bdl-report: error: {path} is not a pruning curve (")
+    assert line.endswith("bdl-run pruning=true writes it: run that again, or remove the file")

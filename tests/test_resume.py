@@ -64,13 +64,13 @@ def config(root: Path, *overrides: str):
 
 def outputs(directory: Path) -> tuple[dict, list[list[str]], list[dict]]:
     """What must be equal between runs: metrics less wall time, curve less its wall-time column,
-    and the sample manifest (file names and sha256 of every sample)."""
+    and the sample manifest of each chain (file names and sha256 of every sample)."""
     metrics = json.loads((directory / "metrics.json").read_text())
     metrics.pop("wall_time_s")
     with (directory / "curve.csv").open() as file:
         curve = [[v for k, v in row.items() if k != "wall_time_s"] for row in csv.DictReader(file)]
-    manifest = json.loads((directory / "samples" / "manifest.json").read_text())
-    return metrics, curve, manifest
+    manifests = sorted((directory / "samples").glob("**/manifest.json"))  # one per chain
+    return metrics, curve, [json.loads(path.read_text()) for path in manifests]
 
 
 SAMPLERS = {
@@ -202,6 +202,7 @@ def test_a_kill_while_checkpointing_leaves_the_previous_checkpoint(uci_root, tmp
     assert header["chains"][0]["loop"]["epoch"] == 2
     runner.run(config(uci_root, "resume=true"), tmp_path / "killed")
     assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
+    assert not list((tmp_path / "killed").glob(".*.tmp"))  # the orphan was removed
 
 
 @pytest.mark.parametrize(
@@ -258,9 +259,6 @@ def test_a_directory_in_use_by_another_run_is_refused(uci_root, tmp_path):
 
 
 def test_resume_refuses_what_it_cannot_continue(uci_root, tmp_path):
-    with pytest.raises(CheckpointError, match="no checkpoint"):
-        runner.run(config(uci_root, "resume=true"), tmp_path / "empty")
-
     cfg = config(uci_root, "epochs=4")
     runner.run(cfg, tmp_path / "done")
     # a requeued job whose run had completed: nothing to redo, and nothing changed
@@ -281,13 +279,93 @@ def test_resume_refuses_what_it_cannot_continue(uci_root, tmp_path):
     data[-3] ^= 0xFF  # one flipped bit in the tensor data
     path.write_bytes(bytes(data))
     before = {p: p.read_bytes() for p in directory.rglob("*") if p.is_file()}
-    with pytest.raises(CheckpointError, match="corrupt"):
+    with pytest.raises(CheckpointError, match="corrupt.*delete checkpoint.safetensors"):
         runner.run(config(uci_root, "epochs=4", "resume=true"), directory)
     path.write_bytes(bytes(data[: len(data) // 2]))
     with pytest.raises(CheckpointError, match="truncated or corrupt"):
         runner.run(config(uci_root, "epochs=4", "resume=true"), directory)
     before[path] = path.read_bytes()
     assert {p: p.read_bytes() for p in directory.rglob("*") if p.is_file()} == before
+    # the way out the message names: without the checkpoint, resume=true runs it again
+    path.unlink()
+    runner.run(config(uci_root, "epochs=4", "resume=true"), directory)
+    runner.run(cfg, tmp_path / "whole")
+    assert outputs(directory) == outputs(tmp_path / "whole")
+
+
+def test_a_completed_run_without_its_checkpoint_is_not_run_again(uci_root, tmp_path):
+    runner.run(config(uci_root, "epochs=4"), tmp_path)
+    (tmp_path / bdl.checkpoint.FILE).unlink()
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError, match="completed run whose checkpoint.safetensors is gone"):
+        runner.run(config(uci_root, "epochs=4", "resume=true"), tmp_path)
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize(
+    ("chains", "kill_after"),
+    [
+        (1, 0),  # as soon as the run has its directory: its config alone
+        (1, 4),  # after epoch 4 and two samples
+        (2, 1),  # after epoch 1: empty samples/chain_0/ and chain_1/
+        (2, 4),  # after samples of both chains
+    ],
+)
+def test_a_run_killed_before_its_first_checkpoint_is_finished_by_resume(
+    uci_root, tmp_path, monkeypatch, caplog, chains, kill_after
+):
+    overrides = [f"chains={chains}", "checkpoint_every=100"]  # no checkpoint before the end
+    runner.run(config(uci_root, *overrides), tmp_path / "whole")
+    real_epoch_end = runner.Sampling._checkpoint_due
+    real_stores = runner.RunDirectory.open_stores
+    epochs = {"n": 0}
+
+    def dying(self):
+        epochs["n"] += 1
+        if epochs["n"] == kill_after:
+            raise Kill
+        return real_epoch_end(self)
+
+    def stores(self, count):
+        if kill_after == 0:
+            raise Kill
+        return real_stores(self, count)
+
+    monkeypatch.setattr(runner.Sampling, "_checkpoint_due", dying)
+    monkeypatch.setattr(runner.RunDirectory, "open_stores", stores)
+    with pytest.raises(Kill):
+        runner.run(config(uci_root, *overrides), tmp_path / "killed")
+    monkeypatch.undo()
+    killed = tmp_path / "killed"
+    assert not (killed / bdl.checkpoint.FILE).exists()
+    with caplog.at_level("WARNING", logger="bdl"):
+        runner.run(config(uci_root, *overrides, "resume=true"), killed)
+    assert f"{killed} has no checkpoint: starting the run from the beginning" in caplog.text
+    assert outputs(killed) == outputs(tmp_path / "whole")
+    assert len(outputs(killed)[2]) == chains
+
+
+def test_a_run_that_diverged_before_its_first_checkpoint_is_finished_by_resume(
+    uci_root, tmp_path, monkeypatch
+):
+    cfg = config(uci_root, "checkpoint_every=100")
+    real = runner.Sampling._check_divergence
+
+    def diverging(self, chain, mean_potential):
+        if self.loops[chain].epoch == 4:  # after two samples
+            raise runner.DivergedError("the chain diverged in epoch 5")
+        real(self, chain, mean_potential)
+
+    monkeypatch.setattr(runner.Sampling, "_check_divergence", diverging)
+    with pytest.raises(runner.DivergedError, match="the 2 samples taken before are kept"):
+        runner.run(cfg, tmp_path / "run")
+    monkeypatch.undo()
+    # the way out that the refusal of a second start names
+    with pytest.raises(ConfigError, match="already holds a run.*add resume=true"):
+        runner.run(cfg, tmp_path / "run")
+    runner.run(config(uci_root, "checkpoint_every=100", "resume=true"), tmp_path / "run")
+    runner.run(cfg, tmp_path / "whole")
+    assert outputs(tmp_path / "run") == outputs(tmp_path / "whole")
 
 
 @pytest.mark.parametrize(("offset", "message"), [(1, "newer bdl"), (-1, "older bdl")])
@@ -363,3 +441,53 @@ def test_a_model_average_restored_from_its_state_continues_exactly(average):
         resumed.update(d)
     assert resumed.count == 4
     assert torch.equal(resumed.predictive(), whole.predictive())
+
+
+@pytest.mark.parametrize("damage", ["deleted", "altered"])
+def test_resume_checks_the_samples_it_keeps(uci_root, tmp_path, monkeypatch, damage):
+    cfg = config(uci_root)
+    runner.run(cfg, tmp_path / "whole")
+    real_epoch_end = runner.Sampling._checkpoint_due
+
+    def dying(self):
+        if self.epoch == 5:  # after the checkpoint of epoch 4, which counts two samples
+            raise Kill
+        return real_epoch_end(self)
+
+    monkeypatch.setattr(runner.Sampling, "_checkpoint_due", dying)
+    with pytest.raises(Kill):
+        runner.run(cfg, tmp_path / "killed")
+    monkeypatch.undo()
+    sample = tmp_path / "killed" / "samples" / "sample_00001.safetensors"
+    if damage == "deleted":
+        sample.unlink()
+    else:
+        data = bytearray(sample.read_bytes())
+        data[-1] ^= 0x01
+        sample.write_bytes(bytes(data))
+    before = {p: p.read_bytes() for p in (tmp_path / "killed").rglob("*") if p.is_file()}
+    problem = "is missing" if damage == "deleted" else r"is corrupt or incomplete \(sha256"
+    with pytest.raises(bdl.store.StoreError, match=f"sample file {sample} {problem}.*delete"):
+        runner.run(config(uci_root, "resume=true"), tmp_path / "killed")
+    assert {p: p.read_bytes() for p in (tmp_path / "killed").rglob("*") if p.is_file()} == before
+    # the way out the message names
+    (tmp_path / "killed" / bdl.checkpoint.FILE).unlink()
+    runner.run(config(uci_root, "resume=true"), tmp_path / "killed")
+    assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
+
+
+def test_a_finished_run_leaves_no_temporary_file(uci_root, tmp_path, monkeypatch):
+    """A kill inside a write leaves its temporary; the next claim removes it, and a run removes
+    those of its own writes that an error interrupted before it ends."""
+    (tmp_path / ".checkpoint.safetensors.0badf00d.tmp").write_bytes(b"half")
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / ".config.yaml.0badf00d.tmp").write_bytes(b"half")
+    real = runner.Sampling._finish
+
+    def stray_then_finish(self):
+        (tmp_path / ".metrics.json.12345678.tmp").write_bytes(b"")
+        return real(self)
+
+    monkeypatch.setattr(runner.Sampling, "_finish", stray_then_finish)
+    runner.run(config(uci_root), tmp_path)
+    assert not [p for p in tmp_path.rglob(".*.tmp")]

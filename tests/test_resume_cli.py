@@ -113,19 +113,19 @@ def test_a_sweep_finishes_its_other_jobs_and_then_fails(env, tiny, tmp_path):
 
 def kill_and_resume(args: list[str], env: dict[str, str], directory: Path, kills: int) -> None:
     """Run ``args`` into ``directory``, SIGKILLing it ``kills`` times at random moments and
-    resuming each time (starting afresh while there is no checkpoint yet), until it completes."""
+    resuming each time with resume=true (which starts again while there is no checkpoint yet, as
+    a requeued job does), until it completes."""
     rng = random.Random(0)
-    command = [*args, f"hydra.run.dir={directory}"]
+    command = [*args, f"hydra.run.dir={directory}", "resume=true"]
     for attempt in range(kills + 1):
-        resume = (directory / "checkpoint.safetensors").exists()
-        process = start([*command, f"resume={str(resume).lower()}"], env)
+        process = start(command, env)
         if attempt < kills:
             time.sleep(rng.uniform(4.0, 9.0))  # past start-up (about 4 s), into the epochs
             process.kill()
         process.communicate(timeout=900)
         if process.returncode == 0:
             return
-    assert finish([*command, "resume=true"], env).returncode == 0
+    assert finish(command, env).returncode == 0
 
 
 SLOW_CASES = {
@@ -150,6 +150,27 @@ def test_sigkill_at_random_moments_resumes_bitwise(env, tmp_path, case):
     assert whole.returncode == 0, whole.stderr
     kill_and_resume(args, env, tmp_path / "killed", kills)
     assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
+
+
+@pytest.mark.slow
+def test_sigkill_before_the_first_checkpoint_resumes_bitwise(env, tiny, tmp_path):
+    """The default checkpoint interval (a minute) is longer than this whole run: a kill anywhere
+    in it is a kill before its first checkpoint."""
+    whole = finish([*tiny, f"hydra.run.dir={tmp_path / 'whole'}"], env)
+    assert whole.returncode == 0, whole.stderr
+    args = [*tiny, f"hydra.run.dir={tmp_path / 'run'}"]
+    process = start(args, env)
+    wait_for_progress(tmp_path / "run", 10, process)  # past burn-in: samples on disk
+    process.kill()
+    process.communicate(timeout=120)
+    assert not (tmp_path / "run" / "checkpoint.safetensors").exists()
+    assert list((tmp_path / "run" / "samples").glob("sample_*"))
+    refused = finish(args, env)
+    assert refused.returncode == 1 and "add resume=true" in refused.stderr
+    resumed = finish([*args, "resume=true"], env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "has no checkpoint: starting the run from the beginning" in resumed.stdout
+    assert outputs(tmp_path / "run") == outputs(tmp_path / "whole")
 
 
 @pytest.mark.parametrize("sweep", [False, True])

@@ -18,7 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["atomic_file", "fsync_path"]
+__all__ = ["TEMPORARY", "atomic_file", "fsync_path"]
+
+#: The names of the temporary files (a glob pattern): ``.<name>.<8 hex digits>.tmp``.
+TEMPORARY = ".*.tmp"
 
 
 def _create_temporary(path: Path) -> tuple[int, Path]:

@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -595,8 +596,25 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _writable_folder(out: Path) -> str | None:
+    """Why the figures and the CSV cannot be written into ``out`` (made if need be), or None."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        return f"--out {out} is a file, not a folder: choose a folder with --out DIR"
+    except OSError as error:
+        return f"cannot create --out {out} ({error.strerror or error}): choose a writable --out DIR"
+    if not os.access(out, os.W_OK | os.X_OK):
+        return f"--out {out} is read-only: choose a writable folder with --out DIR"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    problem = _writable_folder(Path(args.out))  # before minutes of sampling, not after
+    if problem is not None:
+        print(f"bdl-check: error: {problem}", file=sys.stderr)
+        return 2
     torch.set_num_threads(1)  # many tiny tensors: threads only add overhead
     start = time.perf_counter()
     rows = check(args.quick, args.seed, args.out, args.targets)

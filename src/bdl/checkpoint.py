@@ -57,16 +57,14 @@ def save(path: Path, tensors: dict[str, Tensor], header: dict[str, Any]) -> None
 def load(path: Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
     """The tensors and header of the checkpoint at ``path``, checked for damage and version."""
     fix = (
-        "start afresh in a new directory (drop resume=true or point hydra.run.dir elsewhere); "
-        "samples already written there stay readable"
+        f"delete {path.name} to run it again from the beginning (resume=true then starts over), "
+        "or start afresh in another directory (hydra.run.dir=...), which leaves the samples here "
+        "readable"
     )
     try:
         data = path.read_bytes()
-    except FileNotFoundError:
-        raise CheckpointError(
-            f"resume=true, but {path.parent} has no checkpoint ({path.name}): the run there "
-            "never reached its first checkpoint. Run without resume=true"
-        ) from None
+    except OSError as error:
+        raise CheckpointError(f"{path} cannot be read ({error.strerror or error}); {fix}") from None
     try:
         tensors = _st_load(data)
         header = json.loads(_metadata(data)[_HEADER])

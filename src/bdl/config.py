@@ -26,7 +26,6 @@ from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, InstantiationException
-from hydra.utils import instantiate
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -146,11 +145,16 @@ SCALARS = {float: "a finite number", int: "an integer", bool: "true or false", s
 def validate(cfg: Any) -> None:
     """Check a composed config before any data is read; raises :class:`ConfigError` naming the
     key and the fix."""
+    # imported here: bdl.instantiation raises this module's ConfigError
+    from bdl.instantiation import check_targets
+
+    check_targets(cfg)  # before _check_group imports a target
     try:
         _check_keys(cfg, RunConfig)
         _check_ranges(cfg)
         for group in RUNTIME_ARGUMENTS:
             _check_group(cfg, group)
+        _check_data_root(cfg)
         _build_without_data(cfg)
     except OmegaConfBaseException as error:  # an interpolation that does not resolve
         raise ConfigError(str(error).splitlines()[0]) from None
@@ -172,7 +176,11 @@ def _check_keys(node: DictConfig, schema: type, prefix: str = "") -> None:
 
 def _check_ranges(cfg: Any) -> None:
     checks = [
-        ("seed", cfg.seed >= 0, "seed=0 or more"),
+        (
+            "seed",
+            0 <= cfg.seed <= 2**64 - cfg.chains,  # torch seeds are 64-bit; chain k gets seed + k
+            "seed=0 or more, below 2^64 (torch's seeds are 64-bit) less the chains",
+        ),
         ("chains", cfg.chains >= 1, "chains=1 or more independent chains"),
         ("epochs", cfg.epochs >= 1, "a positive number of epochs, e.g. epochs=10"),
         ("batch_size", cfg.batch_size >= 1, "a positive minibatch size, e.g. batch_size=128"),
@@ -256,6 +264,17 @@ def _check_group(cfg: Any, group: str) -> None:
         )
 
 
+def _check_data_root(cfg: Any) -> None:
+    """An empty ``dataset.root`` written as such (``dataset.root=$DATA`` with ``DATA`` unset) is
+    refused rather than read as null; ``${oc.env:BDL_DATA_DIR,null}`` of an empty variable is
+    not written empty, and still reads as null."""
+    if OmegaConf.to_container(cfg.dataset, resolve=False).get("root") == "":
+        raise ConfigError(
+            "dataset.root is empty (a shell variable that is not set?): give a folder, "
+            "dataset.root=/path/to/data, or dataset.root=null for $BDL_DATA_DIR or the cache"
+        )
+
+
 def _check_type(key: str, value: Any, annotation: Any) -> None:
     """A value against a scalar annotation (``float``, ``int | None``, ``float | str``...);
     containers and paths are left to the constructors."""
@@ -298,6 +317,8 @@ def constructor_error(error: Exception, kinds: tuple[type[Exception], ...]) -> E
 def _build_without_data(cfg: Any) -> None:
     """Build once what needs no data (prior, likelihood, sampler, schedule), so that their
     constructors' range checks fail before the data are read; the runner builds them again."""
+    from bdl.instantiation import instantiate
+
     try:
         instantiate(cfg.prior)
         Gaussian(**cfg.likelihood)

@@ -3,27 +3,21 @@
 submitit requeues a job that SLURM signals before its time limit or at a preemption, submitting
 again what :meth:`SlurmLauncher.checkpoint` returns. Hydra's launcher resubmits the job as it was
 first submitted, which bdl would refuse (its directory already holds a run); this one adds
-``resume=true`` when the job has written a checkpoint, so the requeued job carries on from it.
+``resume=true``, so the requeued job carries on from its checkpoint, or, preempted before its
+first one, starts again from the beginning.
 ``resume`` is not part of the job's directory name (``hydra.job.config.override_dirname``), so
 the requeued job finds its own directory.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from hydra.core.hydra_config import HydraConfig
 from hydra_plugins.hydra_submitit_launcher import submitit_launcher
-
-from bdl import checkpoint
 
 
 class SlurmLauncher(submitit_launcher.SlurmLauncher):
     def checkpoint(self, sweep_overrides: list[str], *args: Any, **kwargs: Any) -> Any:
         """The submission that continues this job after a requeue."""
-        directory = Path(HydraConfig.get().runtime.output_dir)
-        if (directory / checkpoint.FILE).exists():
-            kept = [o for o in sweep_overrides if not o.lstrip("+~").startswith("resume=")]
-            sweep_overrides = [*kept, "resume=true"]
-        return super().checkpoint(sweep_overrides, *args, **kwargs)
+        kept = [o for o in sweep_overrides if not o.lstrip("+~").startswith("resume=")]
+        return super().checkpoint([*kept, "resume=true"], *args, **kwargs)

@@ -17,13 +17,15 @@ import json
 import logging
 import math
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor
 
-from bdl import checkpoint
+from bdl import checkpoint, diagnostics
+from bdl.atomic import TEMPORARY
 from bdl.config import ConfigError
 from bdl.store import (
     PREDICTIVE,
@@ -39,6 +41,16 @@ log = logging.getLogger("bdl")
 METRICS = "metrics.json"
 CURVE = "curve.csv"
 LOCK = ".bdl.lock"
+#: What a run writes before its first checkpoint, besides its config: a run resumed without a
+#: checkpoint starts again from the beginning without them.
+_BEFORE_CHECKPOINT = (
+    "samples",
+    METRICS,
+    CURVE,
+    PREDICTIVE,
+    "chains.csv",
+    diagnostics.FILE,
+)
 
 
 def strict_json(value: Any) -> Any:
@@ -64,7 +76,9 @@ class RunDirectory:
 
     def claim(self, cfg: DictConfig, resume: bool) -> None:
         """Make this process the directory's only writer; refuse a directory holding another
-        run unless ``resume``. Writes the run's config (``.hydra/``) on a fresh start."""
+        run unless ``resume``. Resuming a run that never reached its first checkpoint starts it
+        again from the beginning (:meth:`_start_afresh`). Writes the run's config (``.hydra/``)
+        on every start from the beginning."""
         make_dir(self.path)
         try:
             self._lock = _lock(self.path / LOCK)
@@ -75,20 +89,62 @@ class RunDirectory:
                 f"another bdl-run is writing into {self.path}: wait for it, or give this run its "
                 "own directory (hydra.run.dir=...)"
             )
-        if resume:
+        try:
+            self._take_over(cfg, resume)
+        except BaseException:
+            self.release()  # a refused run lets the next one in this process claim it
+            raise
+
+    def _take_over(self, cfg: DictConfig, resume: bool) -> None:
+        self.remove_temporaries()
+        if resume and self.checkpoint.exists():
             return
         # A run worth keeping has samples or a checkpoint; one stopped before either (a partial
-        # curve, a failed start) has nothing to continue, and a fresh run replaces it.
+        # curve, a failed start, empty chain folders) has nothing to continue, and a fresh run
+        # replaces it.
         held = [checkpoint.FILE] if self.checkpoint.exists() else []
         samples = self.path / "samples"
-        if samples.is_dir() and any(samples.iterdir()):
+        if samples.is_dir() and any(p.is_file() for p in samples.rglob("*")):
             held.append("samples/")
-        if held:
+        if held and not resume:
             raise ConfigError(
                 f"{self.path} already holds a run ({', '.join(held)}): add resume=true to "
                 "continue it, or give this run a fresh directory (hydra.run.dir=...)"
             )
+        if resume and self.read_status() == "completed":
+            raise ConfigError(
+                f"{self.path} holds a completed run whose {checkpoint.FILE} is gone: there is "
+                "nothing to resume; give a new run a fresh directory (hydra.run.dir=...)"
+            )
+        self._start_afresh(resume)
         self._write_config(cfg)
+
+    def _start_afresh(self, resume: bool) -> None:
+        """Remove what a run writes before its first checkpoint (samples, curve, a status, the
+        outputs of a chain that diverged): without a checkpoint none of it can be continued, and
+        the run taken again from the beginning writes it all anew, bitwise as before."""
+        left = [self.path / name for name in _BEFORE_CHECKPOINT if (self.path / name).exists()]
+        if resume:
+            log.warning(
+                "%s has no checkpoint: starting the run from the beginning%s",
+                self.path,
+                f", discarding {', '.join(p.name for p in left)}" if left else "",
+            )
+        for path in left:
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+
+    def remove_temporaries(self) -> None:
+        """The temporary files of writes that a kill interrupted (:mod:`bdl.atomic`); only the
+        directory's owner may remove them, since another process's write may be under way."""
+        if not self.writer or self._lock is None:
+            return
+        for folder in (self.path, self.path / ".hydra"):
+            if folder.is_dir():
+                for path in folder.glob(TEMPORARY):
+                    path.unlink(missing_ok=True)
 
     def _write_config(self, cfg: DictConfig) -> None:
         """``.hydra/config.yaml`` (and, under Hydra, ``hydra.yaml`` and ``overrides.yaml``), as
@@ -178,6 +234,7 @@ class RunDirectory:
         save_predictive(self.path / PREDICTIVE, predictive, targets=targets)
 
     def release(self) -> None:
+        self.remove_temporaries()
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None

@@ -4,7 +4,8 @@
 checked against the root schema), ``metrics.json`` and the sample store. Samples come per chain:
 a run of one chain keeps them in ``samples/`` (chain 0), a run of several chains in
 ``samples/chain_<k>/``, each a sample store of :mod:`bdl.store`. Everything is read with
-safetensors, JSON and OmegaConf's YAML loader, so loading a run never executes code from it.
+safetensors, JSON and OmegaConf's YAML loader, and the network and data are built only from
+bdl's own targets (:mod:`bdl.instantiation`), so loading a run never executes code from it.
 
 The network is rebuilt from the config by the runner's own builders (:func:`bdl.run.load_data`,
 :func:`bdl.run.build_network`), so a sample means here exactly what it meant during the run;
@@ -34,6 +35,7 @@ from torch import Tensor, nn
 
 from bdl.config import RunConfig
 from bdl.data import Dataset
+from bdl.instantiation import inert
 from bdl.metrics import ClassificationAverage, RegressionAverage
 from bdl.run import build_network, load_data, predict, sample_tensors
 from bdl.store import MANIFEST, load_samples, read_manifest
@@ -82,10 +84,12 @@ def chain_stores(samples: Path) -> list[Path]:
 
 def load_config(directory: Path) -> DictConfig:
     """The run's composed config, merged into the root schema so that it has the types (the
-    device enum) the runner's builders expect."""
+    device enum) the runner's builders expect, and calling no resolver (:func:`inert`): a run
+    directory never reads the environment of whoever loads it."""
     path = directory / CONFIG_FILE
     try:
-        return OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.load(path))
+        saved = inert(OmegaConf.to_container(OmegaConf.load(path), resolve=False))
+        return OmegaConf.merge(OmegaConf.structured(RunConfig), saved)
     except (OSError, OmegaConfBaseException, ValueError) as e:
         message = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise RunError(

@@ -125,6 +125,11 @@ class ElementwisePrior(Prior):
     ) -> None:
         if not 0 < scale < math.inf:
             raise ValueError(f"prior.scale must be positive and finite, got {scale}")
+        if layers is not None and not isinstance(layers, Mapping):
+            raise ValueError(
+                f"prior.layers={layers} is not a mapping of parameter-name patterns to scales: "
+                "write e.g. prior.layers='{\"*.bias\": 10.0}', or null for none"
+            )
         self.layers = {str(k): float(v) for k, v in (layers or {}).items()}
         for pattern, value in self.layers.items():
             if not 0 < value < math.inf:
@@ -265,6 +270,11 @@ class StudentT(ElementwisePrior):
         return constant - 0.5 * (nu + 1) * torch.log1p((theta / scale).square() / nu)
 
 
+#: The largest |-ln σ| of a scale-mixture component: σ² (times any sensible prior.scale²) stays a
+#: finite, non-zero double.
+MAX_LOG_WIDTH = 100
+
+
 class ScaleMixture(ElementwisePrior):
     r"""Blundell et al. (2015)'s scale mixture of two Gaussians (Bühler, §2.2):
 
@@ -294,8 +304,13 @@ class ScaleMixture(ElementwisePrior):
         if not 0 < pi < 1:
             raise ValueError(f"prior.pi (the wide component's weight) must be in (0, 1), got {pi}")
         for key, value in (("neg_log_sigma1", neg_log_sigma1), ("neg_log_sigma2", neg_log_sigma2)):
-            if not math.isfinite(value):
-                raise ValueError(f"prior.{key} must be finite, got {value}")
+            # σ = e^-value is a positive double (no overflow to inf, no underflow to 0) here
+            if not -MAX_LOG_WIDTH <= value <= MAX_LOG_WIDTH:
+                raise ValueError(
+                    f"prior.{key}={value} is out of range: σ = e^-{key} must be a positive "
+                    f"double; use a value between -{MAX_LOG_WIDTH} and {MAX_LOG_WIDTH} "
+                    "(Blundell et al. 2015 searched 0 to 8)"
+                )
         self.pi = pi
         self.sigma1 = math.exp(-neg_log_sigma1)
         self.sigma2 = math.exp(-neg_log_sigma2)

@@ -27,6 +27,8 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from bdl.instantiation import inert
+
 __all__ = [
     "DEFAULT_EXCLUDE",
     "ERRORS",
@@ -112,6 +114,11 @@ def _is_run(directory: Path) -> bool:
     return (directory / CONFIG_FILE).is_file()
 
 
+def _is_run_file(path: Path) -> bool:
+    """``metrics.json`` or ``.hydra/config.yaml`` of a run, which stand for the run."""
+    return path.is_file() and (path.name == METRICS_FILE or path.parts[-2:] == CONFIG_FILE.parts)
+
+
 def _natural_key(path: Path) -> list[tuple]:
     """Sort ``multirun/.../10`` after ``.../9``: Hydra numbers sweep jobs without zero padding."""
     return [
@@ -131,6 +138,8 @@ def find_runs(paths: Iterable[str | Path]) -> list[Path]:
     for p in [paths] if isinstance(paths, (str, os.PathLike)) else paths:
         root = Path(p).expanduser()
         if root.is_file():
+            if not _is_run_file(root):
+                continue
             root = root.parent.parent if root.parent.name == ".hydra" else root.parent
         if not root.is_dir():
             continue
@@ -160,34 +169,15 @@ def _flatten(obj: Any, prefix: str = "", out: dict[str, Any] | None = None) -> d
     return out
 
 
-# ``${oc.env:VAR}`` (and the legacy ``${env:VAR}``), nested or not.
-_ENV_CALL = re.compile(r"\$\{\s*(?:oc\.)?env\s*:")
-
-
-def _without_env(obj: Any) -> Any:
-    """The raw config with every string that reads the environment made literal text.
-
-    A report is shared (CSV files, Markdown tables), and the environment of whoever runs
-    ``bdl-report`` may hold secrets: ``${oc.env:...}`` is shown as written, never its value,
-    including through another key that interpolates it.
-    """
-    if isinstance(obj, dict):
-        return {k: _without_env(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_without_env(v) for v in obj]
-    if isinstance(obj, str) and _ENV_CALL.search(obj):
-        return obj.replace("${", "\\${")  # OmegaConf's escape: a literal "${"
-    return obj
-
-
 def _config_values(path: Path) -> dict[str, Any]:
     """The flattened config, resolving interpolations that resolve outside of Hydra.
 
     Interpolations such as ``${hydra:runtime.output_dir}`` only resolve inside a Hydra app;
     those keep their literal text rather than losing the whole config. Environment lookups are
-    never resolved (:func:`_without_env`).
+    never resolved (:func:`bdl.instantiation.inert`).
     """
-    cfg = OmegaConf.create(_without_env(OmegaConf.to_container(OmegaConf.load(path))))
+    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    cfg = OmegaConf.create(inert(raw, as_written=True))
     try:
         return _flatten(OmegaConf.to_container(cfg, resolve=True))
     except Exception:
@@ -604,18 +594,25 @@ def _weights(count: int) -> str:
 def pruning_table(run_dir: str | Path) -> str:
     """A run's ``pruning.csv`` in the layout of Blundell et al. (2015)'s Table 1: proportion
     removed, number of weights kept, test error (or RMSE for regression)."""
-    curve = pd.read_csv(Path(run_dir) / PRUNING_FILE)
-    metric = curve.columns[2]
-    error = metric == "test_error"
-    table = pd.DataFrame(
-        {
-            "Proportion removed": [f"{100 * f:g}%" for f in curve["fraction_removed"]],
-            "# Weights": [_weights(int(w)) for w in curve["weights_kept"]],
-            "Test Error" if error else "Test RMSE": [
-                f"{100 * v:.2f}%" if error else _sig(float(v)) for v in curve[metric]
-            ],
-        }
-    )
+    path = Path(run_dir) / PRUNING_FILE
+    try:
+        curve = pd.read_csv(path)
+        metric = curve.columns[2]
+        error = metric == "test_error"
+        table = pd.DataFrame(
+            {
+                "Proportion removed": [f"{100 * float(f):g}%" for f in curve["fraction_removed"]],
+                "# Weights": [_weights(int(w)) for w in curve["weights_kept"]],
+                "Test Error" if error else "Test RMSE": [
+                    f"{100 * float(v):.2f}%" if error else _sig(float(v)) for v in curve[metric]
+                ],
+            }
+        )
+    except (OSError, ValueError, KeyError, IndexError, pd.errors.ParserError) as e:
+        raise ValueError(
+            f"{path} is not a pruning curve ({type(e).__name__}: {str(e).splitlines()[0]}); "
+            "bdl-run pruning=true writes it: run that again, or remove the file"
+        ) from None
     return table.to_markdown(index=False, disable_numparse=True)
 
 
@@ -624,9 +621,14 @@ def _print_pruning(paths: list[str]) -> int:
     if not found:
         _err(f"no {PRUNING_FILE} under {', '.join(paths)}: run bdl-run with pruning=true")
         return 2
+    status = 0
     for run_dir in found:
-        print(f"{run_dir}\n\n{pruning_table(run_dir)}\n")
-    return 0
+        try:
+            print(f"{run_dir}\n\n{pruning_table(run_dir)}\n")
+        except ValueError as e:
+            _err(f"error: {e}")
+            status = 2
+    return status
 
 
 def _print_paper(name: str, df: pd.DataFrame, out: Path, unfinished: list[str]) -> int:
@@ -714,6 +716,9 @@ def main(argv: list[str] | None = None) -> int:
     for p in args.paths:
         if not Path(p).exists():
             _err(f"warning: {p} does not exist")
+        elif not Path(p).is_dir() and not _is_run_file(Path(p)):
+            _err(f"error: {p} is a file, not a run directory or a sweep; {_WHAT_IS_A_RUN}")
+            return 2
     runs = find_runs(args.paths)
     if not runs:
         _err(f"no run directories found under {', '.join(map(str, args.paths))}; {_WHAT_IS_A_RUN}")

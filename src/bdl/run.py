@@ -34,7 +34,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
@@ -43,6 +42,7 @@ from bdl.chains import ChainStack, unsupported
 from bdl.config import ConfigError, validate
 from bdl.data import Dataset
 from bdl.data.augment import random_crop_flip
+from bdl.instantiation import instantiate
 from bdl.metrics import agreement, pool, total_variation
 from bdl.noise import Generator
 from bdl.outputs import RunDirectory, start_wandb
@@ -1273,7 +1273,7 @@ def _run_in(
     cfg: DictConfig, output: RunDirectory, signals: Signals, group: distributed.Group | None
 ) -> dict[str, Any]:
     log.info("run directory: %s", output.path)
-    if not cfg.resume:
+    if not cfg.resume or not output.checkpoint.exists():  # claim started it afresh
         experiments = build_chains(cfg, group)
         loops = [Loop.start(experiment) for experiment in experiments]
         return Sampling(experiments, output, loops, signals, group).run()

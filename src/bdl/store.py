@@ -222,13 +222,18 @@ class SampleStore:
         """Keep the first ``count`` samples and delete every other file of the store: the samples
         a killed run wrote after its last checkpoint, which the resumed run takes again, and
         temporary files of an interrupted write."""
+        fix = (
+            "restore it, or run it again from the beginning: delete the run's "
+            "checkpoint.safetensors (resume=true then starts over)"
+        )
         if count > len(self._entries):
             raise StoreError(
-                f"{self.directory} lists {len(self._entries)} samples, fewer than the "
-                f"{count} its run's checkpoint recorded: samples were removed since. Start "
-                "afresh in a new directory"
+                f"{self.directory / MANIFEST} lists {len(self._entries)} samples, fewer than the "
+                f"{count} its run's checkpoint recorded: samples were removed since; {fix}"
             )
         kept = self._entries[:count]
+        for entry in kept:  # what the resumed run keeps is what its checkpoint counted
+            _read_checked(self.directory, entry, fix)
         if count < self._listed:  # the manifest never lists a sample that sync has not flushed
             self._write_manifest(self._lines[:count])
         listed = {entry["file"] for entry in kept} | {MANIFEST}
@@ -299,20 +304,25 @@ def read_manifest(directory: str | Path) -> list[dict]:
     return _read_manifest(Path(directory))
 
 
+def _read_checked(directory: Path, entry: dict, fix: str) -> bytes:
+    """The bytes of the sample file of manifest ``entry``, checked against its SHA-256."""
+    path = directory / entry["file"]
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise StoreError(f"sample file {path} is missing; {fix}") from None
+    except OSError as e:
+        raise StoreError(f"sample file {path} cannot be read ({e}); {fix}") from None
+    if _sha256(data) != entry["sha256"]:
+        raise StoreError(f"sample file {path} is corrupt or incomplete (sha256 mismatch); {fix}")
+    return data
+
+
 def _iter_samples(directory: Path, entries: list[dict]) -> Iterator[tuple[dict[str, Tensor], dict]]:
     fix = "delete it and its manifest entry or re-run"
     for entry in entries:
         path = directory / entry["file"]
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise StoreError(f"sample file {path} is missing; {fix}") from None
-        except OSError as e:
-            raise StoreError(f"sample file {path} cannot be read ({e}); {fix}") from None
-        if _sha256(data) != entry["sha256"]:
-            raise StoreError(
-                f"sample file {path} is corrupt or incomplete (sha256 mismatch); {fix}"
-            )
+        data = _read_checked(directory, entry, fix)
         try:
             tensors = _st_load(data)
         except (SafetensorError, ValueError, RuntimeError) as e:

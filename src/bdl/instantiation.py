@@ -1,0 +1,163 @@
+"""What a config may build: only the classes and functions that bdl's own config groups name.
+
+Hydra's ``instantiate`` imports and calls whatever a ``_target_`` says, with whatever keys sit
+beside it: ``numpy.load`` with ``allow_pickle: true`` or ``torch.load`` with ``weights_only:
+false`` in a downloaded run directory, an experiment preset or a sweep file would unpickle (run)
+a payload. Every object bdl builds from a config is therefore built by :func:`instantiate` here,
+which first checks, before anything is imported or called, that every ``_target_`` in the node
+is one that a YAML file of the packaged ``bdl.conf`` names (the list is read from those files, so
+a new option is allowed by adding its file), written as plain text rather than interpolated, and
+that every other key is an argument of that target's signature (Hydra's ``_args_``, positional
+arguments that no name checks, are refused with the rest).
+
+A run directory is data: :func:`inert` makes the config it holds unable to call any resolver
+(``${oc.env:...}``, ``${oc.decode:...}``) when it is read back, so that reading it never looks
+into the environment of whoever reads it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import re
+from importlib.resources import files
+from importlib.resources.abc import Traversable
+from typing import Any
+
+from hydra.utils import instantiate as _hydra_instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from bdl.config import ConfigError
+
+__all__ = ["allowed_targets", "check_targets", "inert", "instantiate"]
+
+CONF_PACKAGE = "bdl.conf"
+#: Hydra's keys that a bdl config may hold beside ``_target_``.
+_HYDRA_KEYS = {"_target_", "_partial_"}
+#: A resolver call (``${oc.env:HOME}``, ``${now:%H}``), as opposed to a reference to another key
+#: of the config (``${protocol.mlp.hidden}``).
+RESOLVER_CALL = re.compile(r"\$\{\s*[\w.]+\s*:")
+#: ``${oc.env:VAR,default}`` alone: a run directory reads it as its default.
+_ENV_WITH_DEFAULT = re.compile(r"\$\{\s*oc\.env\s*:\s*\w+\s*,\s*([^${}]*?)\s*\}")
+
+
+def _yaml_files(folder: Traversable) -> list[Traversable]:
+    found = []
+    for entry in folder.iterdir():
+        if entry.is_dir():
+            found += _yaml_files(entry)
+        elif entry.name.endswith(".yaml"):
+            found.append(entry)
+    return found
+
+
+def _targets_in(node: Any) -> list[tuple[str, Any]]:
+    """``(path, node)`` of every mapping in ``node`` that holds a ``_target_``, at any depth."""
+    found = []
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, dict):
+            if "_target_" in value:
+                found.append((path, value))
+            for key, item in value.items():
+                walk(item, f"{path}.{key}" if path else str(key))
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                walk(item, f"{path}[{i}]")
+
+    walk(node, "")
+    return found
+
+
+@functools.cache
+def allowed_targets() -> frozenset[str]:
+    """Every ``_target_`` written in the YAML files of the packaged ``bdl.conf``."""
+    targets = set()
+    for path in _yaml_files(files(CONF_PACKAGE)):
+        raw = OmegaConf.to_container(OmegaConf.create(path.read_text(encoding="utf-8")))
+        targets.update(str(node["_target_"]) for _, node in _targets_in(raw))
+    return frozenset(targets)
+
+
+def check_targets(node: Any, where: str = "") -> list[tuple[str, dict]]:
+    """Refuse, before anything is imported, a ``_target_`` in ``node`` (a config or part of one)
+    that no file of ``bdl.conf`` names; returns ``(key, mapping)`` of each target's node."""
+    raw = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else node
+    found = []
+    for path, spec in _targets_in(raw):
+        key = ".".join(part for part in (where, path) if part)
+        target = spec["_target_"]
+        if not isinstance(target, str) or target not in allowed_targets():
+            group = key.split(".")[0] or "config"
+            raise ConfigError(
+                f"{key + '.' if key else ''}_target_={target} is not one of bdl's own targets: "
+                f"choose a {group} option listed by bdl-run --help"
+            )
+        found.append((key, spec))
+    return found
+
+
+def _check_arguments(key: str, spec: dict) -> None:
+    """Refuse a key beside an allowed ``_target_`` that is no argument of its signature."""
+    module, _, attribute = spec["_target_"].rpartition(".")
+    signature = inspect.signature(getattr(importlib.import_module(module), attribute))
+    names = [
+        name
+        for name, p in signature.parameters.items()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
+    for name in spec:
+        if name not in _HYDRA_KEYS and name not in names:
+            raise ConfigError(
+                f"{key + '.' if key else ''}{name} is not an option of {spec['_target_']} "
+                f"(options: {', '.join(names) or 'none'})"
+            )
+
+
+def instantiate(node: DictConfig, *args: Any, **kwargs: Any) -> Any:
+    """Hydra's ``instantiate`` of ``node`` once every ``_target_`` in it is allowed and every key
+    beside one is an argument of its target."""
+    where = "" if node._key() is None else str(node._key())
+    for key, spec in check_targets(node, where):
+        _check_arguments(key, spec)
+    # Resolved here, once, and handed over with no "${" left: Hydra resolves what it is given
+    # again, so that a run directory's literal "${oc.env:...}" would call the resolver it names.
+    resolved = OmegaConf.to_container(node, resolve=True)
+    _refuse_interpolation_text(resolved, where)
+    return _hydra_instantiate(OmegaConf.create(resolved), *args, **kwargs)
+
+
+def _refuse_interpolation_text(value: Any, key: str) -> None:
+    if isinstance(value, dict):
+        for name, item in value.items():
+            _refuse_interpolation_text(item, f"{key}.{name}" if key else str(name))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _refuse_interpolation_text(item, f"{key}[{i}]")
+    elif isinstance(value, str) and "${" in value:
+        raise ConfigError(
+            f"{key}={value} is an interpolation that a saved run may not resolve (it would read "
+            f"the environment or call a resolver): give the value itself, e.g. bdl-eval RUN_DIR "
+            f"{key}=..."
+        )
+
+
+def inert(raw: Any, as_written: bool = False) -> Any:
+    """A run directory's raw config (``OmegaConf.to_container(..., resolve=False)``) that calls
+    no resolver when it is read: any resolver call becomes literal text, except (unless
+    ``as_written``, for a report that shows the config as it was written) an
+    ``${oc.env:VAR,default}`` that is the whole value, which becomes its default: bdl's data
+    root, ``${oc.env:BDL_DATA_DIR,null}``, reads as null, which the loaders take to mean
+    ``$BDL_DATA_DIR`` themselves. References to other keys (``${protocol.mlp.hidden}``) still
+    resolve."""
+    if isinstance(raw, dict):
+        return {key: inert(value, as_written) for key, value in raw.items()}
+    if isinstance(raw, list):
+        return [inert(value, as_written) for value in raw]
+    if isinstance(raw, str) and RESOLVER_CALL.search(raw):
+        default = None if as_written else _ENV_WITH_DEFAULT.fullmatch(raw.strip())
+        if default is not None:
+            return None if default.group(1) in ("null", "") else default.group(1)
+        return raw.replace("${", "\\${")  # OmegaConf's escape: a literal "${"
+    return raw
