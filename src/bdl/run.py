@@ -208,8 +208,10 @@ class Experiment:
     validation: Task | None = None
     #: halve the step during burn-in when the potential climbs (bdl.stability)
     backs_off: bool = False
-    #: the potential's stationary rise that bdl.stability measures climbs against
+    #: the potential's stationary rise that bdl.stability measures climbs against, and the
+    #: epochs over which it takes the lowest potential
     rise_limit: float = math.inf
+    stability_window: int = stability.MIN_WINDOW
 
     def collects(self, epoch: int) -> bool:
         """Whether the state after (0-based) ``epoch`` is kept as a posterior sample."""
@@ -348,6 +350,7 @@ def build(
         validation=None if x_validation is None else Task(data, data.y_validation),
         backs_off=sampler.backs_off and cfg.burn_in > 0,
         rise_limit=stability.rise_limit(sum(p.numel() for p in potential.params)),
+        stability_window=stability.window(cfg.burn_in),
     )
     sampler.attach(potential, experiment.train_chunks)  # a Laplace fit reads the training set
     if sampler.injects_noise and not any(map(experiment.collects, range(cfg.epochs))):
@@ -465,10 +468,11 @@ class Loop:
     curve: list[dict[str, Any]] = field(default_factory=list)
     accept_rates: list[float] = field(default_factory=list)  # per sampling epoch
     initial_potential: float | None = None  # U at the first step: the divergence yardstick
-    #: the lowest epoch-mean potential so far (bdl.stability's yardstick); during burn-in, the
-    #: state the chain began that epoch in (to return to when a step proves too large), and the
-    #: state it began this epoch in (whose potential this epoch's steps measure)
-    level: float | None = None
+    #: the mean potentials of the last epochs (bdl.stability's yardstick is their lowest, the
+    #: ``level``); during burn-in, the state the chain began the lowest of them in (to return to
+    #: when a step proves too large), and the state it began this epoch in (whose potential this
+    #: epoch's steps measure)
+    recent: list[float] = field(default_factory=list)
     snapshot: dict[str, Tensor] | None = None
     epoch_start: dict[str, Tensor] | None = None
     #: the multiplier on the sampler's step that burn-in settled on (halved at each back-off;
@@ -490,7 +494,7 @@ class Loop:
         "curve",
         "accept_rates",
         "initial_potential",
-        "level",
+        "recent",
         "step_scale",
         "rise_max",
         "num_samples",
@@ -508,6 +512,10 @@ class Loop:
             loop.snapshot = stability.snapshot(loop.live_state(experiment))
             loop.epoch_start = loop.snapshot
         return loop
+
+    @property
+    def level(self) -> float | None:
+        return min(self.recent, default=None)
 
     def live_state(self, experiment: Experiment) -> dict[str, Tensor]:
         """The tensors that a back-off returns to their snapshot (:mod:`bdl.stability`): the
@@ -740,6 +748,13 @@ class Sampling:
             completed = True
         if completed:  # a back-off in one chain takes every chain's step down with it
             scale = min(loop.step_scale for loop in self.loops)
+            if scale < 1 and self.epoch == self.experiment.burn_in:
+                scale /= 2
+                log.info(
+                    "burn-in over: the step is frozen at %.3g x sampler.lr, half the largest that "
+                    "held (a step that burn-in had to back off from sits near its limit)",
+                    scale,
+                )
             for loop in self.loops:
                 loop.step_scale = scale
         return completed
@@ -892,26 +907,25 @@ class Sampling:
         }
 
     def _check_stability(self, chain: int, mean_potential: float) -> None:
-        """Hold chain ``chain``'s epoch against its lowest potential so far
-        (:mod:`bdl.stability`): during burn-in, a climb or a non-finite state returns the chain
-        to its snapshot and halves the run's step; after burn-in (and for kernels that do not
-        back off), a climb past :data:`~bdl.stability.DIVERGENCE_LIMITS` limits, or a
+        """Hold chain ``chain``'s epoch against its level, the lowest mean potential of its last
+        epochs (:mod:`bdl.stability`): during burn-in, a climb or a non-finite state returns the
+        chain to its snapshot and halves the run's step; after burn-in (and for kernels that do
+        not back off), a climb past :data:`~bdl.stability.DIVERGENCE_LIMITS` limits, or a
         non-finite state, is a divergence."""
         exp, loop = self.experiments[chain], self.loops[chain]
         finite = torch.stack(torch._foreach_norm(loop.sampler.params)).isfinite().all().item()
         finite = finite and math.isfinite(mean_potential)
-        if not finite:
-            rise = math.inf
-        else:  # the first epoch sets the yardstick
-            rise = 0.0 if loop.level is None else mean_potential - loop.level
+        level = loop.level
+        # the first epoch sets the yardstick; a non-finite one is an infinite rise
+        rise = math.inf if not finite else 0.0 if level is None else mean_potential - level
         burning_in = exp.backs_off and loop.epoch < exp.burn_in
         if burning_in and not rise <= exp.rise_limit:  # True for NaN
             self._back_off(chain, mean_potential)
             return
-        if finite and (loop.level is None or mean_potential < loop.level):
-            loop.level = mean_potential
-            if burning_in:
+        if finite:
+            if burning_in and (level is None or mean_potential <= level):
                 loop.snapshot = loop.epoch_start
+            loop.recent = [*loop.recent, mean_potential][-exp.stability_window :]
         if burning_in and loop.epoch + 1 < exp.burn_in:
             loop.epoch_start = stability.snapshot(loop.live_state(exp))
         else:  # the step is frozen: nothing to return to
@@ -922,9 +936,10 @@ class Sampling:
             limit = stability.DIVERGENCE_LIMITS * exp.rise_limit
             diverged = not rise <= limit
             what = (
-                f"U per step rose {rise:.4g} above its lowest, {_g(loop.level)}, more than "
-                f"{stability.DIVERGENCE_LIMITS:g} x {exp.rise_limit:.4g} (the rise a stationary "
-                "chain exceeds once in 10^9 epochs)"
+                f"U per step rose {rise:.4g} above its lowest of the last "
+                f"{exp.stability_window} epochs, {_g(level)}: more than "
+                f"{stability.DIVERGENCE_LIMITS:g} x {exp.rise_limit:.4g}, the rise a stationary "
+                "chain exceeds once in 10^9 epochs"
             )
         else:  # an optimiser's or a variational fit's objective: only an explosion is certain
             limit = DIVERGENCE_FACTOR * max(abs(loop.initial_potential), exp.data.num_train)

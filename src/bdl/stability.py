@@ -14,7 +14,10 @@ step by dual averaging instead), each chain keeps its lowest epoch-mean potentia
 snapshot of its state there. An epoch whose mean potential rises more than :func:`rise_limit`
 above that level, or is not finite, restores the chain to its snapshot and halves the run's step
 (every chain's, as HMC's pooled adaptation shares one step size). The step is frozen when burn-in
-ends, so that the samples kept come from one fixed kernel. This is the backing-off half of the
+ends, so that the samples kept come from one fixed kernel; where burn-in backed off, at half the
+last step that held, since a step that had to be backed off from sits near its limit, and the
+limit itself moves as the fit sharpens (a sampled noise precision grows a hundredfold on yacht,
+and the curvature with it). This is the backing-off half of the
 step-size adaptation that the literature recommends for SG-MCMC (Welling & Teh 2011 decrease the
 step until it is stable; Chen et al. 2014 tune it on the data set), made automatic.
 
@@ -40,6 +43,8 @@ from torch import Tensor
 TAIL = 1e-9
 #: After burn-in, a rise above the burn-in level of this many :func:`rise_limit` is a divergence.
 DIVERGENCE_LIMITS = 4.0
+#: The fewest epochs over which the level is the lowest mean potential (:func:`window`).
+MIN_WINDOW = 10
 #: Halvings of the step during burn-in after which the chain is declared diverged: a step 2^-20 of
 #: the configured one is no longer a setting to fix by halving.
 MAX_BACKOFFS = 20
@@ -64,3 +69,13 @@ def restore(live: dict[str, Tensor], saved: dict[str, Tensor]) -> None:
     for name, t in saved.items():
         if name in live:
             live[name].copy_(t)
+
+
+def window(burn_in: int) -> int:
+    r"""The epochs over which a chain's level is its lowest mean potential: a tenth of burn-in,
+    and at least :data:`MIN_WINDOW`. A potential drifts slowly and legitimately as Gibbs-sampled
+    hyperparameters move (a hierarchical prior's precisions fall as the weights grow, raising
+    :math:`-\tfrac d2\log\lambda`: on MNIST, Chen et al.'s Gamma hyperprior raises ``U/N`` from
+    -0.29 to 0.47 over epochs 10-50 of burn-in); a step that heats the chain climbs within
+    epochs."""
+    return max(MIN_WINDOW, burn_in // 10)
