@@ -9,7 +9,7 @@ export BDL_DATA_DIR ?= $(SHARED_DATA)
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-slow lint format bench mutation reproduce-chen-mnist reproduce-uci reproduce-uci-quick check \
+.PHONY: help install run demo test test-slow lint format bench mutation reproduce-chen-mnist reproduce-uci reproduce-uci-quick check \
 	reproduce-izmailov-mnist reproduce-blundell-mnist reproduce-blundell-mnist-1200
 
 help: ## list the targets
@@ -25,6 +25,9 @@ install: $(BIN)/bdl-run ## create .venv and install bdl with its dev tools
 
 run: install ## SGHMC on MNIST with Chen et al.'s setup (the quick start)
 	$(BIN)/bdl-run sampler=sghmc dataset=mnist
+
+demo: install ## a first result in about a minute: SGHMC on MNIST for 10 epochs
+	$(BIN)/bdl-run sampler=sghmc dataset=mnist epochs=10 burn_in=5
 
 test: install ## the default test suite (slow tests excluded)
 	$(BIN)/pytest

@@ -12,7 +12,9 @@ ratio to the bare epoch:
 - the whole sampling epoch as ``bdl-run`` runs it (a sample kept every epoch: the test set's
   predictive, the running model average, the sample file and manifest, the curve row), goal <=
   1.15;
-- a checkpoint, as a share of the wall time at the default interval (one a minute), goal <= 2%.
+- a checkpoint, as a share of the wall time at the default interval (one a minute), goal <= 2%;
+- what burn-in's step back-off adds to an epoch (:mod:`bdl.stability`): the copy of the chain's
+  state it takes at each epoch's end, the rest being a few comparisons of floats, goal <= 0.02.
 
     python scripts/bench.py [--rounds 5] [--device cpu] [--set KEY=VALUE ...]
 """
@@ -28,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from benchtools import alternating_medians, bare_model, composed, sampling, timed
 
+from bdl import stability
 from bdl.run import CHECKPOINT_SECONDS
 
 
@@ -81,6 +84,11 @@ def main() -> None:
         checkpoint = statistics.median(
             timed(loops["sghmc_outputs"]._checkpoint) for _ in range(args.rounds)
         )
+        burning_in = loops["sghmc"].loops[0]
+        snapshot = statistics.median(
+            timed(lambda: stability.snapshot(burning_in.live_state(sghmc)))
+            for _ in range(args.rounds)
+        )
 
     print(
         f"device {sghmc.device}, {sghmc.steps_per_epoch} steps/epoch, batch {sghmc.batch_size}, "
@@ -103,6 +111,10 @@ def main() -> None:
     print(
         f"bdl SGHMC epoch keeping a sample:       {whole * 1e3:8.1f} ms   ratio "
         f"{whole / bare:.3f}  (goal <= 1.15)"
+    )
+    print(
+        f"burn-in's back-off (a state copy):      {snapshot * 1e3:8.3f} ms   "
+        f"{snapshot / bare:.5f} of the bare epoch  (goal <= 0.02)"
     )
     print(
         f"checkpoint:                             {checkpoint * 1e3:8.1f} ms   "

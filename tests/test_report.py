@@ -426,3 +426,22 @@ def test_a_malformed_pruning_curve_is_one_line(tmp_path, capsys, text):
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"bdl-report: error: {path} is not a pruning curve (")
     assert line.endswith("bdl-run pruning=true writes it: run that again, or remove the file")
+
+
+def test_runs_with_warnings_are_counted_and_named_and_unsound_ones_left_out(sweep, capsys):
+    jobs = sweep / "2024-01-01" / "12-00-00"
+    warned = jobs / "0" / "metrics.json"
+    metrics = json.loads(warned.read_text())
+    warning = "R-hat needs chains>=2: one chain cannot show that it has converged (chains=4)"
+    warned.write_text(json.dumps({**metrics, "warnings": [warning], "trivial": {"x": 1}}))
+    _unfinish(jobs / "1", "unsound")
+    df = load_runs([sweep])
+    summary = summarize(df, by=["sampler"], metrics=["test_accuracy"]).set_index("sampler")
+    assert summary.loc["sghmc", "n_runs"] == 1 and summary.loc["sghmc", "n_warned"] == 1
+    assert summary.loc["sgld", "n_warned"] == 0
+    assert not any(c.startswith("trivial") for c in df.columns)
+    assert main([str(sweep)]) == 0
+    out = capsys.readouterr().out
+    assert "n_warned" in out.splitlines()[0]
+    assert f"- {jobs / '0'}: {warning}" in out.split("with warnings")[1]
+    assert f"- {jobs / '1'}: unsound, epoch 3" in out.split("Not in the table")[1]

@@ -167,3 +167,38 @@ def test_mnist_validation_images_give_val_metrics(run_with):
     nll = -average.gather(1, data.y_validation[:, None]).log().mean().item()
     assert metrics["val_nll"] == pytest.approx(nll, rel=1e-6)
     assert {"val_ece", "val_brier"} <= set(metrics)
+
+
+@pytest.mark.parametrize("dataset", ["mnist", "boston"])
+def test_a_short_run_is_refused_once_with_settings_that_work(fake_data_root, dataset):
+    """epochs=20 alone: the protocols' burn-in (MNIST 50, UCI 2000) and thinning (UCI 20) leave
+    no sample; the one refusal names values for both, and those values build."""
+    import bdl.run
+    from bdl.config import ConfigError
+
+    def build(*overrides: str):
+        with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+            args = [f"dataset.root={fake_data_root}", f"dataset={dataset}", "epochs=20"]
+            return bdl.run.build(compose("config", [*args, *overrides]))
+
+    with pytest.raises(ConfigError, match="keep epochs=20 with burn_in=10 thin=1$"):
+        build()
+    assert build("burn_in=10", "thin=1").collects(10)
+
+
+def test_the_resume_command_names_a_program_the_shell_finds(monkeypatch, tmp_path):
+    """Started as .venv/bin/bdl-run without the environment activated, the printed command
+    names that path; started through the PATH (or as python -m bdl.cli), plain bdl-run."""
+    import bdl.run
+
+    program = tmp_path / "venv" / "bin" / "bdl-run"
+    program.parent.mkdir(parents=True)
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    monkeypatch.setattr("sys.argv", [str(program)])
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert bdl.run.resume_command(tmp_path).startswith(f"{program} ")
+    monkeypatch.setenv("PATH", str(program.parent))
+    assert bdl.run.resume_command(tmp_path).startswith("bdl-run ")
+    monkeypatch.setattr("sys.argv", ["/somewhere/bdl/cli.py"])
+    assert bdl.run.resume_command(tmp_path).startswith("bdl-run ")

@@ -96,6 +96,9 @@ _WHAT_IS_A_RUN = (
     "e.g. outputs/ or multirun/"
 )
 CURVE_FILE = "curve.csv"
+#: The column of a run's warnings (its ``metrics.json``'s list, joined): a judgement, not a
+#: failure, so the run stays in the table and its row counts it (``n_warned``).
+WARNINGS = "warnings"
 #: ``metrics.json``'s status of a run that belongs in the table; runs written before statuses
 #: existed have none and were complete, since only a finished run wrote the file.
 COMPLETED = "completed"
@@ -242,7 +245,11 @@ def _load_runs(runs: Sequence[Path], skip: Callable[[str], None]) -> pd.DataFram
             if status != COMPLETED:
                 unfinished.append({"run_dir": str(run), "status": str(status)})
                 continue
+            # the trivial predictor's metrics are the run's yardstick, not results to average
+            metrics.pop("trivial", None)
+            run_warnings = metrics.pop("warnings", [])
             metrics = _flatten(metrics)
+            metrics[WARNINGS] = "; ".join(map(str, run_warnings))
             config = _config_values(run / CONFIG_FILE)
             choices = _choices(run / HYDRA_FILE)
         except Exception as e:  # one broken run must not hide the others
@@ -404,8 +411,14 @@ def summarize(
         raise ValueError(f"unknown column(s) {unknown}; available: {list(df.columns)}")
     columns = [*by, "n_runs"] + [f"{m}_{s}" for m in metrics for s in ("mean", "std", "sem")]
 
+    counts_warnings = WARNINGS in df.columns and (df[WARNINGS].fillna("") != "").any()
+    if counts_warnings:
+        columns.insert(columns.index("n_runs") + 1, "n_warned")
+
     def stats(sub: pd.DataFrame) -> dict[str, Any]:
         row: dict[str, Any] = {"n_runs": len(sub)}
+        if counts_warnings:
+            row["n_warned"] = int((sub[WARNINGS].fillna("") != "").sum())
         for m in metrics:
             values = pd.to_numeric(sub[m], errors="coerce")
             row[f"{m}_mean"] = values.mean()
@@ -519,6 +532,8 @@ def format_table(summary: pd.DataFrame, error: str = "std") -> pd.DataFrame:
         by = cols[: cols.index("n_runs")] if "n_runs" in cols else []
     table = pd.DataFrame({str(k): summary[k].map(_label) for k in by}, index=summary.index)
     table["n_runs"] = summary["n_runs"].map(_label)
+    if "n_warned" in summary.columns:  # never dropped as constant: a reader must see it
+        table["n_warned"] = summary["n_warned"].map(_label)
     constant: dict[str, str] = {}
     several = len(summary) > 1
     for key in [*map(str, by), "n_runs"]:
@@ -571,6 +586,15 @@ def to_latex(summary: pd.DataFrame, error: str = "std") -> str:
     text = table.to_latex(index=False, escape=True, column_format=layout)
     notes = " ".join(_notes(table)).translate(LATEX_SPECIALS)
     return text.replace("±", r"$\pm$") + "\n" + notes.replace("±", r"$\pm$") + "\n"
+
+
+def warned_lines(df: pd.DataFrame) -> list[str]:
+    """One Markdown list item per run in the table whose ``metrics.json`` carries warnings."""
+    if WARNINGS not in df.columns:
+        return []
+    warned = df[df[WARNINGS].fillna("") != ""]
+    rows = zip(warned["run_dir"], warned[WARNINGS], strict=True)
+    return [f"- {run}: {text}" for run, text in rows]
 
 
 def unfinished_lines(df: pd.DataFrame) -> list[str]:
@@ -641,6 +665,9 @@ def _print_paper(name: str, df: pd.DataFrame, out: Path, unfinished: list[str]) 
         return 2
     hours = pd.to_numeric(df.get("wall_time_s"), errors="coerce").sum() / 3600
     table.notes.append(f"{len(df)} runs, {hours:.2f} h of run time in all (their wall_time_s).")
+    warned = warned_lines(df)
+    if warned:
+        table.notes.append(f"Averaged in with warnings ({len(warned)} runs):\n" + "\n".join(warned))
     if unfinished:
         table.notes.append(f"Not in the table ({len(unfinished)} runs):\n" + "\n".join(unfinished))
     print(table.markdown())
@@ -756,6 +783,12 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = summarize(df, by=args.by, metrics=args.metrics)
     markdown = to_markdown(summary, args.error)
+    warned = warned_lines(df)
+    if warned:
+        markdown += (
+            f"\n\nAveraged in above with warnings (n_warned; {len(warned)} runs):\n"
+            + "\n".join(warned)
+        )
     if unfinished:
         markdown += f"\n\nNot in the table ({len(unfinished)} runs):\n" + "\n".join(unfinished)
     print(markdown)
