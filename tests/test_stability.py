@@ -117,14 +117,48 @@ def test_every_sampler_at_its_defaults_ends_sound_or_refuses(
             cfg = compose("config", overrides)
     else:
         cfg = sharp(sharp_root, f"sampler={sampler}", *SHORT_UCI)
+    assert_sound_or_refused(sampler, cfg, tmp_path)
+
+
+def assert_sound_or_refused(sampler: str, cfg, directory: Path) -> None:
     try:
-        metrics = run(cfg, tmp_path)
+        metrics = run(cfg, directory)
     except ValueError as refusal:  # ConfigError, or a sampler's own check of its arguments
         assert "\n" not in str(refusal)
-        assert not (tmp_path / "samples").exists() or not any((tmp_path / "samples").iterdir())
+        assert not (directory / "samples").exists() or not any((directory / "samples").iterdir())
         return
     except DivergedError as divergence:
         assert sampler in MAY_DIVERGE, str(divergence)
         assert "Choose another sampler" in str(divergence)
         return
     assert metrics["status"] == "completed", metrics.get("error")
+
+
+#: The real-data matrix: the UCI sets at their protocols' defaults; MNIST and naval (hours of
+#: minibatch epochs at their defaults) shortened. docs/results.md has the table
+#: (scripts/matrix.py).
+REAL = {
+    "yacht": [],
+    "boston": [],
+    "naval": ["epochs=30", "burn_in=20"],
+    "mnist": ["epochs=20", "burn_in=10"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sampler", SAMPLER_OPTIONS)
+@pytest.mark.parametrize("dataset", sorted(REAL))
+def test_every_sampler_at_its_defaults_on_real_data(sampler, dataset, data_dir, tmp_path):
+    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+        overrides = [f"dataset={dataset}", f"sampler={sampler}", *REAL[dataset]]
+        cfg = compose("config", [f"dataset.root={data_dir}", *overrides])
+    assert_sound_or_refused(sampler, cfg, tmp_path)
+
+
+def test_a_step_no_halving_can_save_names_a_smaller_one(sharp_root, tmp_path):
+    """sampler.lr=1e12: twenty halvings leave a step that still blows up at once; the message
+    gives a start that is smaller again, not a verdict on the model."""
+    cfg = sharp(sharp_root, "sampler=sgld", "sampler.lr=1e12", *SHORT_UCI)
+    with pytest.raises(DivergedError, match=r"halved 20 times.*start from a smaller step"):
+        run(cfg, tmp_path)
+    assert json.loads((tmp_path / "metrics.json").read_text())["status"] == "diverged"

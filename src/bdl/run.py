@@ -968,12 +968,13 @@ class Sampling:
         end of the epoch)."""
         exp, loop = self.experiments[chain], self.loops[chain]
         if loop.step_scale <= 2.0**-stability.MAX_BACKOFFS:
+            lr = self.cfg.sampler.lr
             raise DivergedError(
-                f"{self._name(chain)} still climbs in "
-                f"epoch {loop.epoch + 1} of burn-in after the step was halved "
-                f"{stability.MAX_BACKOFFS} times (U per step {mean_potential:.4g}, lowest "
-                f"{_g(loop.level)}): the model or the data, not the step, is at fault; check them "
-                "with another sampler (sampler=hmc)"
+                f"{self._name(chain)} still climbs in epoch {loop.epoch + 1} of burn-in after "
+                f"the step was halved {stability.MAX_BACKOFFS} times, to {loop.step_scale:.3g} x "
+                f"sampler.lr={lr:g} (U per step {mean_potential:.4g}, lowest {_g(loop.level)}): "
+                f"start from a smaller step, sampler.lr={lr * loop.step_scale / 10:.3g}, and if "
+                "that climbs too, check the model and data with sampler=hmc"
             )
         stability.restore(loop.live_state(exp), loop.snapshot)
         exp.sampler.restart(loop.sampler)
