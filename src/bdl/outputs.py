@@ -53,6 +53,10 @@ _BEFORE_CHECKPOINT = (
 )
 
 
+#: The statuses of a run that went to its last epoch: resuming it has nothing left to do.
+FINAL_STATUSES = ("completed", "unsound")
+
+
 def strict_json(value: Any) -> Any:
     """``value`` with every non-finite float replaced by None: JSON has no NaN or Infinity."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -111,7 +115,7 @@ class RunDirectory:
                 f"{self.path} already holds a run ({', '.join(held)}): add resume=true to "
                 "continue it, or give this run a fresh directory (hydra.run.dir=...)"
             )
-        if resume and self.read_status() == "completed":
+        if resume and self.read_status() in FINAL_STATUSES:
             raise ConfigError(
                 f"{self.path} holds a completed run whose {checkpoint.FILE} is gone: there is "
                 "nothing to resume; give a new run a fresh directory (hydra.run.dir=...)"

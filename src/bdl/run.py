@@ -45,7 +45,7 @@ from bdl.data.augment import random_crop_flip
 from bdl.instantiation import instantiate
 from bdl.metrics import agreement, pool, total_variation
 from bdl.noise import Generator
-from bdl.outputs import RunDirectory, start_wandb
+from bdl.outputs import FINAL_STATUSES, RunDirectory, start_wandb
 from bdl.potential import Potential
 from bdl.samplers.base import Sampler, SamplerState
 from bdl.schedules import Schedule
@@ -57,8 +57,6 @@ log = logging.getLogger("bdl")
 #: A potential above this multiple of its starting value (or of N, if larger) has diverged: no
 #: sampler recovers from a jump of six orders of magnitude, and a NaN would follow.
 DIVERGENCE_FACTOR = 1e6
-#: The statuses of a run that went to its last epoch: resuming it has nothing left to do.
-FINAL_STATUSES = ("completed", "unsound")
 #: Per-chain results of a run of several chains.
 CHAINS_FILE = "chains.csv"
 #: Draws per chain below which no R-hat is computed: split R-hat needs two halves of two.
