@@ -349,14 +349,14 @@ def test_a_run_that_diverged_before_its_first_checkpoint_is_finished_by_resume(
     uci_root, tmp_path, monkeypatch
 ):
     cfg = config(uci_root, "checkpoint_every=100")
-    real = runner.Sampling._check_divergence
+    real = runner.Sampling._check_stability
 
     def diverging(self, chain, mean_potential):
         if self.loops[chain].epoch == 4:  # after two samples
             raise runner.DivergedError("the chain diverged in epoch 5")
         real(self, chain, mean_potential)
 
-    monkeypatch.setattr(runner.Sampling, "_check_divergence", diverging)
+    monkeypatch.setattr(runner.Sampling, "_check_stability", diverging)
     with pytest.raises(runner.DivergedError, match="the 2 samples taken before are kept"):
         runner.run(cfg, tmp_path / "run")
     monkeypatch.undo()
