@@ -291,8 +291,8 @@ def build(
     if sampler.needs_trained_start and not cfg.init_from:
         raise ConfigError(
             f"{type(sampler).__name__} expands the posterior around a trained network, and this "
-            "run would expand it around its random start: train one first (bdl-run "
-            f"sampler=sgd dataset={data.name}) and give its directory as init_from=<run directory>"
+            "run would expand it around its random start: train one first (the same command "
+            "with sampler=sgd) and give its directory as init_from=<run directory>"
         )
     batch_size = min(cfg.batch_size, data.num_train)
     if sampler.minibatch_noise and batch_size == data.num_train:
