@@ -78,9 +78,8 @@ def run_one_process(args: list[str], directory: Path) -> None:
         torch.set_num_threads(threads)
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_two_ranks_give_the_one_process_chain(env, tmp_path, case, monkeypatch):
-    args = [*HMC, *CASES[case]]
+def one_process_and_two_ranks(args: list[str], env, tmp_path: Path, monkeypatch):
+    """The outputs of ``args`` run in one process (``tmp_path/1``) and on two ranks (``/2``)."""
     for key in ("BDL_CACHE_DIR", "XDG_CACHE_HOME"):
         monkeypatch.setenv(key, env[key])
     run_one_process(args, tmp_path / "1")
@@ -88,10 +87,13 @@ def test_two_ranks_give_the_one_process_chain(env, tmp_path, case, monkeypatch):
         [*TORCHRUN, "-m", "bdl.cli"], [*args, f"hydra.run.dir={tmp_path / '2'}"], env, tmp_path
     )
     assert two.returncode == 0, two.stderr[-3000:]
+    return outputs(tmp_path / "1"), outputs(tmp_path / "2")
 
-    (samples_1, metrics_1, curve_1), (samples_2, metrics_2, curve_2) = (
-        outputs(tmp_path / "1"),
-        outputs(tmp_path / "2"),
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_two_ranks_give_the_one_process_chain(env, tmp_path, case, monkeypatch):
+    (samples_1, metrics_1, curve_1), (samples_2, metrics_2, curve_2) = one_process_and_two_ranks(
+        [*HMC, *CASES[case]], env, tmp_path, monkeypatch
     )
     assert metrics_1 == metrics_2
     assert len(samples_1) == len(samples_2) == 22 - 6
@@ -111,17 +113,11 @@ def test_two_ranks_split_a_full_batch_whatever_its_size(env, tmp_path, monkeypat
     """The UCI protocol's batch_size takes every training point: under torchrun its chunks are
     made small enough for both ranks, and the chain is one process's up to the order of the sums
     (one chunk there, two here)."""
-    args = [*HMC, "dataset=boston"]  # the protocol's batch_size=100000
-    for key in ("BDL_CACHE_DIR", "XDG_CACHE_HOME"):
-        monkeypatch.setenv(key, env[key])
-    run_one_process(args, tmp_path / "1")
-    two = bdl(
-        [*TORCHRUN, "-m", "bdl.cli"], [*args, f"hydra.run.dir={tmp_path / '2'}"], env, tmp_path
-    )
-    assert two.returncode == 0, two.stderr[-3000:]
-    (samples_1, metrics_1, _), (samples_2, metrics_2, _) = (
-        outputs(tmp_path / "1"),
-        outputs(tmp_path / "2"),
+    (samples_1, metrics_1, _), (samples_2, metrics_2, _) = one_process_and_two_ranks(
+        [*HMC, "dataset=boston"],
+        env,
+        tmp_path,
+        monkeypatch,  # the protocol's batch_size=100000
     )
     assert len(samples_1) == len(samples_2) == 22 - 6
     for a, b in zip(samples_1, samples_2):
