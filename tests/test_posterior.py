@@ -196,6 +196,52 @@ def test_bad_input_one_message_each(uci_run: Path, cifar_run: Path, uci_root: Pa
     assert "missing file" in missing and "BDL_DATA_DIR" in missing
 
 
+def test_overrides_in_hydras_grammar_and_a_misspelt_key(uci_run: Path, capsys):
+    out = uci_run / "quoted"
+    assert bdl_eval([str(uci_run), "dataset.name='other'", f"out='{out}'"]) == 0
+    assert json.loads((out / "metrics.json").read_text())["evaluated_on"] == "other-test"
+    capsys.readouterr()
+    for argument, line in [
+        ("dataset.nam=other", "dataset.nam is not a key of the run's dataset: did you mean "),
+        ("splt=test", "splt=test is not an option of bdl-eval: did you mean split=test?"),
+        ("dataset=bostn", "dataset=bostn is not an option of the dataset group: did you mean "),
+    ]:
+        assert bdl_eval([str(uci_run), argument]) == 2
+        lines = capsys.readouterr().err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"bdl-eval: error: {line}"), lines
+    assert lines[0].endswith("dataset=boston?")
+
+
+def test_a_sweep_directory_is_evaluated_into_one_table(tmp_path: Path, uci_root: Path, capsys):
+    sweep = tmp_path / "sweep"
+    for job, seed in [("0_seed=0", 0), ("1_seed=1", 1)]:
+        make_run(
+            sweep / job,
+            "dataset=boston",
+            "dataset.name=tiny",
+            f"dataset.root={uci_root}",
+            "dataset.download=false",
+            "sampler.lr=3e-4",
+            "epochs=3",
+            "burn_in=1",
+            "thin=1",
+            "batch_size=16",
+            f"seed={seed}",
+        )
+    capsys.readouterr()
+    assert bdl_eval([str(sweep)]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in rows[0].strip("|").split("|")]
+    assert len(rows) == 4  # header, rule, a row per run
+    for job, row in zip(["0_seed=0", "1_seed=1"], rows[2:]):
+        cells = dict(zip(header, (cell.strip() for cell in row.strip("|").split("|"))))
+        saved = json.loads((sweep / job / "metrics.json").read_text())
+        assert cells["run"] == job
+        assert float(cells["test_rmse"]) == pytest.approx(saved["test_rmse"], rel=1e-3)
+        written = json.loads((sweep / job / "eval" / "tiny-test" / "metrics.json").read_text())
+        assert written["test_rmse"] == saved["test_rmse"]
+
+
 def test_data_file_and_rotation(cifar_run: Path):
     posterior = load_run(cifar_run)
     x, y = posterior.data.x_test, posterior.data.y_test
