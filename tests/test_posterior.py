@@ -3,9 +3,11 @@ bdl-eval's one-line errors. Runs are tiny and made here, on generated data."""
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import importlib.metadata
 import json
+import math
 import os
 import re
 import shutil
@@ -19,6 +21,8 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from safetensors.torch import load_file, save_file
+from scipy.special import logsumexp
+from scipy.stats import norm
 
 import bdl
 from bdl.data.shift import rotate
@@ -173,6 +177,132 @@ def test_chains_and_inferencedata(uci_run: Path):
     x = posterior.data.x_test
     both, zero, one = (posterior.predict(x, chain=c) for c in (None, 0, 1))
     torch.testing.assert_close(both[:, 0], (zero[:, 0] + one[:, 0]) / 2)
+
+
+def _waic_by_hand(pointwise: np.ndarray) -> float:
+    """elpd_waic (Watanabe 2010; Vehtari et al. 2017, eqs. 3-5): the log pointwise predictive
+    density less the variance of each point's log-likelihood over the draws (arviz divides the
+    sum of squares by the number of draws, not one less)."""
+    draws = pointwise.reshape(-1, pointwise.shape[-1])
+    lppd = (logsumexp(draws, axis=0) - math.log(draws.shape[0])).sum()
+    return float(lppd - draws.var(axis=0).sum())
+
+
+def _check_arviz_groups(
+    idata, pointwise: np.ndarray, observed: np.ndarray, run: Path, bias: str
+) -> None:
+    """The log-likelihood, observed data and sample stats against values computed here from the
+    run's files; az.loo, az.waic, the plots and a netcdf round trip on it."""
+    import arviz as az
+    import matplotlib
+
+    matplotlib.use("Agg")
+    # to the float32 rounding of the network bdl evaluates (the hand one is in float64)
+    np.testing.assert_allclose(idata.log_likelihood["y"].values, pointwise, rtol=1e-4)
+    np.testing.assert_allclose(idata.observed_data["y"].values, observed, rtol=1e-6)
+    assert idata.log_likelihood["y"].dims == ("chain", "draw", "test_point")
+    assert idata.posterior_predictive["y"].shape == pointwise.shape
+    waic = az.waic(idata, var_name="y")
+    assert waic["elpd_waic"] == pytest.approx(_waic_by_hand(pointwise), rel=1e-5)
+    loo = az.loo(idata, pointwise=True, var_name="y")
+    assert math.isfinite(loo["elpd_loo"]) and loo["pareto_k"].shape == (pointwise.shape[-1],)
+    # PSIS-LOO's elpd is at most the in-sample lppd (each point's own draws favour it)
+    lppd = (logsumexp(pointwise.reshape(-1, pointwise.shape[-1]), axis=0)).sum()
+    assert loo["elpd_loo"] <= lppd - math.log(pointwise[..., 0].size) * pointwise.shape[-1]
+    # the sample stats: the epoch's row of curve.csv that each draw ended
+    with (run / "curve.csv").open() as file:
+        rows = csv.DictReader(file)
+        curve = {int(row["epoch"]): row for row in rows if row.get("chain", "0") == "0"}
+    epochs = idata.sample_stats["epoch"].values[0]
+    assert idata.sample_stats["potential"].values[0].tolist() == [
+        float(curve[e + 1]["potential"]) for e in epochs
+    ]
+    lr = OmegaConf.load(run / ".hydra" / "config.yaml").sampler.lr
+    np.testing.assert_allclose(idata.sample_stats["step_size"].values, lr)
+    assert not idata.sample_stats["diverging"].values.any()
+    az.plot_ppc(idata, num_pp_samples=2)
+    az.plot_trace(idata, var_names=[bias])
+    matplotlib.pyplot.close("all")
+    idata.to_netcdf(run / "idata.nc")
+    back = az.from_netcdf(run / "idata.nc")
+    for group in ("posterior", "log_likelihood", "posterior_predictive", "observed_data"):
+        assert back[group].identical(idata[group]), group
+    np.testing.assert_array_equal(back.sample_stats["diverging"], idata.sample_stats["diverging"])
+
+
+def test_inferencedata_of_a_regression_run_with_loo_and_waic(tmp_path: Path, uci_root: Path):
+    run_dir = make_run(
+        tmp_path / "regression",
+        "dataset=boston",
+        "dataset.name=tiny",
+        f"dataset.root={uci_root}",
+        "dataset.download=false",
+        "sampler.lr=3e-4",
+        "epochs=12",
+        "burn_in=2",
+        "thin=1",
+        "batch_size=16",
+        "chains=2",
+    )
+    posterior = load_run(run_dir)
+    idata = posterior.to_inferencedata(train=True)
+    # by hand: log N(y | f(x) std + mean, std^2 / tau) in original units, f the ReLU network
+    raw = np.loadtxt(uci_root / "uci" / "tiny" / "data.txt")
+    x_train, y_test = raw[:48, :3], raw[48:, 3]
+    x = (raw[48:, :3] - x_train.mean(0)) / x_train.std(0)
+    mean, std = raw[:48, 3].mean(), raw[:48, 3].std()
+    assert (mean, std) == pytest.approx((posterior.data.target_mean, posterior.data.target_std))
+    pointwise, means, sigmas = np.empty((2, 10, 12)), np.empty((2, 10, 12)), np.empty((2, 10, 1))
+    for k in range(2):
+        store = run_dir / "samples" / f"chain_{k}"
+        manifest = json.loads((store / "manifest.json").read_text())
+        for d, entry in enumerate(manifest):
+            w = {n: t.double().numpy() for n, t in load_file(store / entry["file"]).items()}
+            hidden = np.maximum(x @ w["layers.0.weight"].T + w["layers.0.bias"], 0)
+            f = (hidden @ w["layers.2.weight"].T + w["layers.2.bias"])[:, 0]
+            sigma = std / np.exp(0.5 * w["likelihood.log_precision"])
+            pointwise[k, d] = norm.logpdf(y_test, f * std + mean, sigma)
+            means[k, d], sigmas[k, d] = f * std + mean, sigma
+    _check_arviz_groups(idata, pointwise, y_test, run_dir, "layers.2.bias")
+    # the training set on request, beside the test set
+    assert idata.log_likelihood["y_train"].shape == (2, 10, 48)
+    np.testing.assert_allclose(idata.observed_data["y_train"], raw[:48, 3], rtol=1e-6)
+    assert idata.posterior["layers.0.weight"].dims[2:] == ("layers.0.out", "layers.0.in")
+    assert idata.posterior["layers.0.bias"].dims[2:] == ("layers.0.out",)
+    # the replicated targets: the network's mean plus the noise, so that standardised by the
+    # hand-computed mean and noise they are N(0, 1) (240 values: the std's error is about 0.05)
+    z = (idata.posterior_predictive["y"].values - means) / sigmas
+    assert abs(z.mean()) < 0.25 and 0.8 < z.std() < 1.2
+    again = posterior.to_inferencedata(seed=1).posterior_predictive["y"].values
+    assert not np.allclose(again, idata.posterior_predictive["y"].values)
+
+
+def test_inferencedata_of_a_classification_run_with_loo_and_waic(tmp_path: Path, cifar_root):
+    run_dir = make_run(
+        tmp_path / "classification",
+        "dataset=cifar10",
+        "model=linear",
+        f"dataset.root={cifar_root}",
+        "dataset.download=false",
+        "epochs=10",
+        "burn_in=2",
+        "batch_size=5",
+    )
+    posterior = load_run(run_dir)
+    idata = posterior.to_inferencedata()
+    x, y = posterior.data.x_test.flatten(1).double().numpy(), posterior.data.y_test.numpy()
+    manifest = json.loads((run_dir / "samples" / "manifest.json").read_text())
+    pointwise = np.empty((1, len(manifest), len(y)))
+    for d, entry in enumerate(manifest):
+        w = {
+            n: t.double().numpy() for n, t in load_file(run_dir / "samples" / entry["file"]).items()
+        }
+        logits = x @ w["linear.weight"].T + w["linear.bias"]
+        pointwise[0, d] = logits[np.arange(len(y)), y] - logsumexp(logits, axis=1)
+    _check_arviz_groups(idata, pointwise, y, run_dir, "linear.bias")
+    labels = idata.posterior_predictive["y"].values
+    assert labels.dtype.kind == "i" and labels.min() >= 0 and labels.max() < 10
+    assert set(idata.sample_stats) == {"epoch", "potential", "step_size", "diverging"}
 
 
 def test_bad_input_one_message_each(uci_run: Path, cifar_run: Path, uci_root: Path, capsys):
