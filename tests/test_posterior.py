@@ -305,6 +305,48 @@ def test_inferencedata_of_a_classification_run_with_loo_and_waic(tmp_path: Path,
     assert set(idata.sample_stats) == {"epoch", "potential", "step_size", "diverging"}
 
 
+def test_report_compare_ranks_a_sweeps_runs_by_psis_loo(tmp_path: Path, uci_root: Path, capsys):
+    import arviz as az
+
+    from bdl.report import main as bdl_report
+
+    sweep = tmp_path / "sweep"
+    for job, sampler in [("0_sampler=sgld", "sgld"), ("1_sampler=sghmc", "sghmc")]:
+        make_run(
+            sweep / job,
+            "dataset=boston",
+            "dataset.name=tiny",
+            f"dataset.root={uci_root}",
+            "dataset.download=false",
+            f"sampler={sampler}",
+            "sampler.lr=3e-4",
+            "epochs=10",
+            "burn_in=2",
+            "thin=1",
+            "batch_size=16",
+        )
+    capsys.readouterr()
+    assert bdl_report(["--compare", str(sweep)]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in rows[0].strip("|").split("|")]
+    table = [dict(zip(header, (c.strip() for c in r.strip("|").split("|")))) for r in rows[2:]]
+    assert sorted(Path(row["run_dir"]).name for row in table) == [
+        "0_sampler=sgld",
+        "1_sampler=sghmc",
+    ]
+    elpds = [float(row["elpd_loo"]) for row in table]
+    assert elpds == sorted(elpds, reverse=True)
+    for row in table:
+        run_dir = Path(row["run_dir"])
+        # PSIS-LOO over the training points, the log-likelihood by hand-checked code above
+        loo = az.loo(load_run(run_dir).to_inferencedata(train=True), var_name="y_train")
+        assert float(row["elpd_loo"]) == pytest.approx(loo["elpd_loo"], rel=1e-3)
+        assert float(row["se"]) == pytest.approx(loo["se"], rel=1e-3)
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        assert float(row["test_rmse"]) == pytest.approx(metrics["test_rmse"], rel=1e-3)
+        assert 0 <= int(row["pareto_k_warnings"]) <= 48
+
+
 def test_bad_input_one_message_each(uci_run: Path, cifar_run: Path, uci_root: Path, capsys):
     def error(*args: str) -> str:
         assert bdl_eval(list(args)) == 2
