@@ -86,6 +86,17 @@ class Sampler(ABC):
     vectorisable = False  # True: also steps chains stacked along the first dimension (above)
     minibatch_noise = False  # True: its only noise is the minibatch gradient's (constant SGD)
 
+    def __new__(cls, *args: object, **kwargs: object) -> Sampler:
+        # torch.optim's habit, SGHMC(model.parameters(), lr=...): parameters belong to init
+        if args and not isinstance(args[0], int | float):
+            raise TypeError(
+                f"{cls.__name__} takes its hyperparameters only, not the parameters "
+                f"(torch.optim's style): sampler = {cls.__name__}(lr=...); "
+                "state = sampler.init(list(model.parameters())); "
+                "state = sampler.step(state, closure) with closure() returning (U, grads of U)"
+            )
+        return super().__new__(cls)
+
     def __init__(self, lr: float, *, foreach: bool = True, generator: Generator = None) -> None:
         if not 0 < lr < math.inf:
             raise ValueError(f"sampler.lr must be positive and finite, got {lr}")
