@@ -45,10 +45,12 @@ draw through other paths (variational draws, the Laplace approximation) leave it
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -58,6 +60,25 @@ from bdl.potential import Closure, Potential
 
 #: The training set in order, in chunks: ``batches()`` yields ``(x, y)`` pairs covering all N.
 Batches = Callable[[], Iterator[tuple[Tensor, Tensor]]]
+
+
+def _hyperparameters_only(init: Callable[..., None]) -> Callable[..., None]:
+    """``init`` refusing torch.optim's habit, ``SGHMC(model.parameters(), lr=...)``, with the
+    contract instead of Python's "multiple values for argument 'lr'"; its signature (read by the
+    config's validation) is ``init``'s."""
+
+    @functools.wraps(init)
+    def checked(self: Sampler, *args: Any, **kwargs: Any) -> None:
+        if args and not isinstance(args[0], int | float):
+            name = type(self).__name__
+            raise TypeError(
+                f"{name} takes its hyperparameters only, not the parameters (torch.optim's "
+                f"style): sampler = {name}(lr=...); state = sampler.init(list(model.parameters()))"
+                "; state = sampler.step(state, closure) with closure() returning (U, grads of U)"
+            )
+        init(self, *args, **kwargs)
+
+    return checked
 
 
 @dataclass
@@ -86,17 +107,12 @@ class Sampler(ABC):
     vectorisable = False  # True: also steps chains stacked along the first dimension (above)
     minibatch_noise = False  # True: its only noise is the minibatch gradient's (constant SGD)
 
-    def __new__(cls, *args: object, **kwargs: object) -> Sampler:
-        # torch.optim's habit, SGHMC(model.parameters(), lr=...): parameters belong to init
-        if args and not isinstance(args[0], int | float):
-            raise TypeError(
-                f"{cls.__name__} takes its hyperparameters only, not the parameters "
-                f"(torch.optim's style): sampler = {cls.__name__}(lr=...); "
-                "state = sampler.init(list(model.parameters())); "
-                "state = sampler.step(state, closure) with closure() returning (U, grads of U)"
-            )
-        return super().__new__(cls)
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            cls.__init__ = _hyperparameters_only(cls.__init__)
 
+    @_hyperparameters_only
     def __init__(self, lr: float, *, foreach: bool = True, generator: Generator = None) -> None:
         if not 0 < lr < math.inf:
             raise ValueError(f"sampler.lr must be positive and finite, got {lr}")
