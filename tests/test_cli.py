@@ -13,6 +13,7 @@ from importlib.resources import files
 from pathlib import Path
 
 import pytest
+import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
@@ -201,6 +202,51 @@ def test_config_mistakes_end_in_one_line_before_any_data_is_read(
     lines = result.stderr.strip().splitlines()
     assert result.returncode != 0
     assert len(lines) == 1 and lines[0].startswith(f"bdl-run: error: {named}"), result.stderr
+
+
+@pytest.mark.parametrize(
+    "arguments, line",
+    [
+        (
+            ["sampler=SGHMC"],
+            "sampler=SGHMC is not an option of the sampler group: did you mean sampler=sghmc?",
+        ),
+        (["epoch=20"], "epoch is not a key of the config: did you mean epochs=20?"),
+        (["lr=0.01"], "lr is not a key of the config: did you mean sampler.lr=0.01?"),
+        (
+            ["--epochs", "20"],
+            "--epochs is not a flag of bdl-run (overrides are key=value): did you mean epochs=20?",
+        ),
+        (
+            ["-m", "sampler=sgld,SGHMC"],
+            "sampler=SGHMC is not an option of the sampler group: did you mean sampler=sghmc?",
+        ),
+        (["sampler.lrr=0.1"], "sampler.lrr is not a key of sampler: did you mean sampler.lr=0.1?"),
+        (["+epoch=20"], "epoch is not a key of the config (top level): did you mean epochs?"),
+        (["burn_in=900"], "burn_in=900 leaves no epoch to sample in (epochs=800)"),
+    ],
+)
+def test_a_mistake_is_one_line_naming_the_fix_and_leaves_no_directory(
+    no_data, tmp_path, arguments, line
+):
+    """Each answered by bdl's one line (no Hydra search path, no `+key` advice, no usage text),
+    before Hydra creates the run's directory."""
+    result = bdl(*arguments, env=no_data, cwd=tmp_path)
+    assert result.returncode != 0
+    lines = result.stderr.splitlines()
+    assert result.stdout == "" and len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"bdl-run: error: {line}"), lines[0]
+    assert "+" not in lines[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="device=cuda is refused only without CUDA")
+def test_an_error_after_hydra_started_removes_the_directory_it_made(no_data, tmp_path):
+    result = bdl("device=cuda", env=no_data, cwd=tmp_path)
+    assert result.stderr.splitlines() == [
+        "bdl-run: error: device=cuda but CUDA is not available here: use device=auto or cpu"
+    ]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_help_names_the_groups_their_options_and_the_keys(no_data, tmp_path):

@@ -3,9 +3,11 @@ bdl-eval's one-line errors. Runs are tiny and made here, on generated data."""
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import importlib.metadata
 import json
+import math
 import os
 import re
 import shutil
@@ -19,6 +21,8 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from safetensors.torch import load_file, save_file
+from scipy.special import logsumexp
+from scipy.stats import norm
 
 import bdl
 from bdl.data.shift import rotate
@@ -175,6 +179,174 @@ def test_chains_and_inferencedata(uci_run: Path):
     torch.testing.assert_close(both[:, 0], (zero[:, 0] + one[:, 0]) / 2)
 
 
+def _waic_by_hand(pointwise: np.ndarray) -> float:
+    """elpd_waic (Watanabe 2010; Vehtari et al. 2017, eqs. 3-5): the log pointwise predictive
+    density less the variance of each point's log-likelihood over the draws (arviz divides the
+    sum of squares by the number of draws, not one less)."""
+    draws = pointwise.reshape(-1, pointwise.shape[-1])
+    lppd = (logsumexp(draws, axis=0) - math.log(draws.shape[0])).sum()
+    return float(lppd - draws.var(axis=0).sum())
+
+
+def _check_arviz_groups(
+    idata, pointwise: np.ndarray, observed: np.ndarray, run: Path, bias: str
+) -> None:
+    """The log-likelihood, observed data and sample stats against values computed here from the
+    run's files; az.loo, az.waic, the plots and a netcdf round trip on it."""
+    import arviz as az
+    import matplotlib
+
+    matplotlib.use("Agg")
+    # to the float32 rounding of the network bdl evaluates (the hand one is in float64)
+    np.testing.assert_allclose(idata.log_likelihood["y"].values, pointwise, rtol=1e-4)
+    np.testing.assert_allclose(idata.observed_data["y"].values, observed, rtol=1e-6)
+    assert idata.log_likelihood["y"].dims == ("chain", "draw", "test_point")
+    assert idata.posterior_predictive["y"].shape == pointwise.shape
+    waic = az.waic(idata, var_name="y")
+    assert waic["elpd_waic"] == pytest.approx(_waic_by_hand(pointwise), rel=1e-5)
+    loo = az.loo(idata, pointwise=True, var_name="y")
+    assert math.isfinite(loo["elpd_loo"]) and loo["pareto_k"].shape == (pointwise.shape[-1],)
+    # PSIS-LOO's elpd is at most the in-sample lppd (each point's own draws favour it)
+    lppd = (logsumexp(pointwise.reshape(-1, pointwise.shape[-1]), axis=0)).sum()
+    assert loo["elpd_loo"] <= lppd - math.log(pointwise[..., 0].size) * pointwise.shape[-1]
+    # the sample stats: the epoch's row of curve.csv that each draw ended
+    with (run / "curve.csv").open() as file:
+        rows = csv.DictReader(file)
+        curve = {int(row["epoch"]): row for row in rows if row.get("chain", "0") == "0"}
+    epochs = idata.sample_stats["epoch"].values[0]
+    assert idata.sample_stats["potential"].values[0].tolist() == [
+        float(curve[e + 1]["potential"]) for e in epochs
+    ]
+    lr = OmegaConf.load(run / ".hydra" / "config.yaml").sampler.lr
+    np.testing.assert_allclose(idata.sample_stats["step_size"].values, lr)
+    assert not idata.sample_stats["diverging"].values.any()
+    az.plot_ppc(idata, num_pp_samples=2)
+    az.plot_trace(idata, var_names=[bias])
+    matplotlib.pyplot.close("all")
+    idata.to_netcdf(run / "idata.nc")
+    back = az.from_netcdf(run / "idata.nc")
+    for group in ("posterior", "log_likelihood", "posterior_predictive", "observed_data"):
+        assert back[group].identical(idata[group]), group
+    np.testing.assert_array_equal(back.sample_stats["diverging"], idata.sample_stats["diverging"])
+
+
+def test_inferencedata_of_a_regression_run_with_loo_and_waic(tmp_path: Path, uci_root: Path):
+    run_dir = make_run(
+        tmp_path / "regression",
+        "dataset=boston",
+        "dataset.name=tiny",
+        f"dataset.root={uci_root}",
+        "dataset.download=false",
+        "sampler.lr=3e-4",
+        "epochs=12",
+        "burn_in=2",
+        "thin=1",
+        "batch_size=16",
+        "chains=2",
+    )
+    posterior = load_run(run_dir)
+    idata = posterior.to_inferencedata(train=True)
+    # by hand: log N(y | f(x) std + mean, std^2 / tau) in original units, f the ReLU network
+    raw = np.loadtxt(uci_root / "uci" / "tiny" / "data.txt")
+    x_train, y_test = raw[:48, :3], raw[48:, 3]
+    x = (raw[48:, :3] - x_train.mean(0)) / x_train.std(0)
+    mean, std = raw[:48, 3].mean(), raw[:48, 3].std()
+    assert (mean, std) == pytest.approx((posterior.data.target_mean, posterior.data.target_std))
+    pointwise, means, sigmas = np.empty((2, 10, 12)), np.empty((2, 10, 12)), np.empty((2, 10, 1))
+    for k in range(2):
+        store = run_dir / "samples" / f"chain_{k}"
+        manifest = json.loads((store / "manifest.json").read_text())
+        for d, entry in enumerate(manifest):
+            w = {n: t.double().numpy() for n, t in load_file(store / entry["file"]).items()}
+            hidden = np.maximum(x @ w["layers.0.weight"].T + w["layers.0.bias"], 0)
+            f = (hidden @ w["layers.2.weight"].T + w["layers.2.bias"])[:, 0]
+            sigma = std / np.exp(0.5 * w["likelihood.log_precision"])
+            pointwise[k, d] = norm.logpdf(y_test, f * std + mean, sigma)
+            means[k, d], sigmas[k, d] = f * std + mean, sigma
+    _check_arviz_groups(idata, pointwise, y_test, run_dir, "layers.2.bias")
+    # the training set on request, beside the test set
+    assert idata.log_likelihood["y_train"].shape == (2, 10, 48)
+    np.testing.assert_allclose(idata.observed_data["y_train"], raw[:48, 3], rtol=1e-6)
+    assert idata.posterior["layers.0.weight"].dims[2:] == ("layers.0.out", "layers.0.in")
+    assert idata.posterior["layers.0.bias"].dims[2:] == ("layers.0.out",)
+    # the replicated targets: the network's mean plus the noise, so that standardised by the
+    # hand-computed mean and noise they are N(0, 1) (240 values: the std's error is about 0.05)
+    z = (idata.posterior_predictive["y"].values - means) / sigmas
+    assert abs(z.mean()) < 0.25 and 0.8 < z.std() < 1.2
+    again = posterior.to_inferencedata(seed=1).posterior_predictive["y"].values
+    assert not np.allclose(again, idata.posterior_predictive["y"].values)
+
+
+def test_inferencedata_of_a_classification_run_with_loo_and_waic(tmp_path: Path, cifar_root):
+    run_dir = make_run(
+        tmp_path / "classification",
+        "dataset=cifar10",
+        "model=linear",
+        f"dataset.root={cifar_root}",
+        "dataset.download=false",
+        "epochs=10",
+        "burn_in=2",
+        "batch_size=5",
+    )
+    posterior = load_run(run_dir)
+    idata = posterior.to_inferencedata()
+    x, y = posterior.data.x_test.flatten(1).double().numpy(), posterior.data.y_test.numpy()
+    manifest = json.loads((run_dir / "samples" / "manifest.json").read_text())
+    pointwise = np.empty((1, len(manifest), len(y)))
+    for d, entry in enumerate(manifest):
+        w = {
+            n: t.double().numpy() for n, t in load_file(run_dir / "samples" / entry["file"]).items()
+        }
+        logits = x @ w["linear.weight"].T + w["linear.bias"]
+        pointwise[0, d] = logits[np.arange(len(y)), y] - logsumexp(logits, axis=1)
+    _check_arviz_groups(idata, pointwise, y, run_dir, "linear.bias")
+    labels = idata.posterior_predictive["y"].values
+    assert labels.dtype.kind == "i" and labels.min() >= 0 and labels.max() < 10
+    assert set(idata.sample_stats) == {"epoch", "potential", "step_size", "diverging"}
+
+
+def test_report_compare_ranks_a_sweeps_runs_by_psis_loo(tmp_path: Path, uci_root: Path, capsys):
+    import arviz as az
+
+    from bdl.report import main as bdl_report
+
+    sweep = tmp_path / "sweep"
+    for job, sampler in [("0_sampler=sgld", "sgld"), ("1_sampler=sghmc", "sghmc")]:
+        make_run(
+            sweep / job,
+            "dataset=boston",
+            "dataset.name=tiny",
+            f"dataset.root={uci_root}",
+            "dataset.download=false",
+            f"sampler={sampler}",
+            "sampler.lr=3e-4",
+            "epochs=10",
+            "burn_in=2",
+            "thin=1",
+            "batch_size=16",
+        )
+    capsys.readouterr()
+    assert bdl_report(["--compare", str(sweep)]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in rows[0].strip("|").split("|")]
+    table = [dict(zip(header, (c.strip() for c in r.strip("|").split("|")))) for r in rows[2:]]
+    assert sorted(Path(row["run_dir"]).name for row in table) == [
+        "0_sampler=sgld",
+        "1_sampler=sghmc",
+    ]
+    elpds = [float(row["elpd_loo"]) for row in table]
+    assert elpds == sorted(elpds, reverse=True)
+    for row in table:
+        run_dir = Path(row["run_dir"])
+        # PSIS-LOO over the training points, the log-likelihood by hand-checked code above
+        loo = az.loo(load_run(run_dir).to_inferencedata(train=True), var_name="y_train")
+        assert float(row["elpd_loo"]) == pytest.approx(loo["elpd_loo"], rel=1e-3)
+        assert float(row["se"]) == pytest.approx(loo["se"], rel=1e-3)
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        assert float(row["test_rmse"]) == pytest.approx(metrics["test_rmse"], rel=1e-3)
+        assert 0 <= int(row["pareto_k_warnings"]) <= 48
+
+
 def test_bad_input_one_message_each(uci_run: Path, cifar_run: Path, uci_root: Path, capsys):
     def error(*args: str) -> str:
         assert bdl_eval(list(args)) == 2
@@ -194,6 +366,52 @@ def test_bad_input_one_message_each(uci_run: Path, cifar_run: Path, uci_root: Pa
     assert "is not an option" in error(str(uci_run), "epochs=3")
     missing = error(str(uci_run), f"dataset.root={not_a_run}")  # the loader's message, not Hydra's
     assert "missing file" in missing and "BDL_DATA_DIR" in missing
+
+
+def test_overrides_in_hydras_grammar_and_a_misspelt_key(uci_run: Path, capsys):
+    out = uci_run / "quoted"
+    assert bdl_eval([str(uci_run), "dataset.name='other'", f"out='{out}'"]) == 0
+    assert json.loads((out / "metrics.json").read_text())["evaluated_on"] == "other-test"
+    capsys.readouterr()
+    for argument, line in [
+        ("dataset.nam=other", "dataset.nam is not a key of the run's dataset: did you mean "),
+        ("splt=test", "splt=test is not an option of bdl-eval: did you mean split=test?"),
+        ("dataset=bostn", "dataset=bostn is not an option of the dataset group: did you mean "),
+    ]:
+        assert bdl_eval([str(uci_run), argument]) == 2
+        lines = capsys.readouterr().err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"bdl-eval: error: {line}"), lines
+    assert lines[0].endswith("dataset=boston?")
+
+
+def test_a_sweep_directory_is_evaluated_into_one_table(tmp_path: Path, uci_root: Path, capsys):
+    sweep = tmp_path / "sweep"
+    for job, seed in [("0_seed=0", 0), ("1_seed=1", 1)]:
+        make_run(
+            sweep / job,
+            "dataset=boston",
+            "dataset.name=tiny",
+            f"dataset.root={uci_root}",
+            "dataset.download=false",
+            "sampler.lr=3e-4",
+            "epochs=3",
+            "burn_in=1",
+            "thin=1",
+            "batch_size=16",
+            f"seed={seed}",
+        )
+    capsys.readouterr()
+    assert bdl_eval([str(sweep)]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in rows[0].strip("|").split("|")]
+    assert len(rows) == 4  # header, rule, a row per run
+    for job, row in zip(["0_seed=0", "1_seed=1"], rows[2:]):
+        cells = dict(zip(header, (cell.strip() for cell in row.strip("|").split("|"))))
+        saved = json.loads((sweep / job / "metrics.json").read_text())
+        assert cells["run"] == job
+        assert float(cells["test_rmse"]) == pytest.approx(saved["test_rmse"], rel=1e-3)
+        written = json.loads((sweep / job / "eval" / "tiny-test" / "metrics.json").read_text())
+        assert written["test_rmse"] == saved["test_rmse"]
 
 
 def test_data_file_and_rotation(cifar_run: Path):

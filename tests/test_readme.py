@@ -42,8 +42,10 @@ for argv in json.load(sys.stdin):
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             main()
-        except SystemExit as e:
+        except SystemExit as e:  # a message in it is what Python prints on stderr at exit
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            if isinstance(e.code, str):
+                print(e.code, file=sys.stderr)
         except Exception as e:
             code, _ = 1, print(repr(e), file=sys.stderr)
     results.append({"code": code, "out": out.getvalue(), "err": err.getvalue()})

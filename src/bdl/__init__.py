@@ -10,7 +10,7 @@ from importlib.metadata import version
 
 from bdl import likelihoods, priors
 from bdl.posterior import Posterior, Sample, load_run
-from bdl.potential import Potential
+from bdl.potential import MeanField, Potential
 from bdl.samplers import *  # noqa: F403  (every sampler class, listed in bdl.samplers)
 from bdl.samplers import __all__ as _samplers
 
@@ -18,6 +18,7 @@ __version__ = version("bdl")
 
 __all__ = [
     *_samplers,
+    "MeanField",
     "Posterior",
     "Potential",
     "Sample",

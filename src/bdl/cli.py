@@ -30,9 +30,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from bdl import distributed
-from bdl.config import constructor_error, print_sweep  # importing it registers the schema
+from bdl.config import ConfigError, constructor_error, print_sweep  # registers the schema
 from bdl.data import DataError
 from bdl.outputs import METRICS, RunDirectory
+from bdl.overrides import check as check_command_line
 from bdl.run import DivergedError, Interrupted, run
 from bdl.store import StoreError
 
@@ -73,6 +74,7 @@ def _app(cfg: DictConfig) -> float | None:
         if follower:
             raise SystemExit(1) from None
         if hydra_cfg.mode != RunMode.MULTIRUN:
+            _remove_if_unstarted(Path(hydra_cfg.runtime.output_dir))
             # SystemExit passes through Hydra's error handler, which would print a stack trace.
             raise SystemExit(message) from None
         log.error(message)
@@ -89,6 +91,25 @@ def _app(cfg: DictConfig) -> float | None:
         return None
     # what a sweeper (e.g. Optuna) tunes on: the validation metric, never the test set's
     return metrics.get("val_accuracy", metrics.get("val_rmse"))
+
+
+def _remove_if_unstarted(directory: Path) -> None:
+    """The directory Hydra made for a run that stopped before writing anything (holding only
+    Hydra's log of it), removed: a command that never started leaves no trace."""
+    if not directory.is_dir() or any(
+        p.suffix != ".log" or not p.is_file() for p in directory.iterdir()
+    ):
+        return
+    shutil.rmtree(directory, ignore_errors=True)
+    # and the folders Hydra made for it (outputs/<dataset>/<sampler>/), now empty
+    here = Path.cwd().resolve()
+    for parent in directory.resolve().parents:
+        if here not in parent.parents:
+            break
+        try:
+            parent.rmdir()
+        except OSError:
+            break
 
 
 class SweepFailures(Callback):
@@ -183,6 +204,10 @@ def _torchrun_overrides(argv: list[str]) -> tuple[list[str], str | None]:
 
 def main() -> None:
     argv = sys.argv[1:]
+    try:
+        check_command_line(argv)
+    except ConfigError as error:
+        raise SystemExit(1 if distributed.rank() > 0 else f"bdl-run: error: {error}") from None
     if print_sweep(argv):  # bdl-run -m <sweep> --cfg job
         return
     _check_launcher(argv)

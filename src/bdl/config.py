@@ -12,6 +12,7 @@ data once, so that their constructors' own range checks run before the data are 
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import itertools
@@ -166,8 +167,10 @@ def _check_keys(node: DictConfig, schema: type, prefix: str = "") -> None:
     where = f"of {prefix.rstrip('.')}" if prefix else "of the config (top level)"
     for key in node:
         if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            fix = f"did you mean {prefix}{close[0]}? " if close else ""
             raise ConfigError(
-                f"{prefix}{key} is not a key {where}: the keys are {', '.join(names)}"
+                f"{prefix}{key} is not a key {where}: {fix}(the keys: {', '.join(names)})"
             )
     for name, kind in typing.get_type_hints(schema).items():
         if is_dataclass(kind):

@@ -1,7 +1,7 @@
 """``bdl-eval``: a saved posterior evaluated on a dataset, with the metrics of ``metrics.json``.
 
-    bdl-eval RUN_DIR [dataset=NAME] [dataset.KEY=VALUE ...] [split=test|validation]
-                     [shift.rotate=DEGREES] [data=FILE] [device=cpu|cuda|auto] [out=DIR]
+    bdl-eval RUN_DIR|SWEEP_DIR [dataset=NAME] [dataset.KEY=VALUE ...] [split=test|validation]
+                               [shift.rotate=DEGREES] [data=FILE] [device=cpu|cuda|auto] [out=DIR]
 
 Without ``dataset=`` the run's own dataset is used, so ``bdl-eval RUN_DIR`` on the run's device
 reproduces the test metrics of its ``metrics.json``. ``dataset=NAME`` is an option of the
@@ -12,6 +12,11 @@ tensors ``x`` (inputs preprocessed as the run's dataset preprocesses them) and `
 labels, or regression targets in original units). The metrics and the model average are written
 to ``OUT/metrics.json`` and ``OUT/predictive.safetensors``, ``OUT`` being
 ``RUN_DIR/eval/<dataset>-<split>[-rotate<deg>]`` unless ``out=`` says otherwise.
+
+The options are overrides in Hydra's grammar, as ``bdl-run``'s are (quoting, types, ``+`` to add a
+loader's argument the dataset's config does not set). Given a sweep's directory (or any directory
+holding runs), every run in it is evaluated, each into its own ``eval/`` (``OUT/<job>`` with
+``out=``), and the metrics are printed as one table, a row per run.
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from torch import Tensor
@@ -32,7 +39,9 @@ from torch import Tensor
 from bdl.config import constructor_error
 from bdl.data import DataError, Dataset
 from bdl.data.shift import rotate
-from bdl.posterior import Posterior, RunError
+from bdl.overrides import check_group, config_keys, did_you_mean
+from bdl.posterior import CONFIG_FILE, Posterior, RunError
+from bdl.report import find_runs
 from bdl.run import load_data, resolve_device
 from bdl.store import StoreError, save_predictive
 
@@ -54,8 +63,27 @@ def _dataset_config(name: str) -> DictConfig:
     """The ``dataset`` node of bdl-run's config with ``dataset=name`` chosen."""
     from hydra import compose, initialize_config_module
 
+    check_group("dataset", name)
     with initialize_config_module(config_module="bdl.conf", version_base="1.3"):
         return compose(config_name="config", overrides=[f"dataset={name}"]).dataset
+
+
+def _override_dataset(dataset: DictConfig, options: dict[str, Any]) -> DictConfig:
+    """``dataset`` with the ``dataset.KEY`` options set, as Hydra sets an override: a key the
+    config lacks is a mistake unless added with ``+``."""
+    dataset = dataset.copy()
+    OmegaConf.set_struct(dataset, True)
+    for option, value in options.items():
+        key = option.lstrip("+").partition(".")[2]
+        try:
+            OmegaConf.update(dataset, key, value, merge=True, force_add=option.startswith("+"))
+        except (ConfigAttributeError, ConfigKeyError):
+            keys = [f"dataset.{k}" for k in config_keys(dataset)]
+            hint = did_you_mean(f"dataset.{key}", keys, str(value)) or (
+                f": add it with +dataset.{key}={value}"
+            )
+            raise ValueError(f"dataset.{key} is not a key of the run's dataset{hint}") from None
+    return dataset
 
 
 def _read_file(path: Path) -> tuple[Tensor, Tensor]:
@@ -95,9 +123,9 @@ def evaluation_set(
             if "dataset" in options
             else posterior.config.dataset.copy()
         )
-        overrides = [f"{k}={v}" for k, v in options.items() if k.startswith("dataset.")]
-        if overrides:
-            dataset = OmegaConf.merge(dataset, OmegaConf.from_dotlist(overrides).dataset)
+        dataset = _override_dataset(
+            dataset, {k: v for k, v in options.items() if k.lstrip("+").startswith("dataset.")}
+        )
         data: Dataset = load_data(OmegaConf.create({"dataset": dataset}))
         split = options.get("split", "test")
         if split == "test":
@@ -148,24 +176,32 @@ def _describe(data: Dataset) -> str:
     return "regression"
 
 
-def _parse(argv: list[str] | None) -> tuple[Path, dict[str, str]]:
+def _parse(argv: list[str] | None) -> tuple[Path, dict[str, Any]]:
     parser = argparse.ArgumentParser(
         prog="bdl-eval",
-        description="Evaluate a saved posterior (a bdl-run directory) on a dataset.",
-        epilog="Options: dataset=NAME, dataset.KEY=VALUE, split=test|validation, "
-        "shift.rotate=DEGREES, data=FILE.safetensors (tensors x, y), device=cpu|cuda|auto, "
-        "out=DIR.",
+        description="Evaluate a saved posterior (a bdl-run directory), or every run of a sweep, "
+        "on a dataset.",
+        epilog="Options, in Hydra's override grammar: dataset=NAME, dataset.KEY=VALUE, "
+        "split=test|validation, shift.rotate=DEGREES, data=FILE.safetensors (tensors x, y), "
+        "device=cpu|cuda|auto, out=DIR.",
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by bdl-run")
     parser.add_argument("options", nargs="*", metavar="KEY=VALUE")
     args = parser.parse_args(argv)
-    options: dict[str, str] = {}
-    for item in args.options:
-        key, sep, value = item.partition("=")
-        if not sep or not value or not (key in KEYS or key.startswith("dataset.")):
-            raise ValueError(f"{item!r} is not an option: use KEY=VALUE with KEY in {KEYS}")
-        options[key] = value
-    if "data" in options and any(k.startswith("dataset") or k == "split" for k in options):
+    options: dict[str, Any] = {}
+    for override in OverridesParser.create().parse_overrides(args.options):
+        key, value = override.key_or_group, override.value()
+        dataset_key = key.startswith("dataset.")
+        if override.is_sweep_override() or override.is_delete() or value is None:
+            raise ValueError(f"{override.input_line!r}: give each option one value (KEY=VALUE)")
+        if not (key in KEYS and not override.is_add() or dataset_key):
+            shown = override.input_line.partition("=")[2]
+            hint = did_you_mean(key, KEYS, shown) or f": use KEY=VALUE with KEY in {KEYS}"
+            raise ValueError(f"{override.input_line} is not an option of bdl-eval{hint}")
+        options[f"+{key}" if override.is_add() else key] = value if dataset_key else str(value)
+    if "data" in options and any(
+        k.lstrip("+").startswith("dataset") or k == "split" for k in options
+    ):
         raise ValueError("data=FILE replaces dataset= and split=: give one or the other")
     return Path(args.run_dir), options
 
@@ -187,10 +223,37 @@ def evaluate(run_dir: Path, options: dict[str, str]) -> tuple[dict[str, Any], Pa
     return metrics, out
 
 
+def evaluate_sweep(
+    sweep: Path, runs: list[Path], options: dict[str, Any]
+) -> tuple[pd.DataFrame, list[str]]:
+    """The ``runs`` found below ``sweep`` evaluated as :func:`evaluate` does, each written into
+    its own ``eval/`` (``out=DIR``: ``DIR/<the run's path in the sweep>``): their metrics, a row
+    per run, and the runs that could not be evaluated, each with why."""
+    rows, failures = [], []
+    for run_dir in runs:
+        name = run_dir.relative_to(sweep.resolve()).as_posix()
+        job = {**options, "out": str(Path(options["out"]) / name)} if "out" in options else options
+        try:
+            metrics, _ = evaluate(run_dir, job)
+        except USER_ERRORS as e:
+            failures.append(f"{name}: {user_message(e)}")
+            continue
+        rows.append({"run": name, **metrics})
+    return pd.DataFrame(rows), failures
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``bdl-eval``; user errors end in one line and exit status 2."""
     try:
         run_dir, options = _parse(argv)
+        runs = [] if (run_dir / CONFIG_FILE).is_file() else find_runs([run_dir])
+        if runs:
+            table, failures = evaluate_sweep(run_dir, runs, options)
+            if not table.empty:
+                print(table.to_markdown(index=False, floatfmt=".4g"))
+            for failure in failures:
+                print(f"bdl-eval: error: {failure}", file=sys.stderr)
+            return 2 if failures else 0
         metrics, out = evaluate(run_dir, options)
     except SystemExit as e:  # --help, or a usage error argparse already reported
         return e.code if isinstance(e.code, int) else 2

@@ -18,6 +18,7 @@ Predictions stream over the samples, one on the device at a time, into the runni
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import re
@@ -37,6 +38,7 @@ from bdl.config import RunConfig
 from bdl.data import Dataset
 from bdl.instantiation import inert
 from bdl.metrics import ClassificationAverage, RegressionAverage
+from bdl.outputs import CURVE
 from bdl.run import build_network, load_data, predict, sample_tensors
 from bdl.store import MANIFEST, load_samples, read_manifest
 from bdl.task import Task
@@ -46,6 +48,7 @@ __all__ = ["Posterior", "RunError", "Sample", "load_run"]
 CONFIG_FILE = Path(".hydra") / "config.yaml"
 METRICS_FILE = "metrics.json"
 SAMPLES_DIR = "samples"
+PREDICT_CHUNK = 2048  # points through the network at once
 _CHAIN = re.compile(r"chain_(\d+)")
 
 
@@ -178,6 +181,23 @@ class Posterior:
         targets ``y`` are in the standardised units of the run's dataset. The network runs on
         ``device`` (``x``'s by default), one sample at a time.
         """
+        # Without targets (predict), a regression average's log-likelihood against zeros is unused.
+        average = Task(self.data, torch.zeros(x.shape[0]) if y is None else y.cpu()).average()
+        for _, prediction in self.predictions(x, device, chain):
+            average.update(prediction)
+        return average
+
+    def predictions(
+        self,
+        x: Tensor,
+        device: str | torch.device | None = None,
+        chain: int | None = None,
+        logits: bool = False,
+    ) -> Iterator[tuple[Sample, Tensor]]:
+        """Each sample of ``chain`` (all when ``None``) with its prediction on ``x`` (on the CPU):
+        class probabilities (with ``logits``, the network's outputs, whose log-softmax keeps
+        the log-probabilities that round to a probability of 0), or the mean and variance in the
+        run's standardised units."""
         device = torch.device(device) if device is not None else x.device
         expected = self.data.input_shape
         if tuple(x.shape[1:]) != expected:
@@ -185,8 +205,6 @@ class Posterior:
                 f"{self.directory} holds a network for inputs of shape {expected}, got inputs of "
                 f"shape {tuple(x.shape[1:])}"
             )
-        # Without targets (predict), a regression average's log-likelihood against zeros is unused.
-        average = Task(self.data, torch.zeros(x.shape[0]) if y is None else y.cpu()).average()
         model, likelihood = self.network(device)
         live = sample_tensors(_Network(model, likelihood))
         x = x.to(device)
@@ -205,8 +223,12 @@ class Posterior:
             with torch.no_grad():
                 for name, p in live.items():
                     p.copy_(sample.params[name])
-            average.update(predict(model, likelihood, x).cpu())
-        return average
+            with torch.no_grad():
+                if logits:
+                    output = torch.cat([model(part) for part in x.split(PREDICT_CHUNK)])
+                else:
+                    output = predict(model, likelihood, x, PREDICT_CHUNK)
+            yield sample, output.cpu()
 
     def predict(
         self, x: Tensor, device: str | torch.device | None = None, chain: int | None = None
@@ -252,10 +274,31 @@ class Posterior:
         average = self.average(x, y, device=device)
         return {**average.metrics(y.cpu()), "num_samples": average.count}
 
-    def to_inferencedata(self, var_names: Sequence[str] | None = None):
-        """The samples as an ``arviz.InferenceData``: each parameter tensor a variable of the
-        ``posterior`` group with dimensions ``(chain, draw, *shape)``, and the manifests'
-        numeric entries (``epoch``) in ``sample_stats``.
+    def to_inferencedata(
+        self,
+        var_names: Sequence[str] | None = None,
+        *,
+        log_likelihood: bool = True,
+        train: bool = False,
+        seed: int = 0,
+        device: str | torch.device = "cpu",
+    ):
+        """The run as an ``arviz.InferenceData`` with the groups PyMC and NumPyro users expect, so
+        that ``az.loo``, ``az.waic``, ``az.compare``, ``az.plot_ppc`` and ``az.plot_trace`` apply:
+
+        - ``posterior``: each parameter tensor, dimensions ``(chain, draw, *named)``: a layer's
+          ``weight`` ``(<layer>.out, <layer>.in[, <layer>.kernel_row, <layer>.kernel_column])``
+          and ``bias`` ``(<layer>.out,)``, any other tensor ``<name>.row``, ``<name>.column``;
+        - ``sample_stats``: ``epoch`` of each draw and, from ``curve.csv`` for the epoch that
+          ended with it, ``potential`` (the mean of U over its steps), ``step_size`` (``sampler.lr``
+          times the schedule), ``acceptance_rate`` (kernels with a Metropolis test) and
+          ``diverging`` (whether the run diverged at or before it: never, for a kept sample);
+        - with ``log_likelihood``: ``log_likelihood`` (``y``, ``log p(y_i | x_i, θ)`` of each test
+          point, in the targets' original units), ``posterior_predictive`` (``y``, one draw of
+          the likelihood per sample, seeded ``seed``) and ``observed_data`` (``y``, the test
+          targets), over the dimension ``test_point``; with ``train`` too, the same for the
+          training set as ``y_train`` over ``train_point`` (then pass ``var_name="y"`` to
+          ``az.loo``). Predictions run on ``device``, one sample at a time.
 
         Args:
             var_names: fnmatch patterns on parameter names to keep (all by default; a large
@@ -270,20 +313,107 @@ class Posterior:
                 "same number of draws in every chain"
             )
         posterior: dict[str, list[list[Any]]] = {}
-        stats: dict[str, list[list[Any]]] = {}
+        epochs: dict[str, list[list[Any]]] = {}
         for sample in self.samples():
             for name, value in sample.params.items():
                 if var_names is None or any(fnmatch(name, pat) for pat in var_names):
                     _append(posterior, name, sample.chain, value.double().numpy())
-            for key, value in sample.info.items():
-                if key not in ("index", "file", "sha256") and isinstance(value, (int, float)):
-                    _append(stats, key, sample.chain, value)
+            _append(epochs, "epoch", sample.chain, sample.info["epoch"])
         if not posterior:
             raise ValueError(f"var_names={list(var_names or [])} matches no parameter")
-        return az.from_dict(
-            posterior={k: np.stack([np.stack(c) for c in v]) for k, v in posterior.items()},
-            sample_stats={k: np.asarray(v) for k, v in stats.items()},
-        )
+        groups: dict[str, dict[str, np.ndarray]] = {
+            "posterior": {k: np.stack([np.stack(c) for c in v]) for k, v in posterior.items()},
+            "sample_stats": self._sample_stats(np.asarray(epochs["epoch"])),
+        }
+        dims = {name: _dims(name, value.ndim - 2) for name, value in groups["posterior"].items()}
+        if log_likelihood:
+            generator = torch.Generator().manual_seed(seed)
+            sets = [("y", "test_point", self.data.x_test, self.data.y_test)]
+            if train:
+                sets.append(("y_train", "train_point", self.data.x_train, self.data.y_train))
+            for group in ("log_likelihood", "posterior_predictive", "observed_data"):
+                groups[group] = {}
+            for name, dim, x, y in sets:
+                task = Task(self.data, y.cpu())
+                pointwise, replicated = self._pointwise(task, x, device, generator, counts[0])
+                groups["log_likelihood"][name] = pointwise
+                groups["posterior_predictive"][name] = replicated
+                observed = task.targets() if self.data.task == "regression" else task.y_test
+                groups["observed_data"][name] = observed.numpy()
+                dims[name] = [dim]
+        return az.from_dict(**groups, dims=dims)
+
+    def _pointwise(
+        self,
+        task: Task,
+        x: Tensor,
+        device: str | torch.device,
+        generator: torch.Generator,
+        draws: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``log p(y_i | x_i, θ)`` of each point under each sample, and one draw of ``y_i`` from
+        it, both ``(chain, draw, point)``: targets in original units for regression."""
+        shape = (self.num_chains, draws, x.shape[0])
+        pointwise = np.empty(shape)
+        replicated = np.empty(shape, dtype=np.float64 if task.data.task == "regression" else int)
+        regression = task.data.task == "regression"
+        for sample, output in self.predictions(x, device, logits=not regression):
+            if regression:
+                pointwise[sample.chain, sample.draw] = task.log_likelihoods(output).numpy()
+                mean = output[:, 0].double() * self.data.target_std + self.data.target_mean
+                scale = output[:, 1].double().sqrt() * self.data.target_std
+                draw = mean + scale * torch.randn(mean.shape, generator=generator, dtype=mean.dtype)
+            else:
+                log_p = output.double().log_softmax(-1)
+                y = task.y_test.long().unsqueeze(-1)
+                pointwise[sample.chain, sample.draw] = log_p.gather(-1, y)[:, 0].numpy()
+                draw = torch.multinomial(log_p.exp(), 1, generator=generator)[:, 0]
+            replicated[sample.chain, sample.draw] = draw.numpy()
+        return pointwise, replicated
+
+    def _sample_stats(self, epochs: np.ndarray) -> dict[str, np.ndarray]:
+        """``epoch`` of each draw (``(chain, draw)``) and what ``curve.csv`` says of that epoch."""
+        stats: dict[str, np.ndarray] = {"epoch": epochs}
+        path = self.directory / CURVE
+        if not path.is_file():
+            return stats
+        with path.open(newline="") as file:
+            rows = {(int(r.get("chain") or 0), int(r["epoch"])): r for r in csv.DictReader(file)}
+        # the curve numbers epochs from 1, the manifest the epoch a sample ends from 0
+        found = [[rows.get((k, e + 1)) for e in chain] for k, chain in enumerate(epochs)]
+        if any(row is None for chain in found for row in chain):
+            return stats  # a curve cut short (a run resumed elsewhere): the epochs alone
+
+        def column(key: str) -> np.ndarray | None:
+            values = [[row.get(key) or "" for row in chain] for chain in found]
+            if any(v == "" for chain in values for v in chain):
+                return None
+            return np.asarray(values, dtype=np.float64)
+
+        potential, scale, accept = column("potential"), column("lr_scale"), column("accept_rate")
+        lr = self.config.sampler.get("lr")
+        if potential is not None:
+            stats["potential"] = potential
+        if scale is not None and isinstance(lr, int | float):
+            stats["step_size"] = lr * scale
+        if accept is not None:
+            stats["acceptance_rate"] = accept
+        diverged = self.metrics.get("diverged_epoch")
+        stats["diverging"] = epochs >= diverged if isinstance(diverged, int) else epochs < 0
+        return stats
+
+
+def _dims(name: str, ndim: int) -> list[str]:
+    """Names of a parameter tensor's dimensions: a layer's ``weight`` and ``bias`` by the units
+    (channels) they map between, so that a layer's weight and bias share its ``out``."""
+    layer, _, kind = name.rpartition(".")
+    if kind == "weight" and layer and ndim in (2, 4):
+        return [f"{layer}.{d}" for d in ("out", "in", "kernel_row", "kernel_column")[:ndim]]
+    if kind == "bias" and layer and ndim == 1:
+        return [f"{layer}.out"]
+    if ndim <= 2:
+        return [f"{name}.{d}" for d in ("row", "column")[:ndim]]
+    return [f"{name}.axis_{k}" for k in range(ndim)]
 
 
 class _Network:

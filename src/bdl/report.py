@@ -720,11 +720,56 @@ def _parser() -> argparse.ArgumentParser:
         "NAME.tex, NAME.csv and a figure in --out (default: the first PATH)",
     )
     parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="rank the runs by PSIS-LOO over the training points (elpd_loo, its standard "
+        "error, Pareto-k warnings; Vehtari et al. 2017) beside their test metrics",
+    )
+    parser.add_argument(
         "--pruning",
         action="store_true",
         help=f"print each run's {PRUNING_FILE} as Blundell et al.'s Table 1 (bdl-run pruning=true)",
     )
     return parser
+
+
+def compare(df: pd.DataFrame, skip: Callable[[str], None]) -> pd.DataFrame:
+    """The runs of ``df`` ranked by their PSIS-LOO expected log predictive density (Vehtari et
+    al. 2017, by arviz), best first: ``elpd_loo``, its standard error, the count of points whose
+    Pareto k is above arviz's threshold (there the estimate is unreliable), and the test
+    metrics beside. Leaving a point out approximates the posterior without it, so the points
+    are the training points the posterior was conditioned on, not the test points. A run
+    without posterior samples (an optimiser's) is skipped through ``skip``."""
+    import arviz as az  # imported only when asked for: it is slow to import
+
+    from bdl.posterior import Posterior, RunError
+
+    rows = []
+    for record in df.to_dict("records"):
+        try:
+            idata = Posterior(record["run_dir"]).to_inferencedata(train=True)
+        except (RunError, ValueError, OSError) as e:
+            skip(f"{record['run_dir']} not compared: {str(e).splitlines()[0]}")
+            continue
+        with warnings.catch_warnings():  # the Pareto-k warning is counted in the table
+            warnings.filterwarnings("ignore", message=".*shape parameter of Pareto")
+            loo = az.loo(idata, pointwise=True, var_name="y_train")
+        threshold = getattr(loo, "good_k", 0.7)
+        rows.append(
+            {
+                "elpd_loo": loo["elpd_loo"],
+                "se": loo["se"],
+                "p_loo": loo["p_loo"],
+                "pareto_k_warnings": int((loo["pareto_k"].values > threshold).sum()),
+                **{k: record[k] for k in _choice_columns(df) if df[k].nunique() > 1},
+                **{k: record[k] for k in _metric_columns(df) if k.startswith("test_")},
+                "run_dir": record["run_dir"],
+            }
+        )
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    return table.sort_values("elpd_loo", ascending=False, ignore_index=True)
 
 
 def _err(message: str) -> None:
@@ -761,6 +806,13 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.paper:
         return _print_paper(args.paper, df, Path(args.out or args.paths[0]), unfinished)
+    if args.compare:
+        table = compare(df, lambda msg: _err(f"warning: {msg}"))
+        if table.empty:
+            _err("no run holds posterior samples to compare")
+            return 2
+        print(table.to_markdown(index=False, floatfmt=".4g"))
+        return 0
 
     metric_cols = _metric_columns(df)
     if args.metrics:

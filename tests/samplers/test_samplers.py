@@ -176,3 +176,46 @@ def test_hyperparameters_on_the_edge_of_their_range_are_accepted(build):
     """The closed ends of each range (one sample, Adam's β = 0, a variance floor of 1, one step
     between momentum resamplings, no RMSprop averaging) are valid settings."""
     build()
+
+
+def _sampler_classes() -> list[type]:
+    """Every public, concrete sampler class defined in a module of bdl.samplers."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import bdl.samplers
+    from bdl.samplers.base import Sampler
+
+    found = []
+    for module in pkgutil.iter_modules(bdl.samplers.__path__):
+        namespace = importlib.import_module(f"bdl.samplers.{module.name}")
+        for name, cls in vars(namespace).items():
+            if (
+                inspect.isclass(cls)
+                and issubclass(cls, Sampler)
+                and cls.__module__ == namespace.__name__
+                and not name.startswith("_")
+                and not inspect.isabstract(cls)
+            ):
+                found.append(cls)
+    return found
+
+
+def test_every_sampler_class_is_exported_from_bdl():
+    import bdl
+
+    classes = _sampler_classes()
+    assert {"BBB", "BBBSGD", "Laplace", "SGHMC", "HMC"} <= {c.__name__ for c in classes}
+    for cls in classes:
+        assert cls.__name__ in bdl.__all__ and getattr(bdl, cls.__name__) is cls
+    assert bdl.MeanField.__name__ == "MeanField" and "MeanField" in bdl.__all__
+
+
+@pytest.mark.parametrize("cls", _sampler_classes(), ids=lambda c: c.__name__)
+def test_torch_optim_style_construction_names_the_contract(cls):
+    model = torch.nn.Linear(2, 1)
+    with pytest.raises(TypeError, match=r"sampler.init\(list\(model.parameters\(\)\)\)") as error:
+        cls(model.parameters(), lr=0.1)
+    assert str(error.value).startswith(f"{cls.__name__} takes its hyperparameters only")
+    assert cls(lr=0.1).lr == 0.1  # the contract's own construction is untouched

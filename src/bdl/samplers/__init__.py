@@ -2,8 +2,10 @@
 
 from bdl.samplers.adaptive_sghmc import AdaptiveSGHMC
 from bdl.samplers.base import Sampler, SamplerState
+from bdl.samplers.bbb import BBB, BBBSGD
 from bdl.samplers.csgd import ConstantSGD
 from bdl.samplers.hmc import HMC
+from bdl.samplers.laplace import Laplace
 from bdl.samplers.mala import MALA
 from bdl.samplers.naive_sghmc import NaiveSGHMC
 from bdl.samplers.psgld import PSGLD
@@ -14,7 +16,10 @@ from bdl.samplers.sgld import SGLD
 
 __all__ = [
     "AdaptiveSGHMC",
+    "BBB",
+    "BBBSGD",
     "HMC",
+    "Laplace",
     "MALA",
     "PSGLD",
     "RWMH",

@@ -45,10 +45,12 @@ draw through other paths (variational draws, the Laplace approximation) leave it
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -58,6 +60,25 @@ from bdl.potential import Closure, Potential
 
 #: The training set in order, in chunks: ``batches()`` yields ``(x, y)`` pairs covering all N.
 Batches = Callable[[], Iterator[tuple[Tensor, Tensor]]]
+
+
+def _hyperparameters_only(init: Callable[..., None]) -> Callable[..., None]:
+    """``init`` refusing torch.optim's habit, ``SGHMC(model.parameters(), lr=...)``, with the
+    contract instead of Python's "multiple values for argument 'lr'"; its signature (read by the
+    config's validation) is ``init``'s."""
+
+    @functools.wraps(init)
+    def checked(self: Sampler, *args: Any, **kwargs: Any) -> None:
+        if args and not isinstance(args[0], int | float):
+            name = type(self).__name__
+            raise TypeError(
+                f"{name} takes its hyperparameters only, not the parameters (torch.optim's "
+                f"style): sampler = {name}(lr=...); state = sampler.init(list(model.parameters()))"
+                "; state = sampler.step(state, closure) with closure() returning (U, grads of U)"
+            )
+        init(self, *args, **kwargs)
+
+    return checked
 
 
 @dataclass
@@ -91,6 +112,12 @@ class Sampler(ABC):
     #: True: it expands the posterior around a trained network, given by ``init_from`` (Laplace)
     needs_trained_start = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            cls.__init__ = _hyperparameters_only(cls.__init__)
+
+    @_hyperparameters_only
     def __init__(self, lr: float, *, foreach: bool = True, generator: Generator = None) -> None:
         if not 0 < lr < math.inf:
             raise ValueError(f"sampler.lr must be positive and finite, got {lr}")

@@ -60,6 +60,7 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.optim.adam import adam
 
 from bdl.potential import Closure, MeanField
 from bdl.samplers.base import Sampler, SamplerState
@@ -182,18 +183,20 @@ class BBB(Sampler):
     def _update_foreach(
         self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
     ) -> None:
-        # PyTorch's fused Adam kernel: one pass over (μ, ρ) where the foreach ops take seven,
-        # which next to the matrix products of a step is what the variational update costs.
+        # PyTorch's fused Adam (its public functional form): one pass over (μ, ρ) where the
+        # foreach ops take seven, which next to the matrix products of a step is what the
+        # variational update costs. It counts each tensor's step itself, from this one.
         theta = state.buffers["mu"] + state.buffers["rho"]
         beta1, beta2 = self.betas
-        step = torch.tensor(float(state.step + 1), device=theta[0].device)
-        torch._fused_adam_(
+        steps = [torch.tensor(float(state.step), device=t.device) for t in theta]
+        adam(
             theta,
             grads,
             state.buffers["exp_avg"],
             state.buffers["exp_avg_sq"],
             [],
-            [step] * len(theta),
+            steps,
+            fused=True,
             lr=step_size,
             beta1=beta1,
             beta2=beta2,

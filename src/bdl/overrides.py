@@ -1,0 +1,217 @@
+"""The command line checked before Hydra acts on it: a mistake ends in one line with a "did you
+mean", and nothing is written for a command that never starts.
+
+Hydra answers a misspelt option of a group (``sampler=SGHMC``) with its whole search path, a
+misspelt key (``epoch=20``) with the advice to add it (``+epoch=20``, which the schema then
+refuses), a key given without its group (``lr=0.01`` for ``sampler.lr``) the same way, and a
+``--key value`` with argparse's usage; and it creates the run's directory before the config is
+validated. :func:`check` finds these in the overrides, against the options of the packaged config
+groups and the keys of the config they compose, and (for a single run) composes and validates
+the whole config before Hydra creates anything.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import itertools
+from collections.abc import Iterable, Sequence
+from importlib.resources import files
+from typing import Any
+
+from hydra import compose, initialize_config_module
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ChoiceSweep, Override, RangeSweep
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from bdl.config import RUNTIME_ARGUMENTS, ConfigError, options, validate
+
+#: Hydra's own flags, and whether each takes a value (``--info``'s is optional, so never read).
+HYDRA_FLAGS = {
+    **dict.fromkeys(["-h", "--help", "--hydra-help", "--version", "--resolve"], False),
+    **dict.fromkeys(["-m", "--multirun", "-r", "--run", "-sc", "--shell-completion"], False),
+    **dict.fromkeys(["-i", "--info"], False),
+    **dict.fromkeys(["-c", "--cfg", "-p", "--package", "--experimental-rerun"], True),
+    **dict.fromkeys(["-cp", "--config-path", "-cn", "--config-name"], True),
+    **dict.fromkeys(["-cd", "--config-dir"], True),
+}
+#: Flags after which the config is not bdl's packaged one, or no run is composed: left to Hydra.
+NOT_CHECKED = {"-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir"}
+NOT_CHECKED |= {"--experimental-rerun", "-sc", "--shell-completion"}
+#: Flags that print rather than run: the overrides are checked, the config is not validated.
+PRINTING = {"-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "-i", "--info"}
+
+
+def groups() -> list[str]:
+    """The config groups of bdl's packaged configs (``conf/``): its folders."""
+    return sorted(
+        entry.name
+        for entry in files("bdl.conf").iterdir()
+        if entry.is_dir() and not entry.name.startswith(("_", ".")) and entry.name != "hydra"
+    )
+
+
+def group_options(group: str) -> list[str]:
+    """The options of a config group: the names of its YAML files."""
+    return sorted(
+        entry.name.removesuffix(".yaml")
+        for entry in files("bdl.conf").joinpath(group).iterdir()
+        if entry.name.endswith(".yaml")
+    )
+
+
+def suggestions(word: str, candidates: Iterable[str]) -> list[str]:
+    """The candidates ``word`` was probably meant as: the dotted keys that end in it
+    (``lr``: ``sampler.lr``), else the one spelt closest, case aside (``epoch``: ``epochs``,
+    ``SGHMC``: ``sghmc``)."""
+    by_lower = {c.lower(): c for c in candidates}
+    leaf = word.rpartition(".")[2]
+    same_leaf = [c for c in by_lower.values() if c != word and c.rpartition(".")[2] == leaf]
+    closest = difflib.get_close_matches(word.lower(), by_lower, n=1, cutoff=0.7)
+    return same_leaf[:3] or [by_lower[c] for c in closest]
+
+
+def did_you_mean(word: str, candidates: Iterable[str], value: str | None = None) -> str:
+    """``": did you mean epochs=20?"`` (without ``value``: ``"epochs"``), or ``""``."""
+    found = suggestions(word, candidates)
+    if not found:
+        return ""
+    shown = [f"{c}={value}" if value is not None else c for c in found]
+    return f": did you mean {' or '.join(shown)}?"
+
+
+def config_keys(cfg: DictConfig) -> list[str]:
+    """Every key of ``cfg`` by its dotted path, nodes and leaves (``sampler``, ``sampler.lr``),
+    Hydra's own ``hydra`` node left out; unresolved, so that no interpolation is evaluated."""
+    keys: list[str] = []
+
+    def walk(node: Any, prefix: str) -> None:
+        for key, value in node.items():
+            path = f"{prefix}{key}"
+            keys.append(path)
+            if isinstance(value, dict):
+                walk(value, f"{path}.")
+
+    tree = OmegaConf.to_container(cfg, resolve=False, throw_on_missing=False)
+    walk({k: v for k, v in tree.items() if k != "hydra"}, "")
+    return keys
+
+
+def key_error(key: str, value: str, cfg: DictConfig, program: str = "bdl-run") -> ConfigError:
+    """The line for an override of ``key``, which ``cfg`` lacks: the key meant, or for an
+    argument that the group's constructor takes but its config does not set, the ``+`` that
+    adds it."""
+    group, _, option = key.partition(".")
+    if group in RUNTIME_ARGUMENTS and option and group in cfg and "_target_" in cfg[group]:
+        module, _, name = str(cfg[group]._target_).rpartition(".")
+        try:
+            target = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError, ValueError):
+            target = None
+        if target is not None and option in options(group, target):
+            return ConfigError(
+                f"{key} is an argument of {name} that the {group}'s config does not set: "
+                f"add it with +{key}={value}"
+            )
+    where = f"of {key.rpartition('.')[0]}" if "." in key else "of the config"
+    hint = did_you_mean(key, config_keys(cfg), value) or f" ({program} --help lists the keys)"
+    return ConfigError(f"{key} is not a key {where}{hint}")
+
+
+def _split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The flags and the overrides of a command line; a flag that is not Hydra's is a key given
+    argparse-style (``--epochs 20``), answered with the override meant."""
+    flags, overrides = [], []
+    args = iter(argv)
+    for arg in args:
+        if not arg.startswith("-"):
+            overrides.append(arg)
+            continue
+        name, sep, value = arg.partition("=")
+        if name in HYDRA_FLAGS:
+            flags.append(name)
+            if HYDRA_FLAGS[name] and not sep:
+                next(args, None)
+            continue
+        if not sep:
+            value = next(args, "<value>")
+        key = name.lstrip("-").replace("-", "_")
+        with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+            keys = config_keys(compose("config"))
+        hint = did_you_mean(key, [*keys, *groups()], value) or (": bdl-run --help lists the keys")
+        raise ConfigError(f"{name} is not a flag of bdl-run (overrides are key=value){hint}")
+    return flags, overrides
+
+
+def _values(override: Override) -> list[Any]:
+    """The values of an override, each of a sweep's; none for a sweep given by an expression
+    only the sweeper expands (``interval(0, 1)``, ``glob(*)``)."""
+    value = override.value()
+    if isinstance(value, ChoiceSweep):
+        return list(value.list)
+    if isinstance(value, RangeSweep):
+        return list(override.sweep_iterator())
+    if override.is_sweep_override():
+        return []
+    return [value]
+
+
+def check_group(group: str, value: Any) -> None:
+    """``group=value`` names one of the group's options."""
+    known = group_options(group)
+    if value is None or str(value) in known:
+        return
+    hint = did_you_mean(str(value), known) or f" (options: {', '.join(known)})"
+    hint = hint.replace("did you mean ", f"did you mean {group}=")
+    raise ConfigError(f"{group}={value} is not an option of the {group} group{hint}")
+
+
+def check(argv: Sequence[str]) -> None:
+    """Check ``bdl-run``'s command line; raises :class:`ConfigError` with the line for the first
+    mistake. A single run's config is composed and validated, so that a mistake Hydra would
+    only find after creating the run's directory is found before."""
+    try:
+        flags, overrides = _split(argv)
+        if NOT_CHECKED & set(flags):
+            return
+        parsed = [
+            o
+            for o in OverridesParser.create().parse_overrides(overrides)
+            if not o.key_or_group.startswith("hydra")
+        ]
+        known_groups = set(groups())
+        choices: dict[str, list[Any]] = {}
+        for override in parsed:
+            if override.key_or_group in known_groups and not override.is_delete():
+                values = _values(override)
+                for value in values:
+                    check_group(override.key_or_group, value)
+                choices[override.key_or_group] = values or [None]
+        keys = [o for o in parsed if o.key_or_group not in known_groups and not o.is_add()]
+        with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+            for combination in itertools.product(*choices.values()):
+                chosen = [
+                    f"{g}={v}" for g, v in zip(choices, combination, strict=True) if v is not None
+                ]
+                cfg = compose("config", chosen)
+                present = set(config_keys(cfg))
+                for override in keys:
+                    if override.key_or_group not in present:
+                        value = override.input_line.partition("=")[2]
+                        raise key_error(override.key_or_group, value, cfg)
+            if {"-m", "--multirun"} & set(flags) or PRINTING & set(flags):
+                return
+            validate(compose("config", [o.input_line for o in parsed]))
+    except (HydraException, OmegaConfBaseException) as error:
+        raise ConfigError(_first_lines(error)) from None
+
+
+def _first_lines(error: BaseException) -> str:
+    """Hydra's error in one line: its first line, and its cause's where that says more."""
+    lines = [str(error).strip().splitlines()[0]] if str(error).strip() else []
+    cause = error.__cause__
+    if cause is not None and str(cause).strip():
+        lines.append(str(cause).strip().splitlines()[0])
+    return ": ".join(lines) or type(error).__name__
