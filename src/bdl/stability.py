@@ -31,11 +31,11 @@ most 44 above their burn-in level (``rise_limit`` = 314 for its 401 parameters).
 ``diverged`` and one line naming the cause and the fix. The factor is set from the spread of
 healthy runs, ``rise_max`` in their ``metrics.json`` (``scripts/matrix.py`` collects it). At
 every sampler's defaults on yacht and boston the largest was 0.42 (``psgld``; the others
-0.03-0.32), on MNIST 0.06 for SGHMC and 0.14 with the Gamma hyperprior (53 epochs). Measured against the lowest
-potential of the whole run instead of the last epochs', and with no halving at the freeze, the
-cyclical schedules, whose every cycle restarts at a large step, rose 3.1 (``sghmc_cyclical``) and
-3.4 (``sgld_cyclical``) on yacht and completed sound: the factor leaves room for those. A diverging
-chain rises by hundreds or millions of limits.
+0.03-0.32), on MNIST 0.06 for SGHMC and 0.14 with the Gamma hyperprior (53 epochs). Measured
+against the lowest potential of the whole run instead of the last epochs', and with no halving at
+the freeze, the cyclical schedules, whose every cycle restarts at a large step, rose 3.1
+(``sghmc_cyclical``) and 3.4 (``sgld_cyclical``) on yacht and completed sound: the factor leaves
+room for those. A diverging chain rises by hundreds or millions of limits.
 """
 
 from __future__ import annotations
