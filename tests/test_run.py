@@ -181,8 +181,12 @@ def test_a_short_run_is_refused_once_with_settings_that_work(fake_data_root, dat
             args = [f"dataset.root={fake_data_root}", f"dataset={dataset}", "epochs=20"]
             return bdl.run.build(compose("config", [*args, *overrides]))
 
+    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+        args = [f"dataset.root={fake_data_root}", f"dataset={dataset}", "epochs=20"]
+        with pytest.raises(ConfigError, match="keep epochs=20 with burn_in=10 thin=1$"):
+            bdl.run.validate(compose("config", args))  # burn_in >= epochs
     with pytest.raises(ConfigError, match="keep epochs=20 with burn_in=10 thin=1$"):
-        build()
+        build("burn_in=19", "thin=5")  # no sample after burn-in
     assert build("burn_in=10", "thin=1").collects(10)
 
 

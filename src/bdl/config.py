@@ -263,8 +263,17 @@ def _check_group(cfg: Any, group: str) -> None:
         # burn-in is moot, and a protocol's burn_in must not stop a short run.
         raise ConfigError(
             f"burn_in={cfg.burn_in} leaves no epoch to sample in (epochs={cfg.epochs}): "
-            "use burn_in < epochs"
+            f"raise epochs, or {short_run(cfg.epochs, cfg.thin)}"
         )
+
+
+def short_run(epochs: int, thin: int) -> str:
+    """Settings of burn_in and thin under which ``epochs`` keep about ten samples or more, as a
+    message's advice: every key that must change, at once (a protocol's thinning, 20 on the UCI
+    sets, would refuse a short run again once its burn-in fitted)."""
+    burn_in = epochs // 2
+    thin = max(1, min(thin, (epochs - burn_in) // 10))
+    return f"keep epochs={epochs} with burn_in={burn_in} thin={thin}"
 
 
 def _check_data_root(cfg: Any) -> None:

@@ -39,7 +39,7 @@ from torch import Tensor, nn
 
 from bdl import checkpoint, diagnostics, distributed, outputs, pruning, stability
 from bdl.chains import ChainStack, unsupported
-from bdl.config import ConfigError, validate
+from bdl.config import ConfigError, short_run, validate
 from bdl.data import Dataset
 from bdl.data.augment import random_crop_flip
 from bdl.instantiation import instantiate
@@ -352,12 +352,10 @@ def build(
     )
     sampler.attach(potential, experiment.train_chunks)  # a Laplace fit reads the training set
     if sampler.injects_noise and not any(map(experiment.collects, range(cfg.epochs))):
-        burn_in = min(cfg.burn_in, cfg.epochs // 2)
-        thin = max(1, min(cfg.thin, (cfg.epochs - burn_in) // 10))
         raise ConfigError(
             f"no epoch would keep a sample (epochs={cfg.epochs}, burn_in={cfg.burn_in}, "
             f"thin={cfg.thin}, schedule={cfg.schedule._target_.rsplit('.', 1)[-1]}): "
-            f"raise epochs, or keep epochs={cfg.epochs} with burn_in={burn_in} thin={thin}"
+            f"raise epochs, or {short_run(cfg.epochs, cfg.thin)}"
         )
     if chain:
         return experiment
