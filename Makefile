@@ -41,7 +41,7 @@ format: install ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff format src tests scripts
 
 MUTATION_SEED ?= 0
-MUTATION_SAMPLE ?= 80
+MUTATION_SAMPLE ?= 40
 mutation: install ## mutmut on a seeded sample of every module's mutants: docs/mutation/results-<seed>.json (about an hour on one core)
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/mutation.py --seed $(MUTATION_SEED) --sample $(MUTATION_SAMPLE)
 

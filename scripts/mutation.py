@@ -5,13 +5,14 @@ for a given source; each mutated function sits behind a trampoline that runs the
 ``MUTANT_UNDER_TEST``); a simple random sample of them is drawn with ``--seed``; each sampled
 mutant runs its module's tests (:func:`test_selection`: the mirroring test file, else the test
 files that import the module, else its package's tests, else the runner's) with ``pytest -x``,
-the default suite's markers. mutmut's own ``run`` is not used: it first runs the whole suite
-twice, instrumented (over 20 minutes on one core), and its instrumented run fails where the
-tests' child processes cannot reach its state. The mutants, their verdicts and the score with
-its Wilson (1927) 95% interval are written to ``docs/mutation/results-<seed>.json`` after each
-mutant. They run in the order drawn, and the first ``k`` of a seed's draw are its draw of ``k``
-(Python's ``random.sample`` draws one at a time for samples far smaller than the population), so
-an interrupted run leaves the results of a smaller sample (``run`` in the file).
+the default suite's markers. mutmut's own ``run`` is not used: before any mutant it runs the
+whole suite twice (its instrumented run to map tests to functions, then a clean one: over 20
+minutes on one core), and on this suite its instrumented run stops with a failing test that the
+plain run passes. The mutants, their verdicts and the score with its Wilson (1927) 95% interval
+are written to ``docs/mutation/results-<seed>.json`` after each mutant. They run in the order
+drawn, and the first ``k`` of a seed's draw are its draw of ``k`` (Python's ``random.sample``
+draws one at a time for samples far smaller than the population), so an interrupted run leaves
+the results of a smaller sample (``run`` in the file).
 
 A simple random sample over all mutants estimates the score over all of them without bias, and
 the binomial interval applies to it; a sample stratified by module would need weights.
@@ -21,9 +22,10 @@ Survivors that no test can kill (they change nothing observable) are argued in
 denominator. Verdicts: ``killed`` (a test failed), ``timeout`` (counted as killed: the tests did
 not pass), ``survived``, ``no tests`` (counted as survived), ``equivalent``.
 
-    python scripts/mutation.py --seed 0 --sample 60      # 60 mutants
-    python scripts/mutation.py --seed 0 --sample 0.01    # 1% of them
-    python scripts/mutation.py --sample 1.0              # every mutant
+    python scripts/mutation.py --seed 0 --sample 40           # 40 mutants
+    python scripts/mutation.py --seed 0 --sample 0.01         # 1% of them
+    python scripts/mutation.py --sample 1.0                   # every mutant
+    python scripts/mutation.py --seed 0 --rerun-survivors     # after a new test
 """
 
 from __future__ import annotations
@@ -87,20 +89,21 @@ def source_path(module: str) -> Path:
 
 def test_selection(module: str) -> list[str]:
     """The tests a mutant of ``module`` runs: the mirroring file (``bdl.data.uci`` ->
-    ``tests/data/test_uci.py``), else the test files importing the module, else the tests of its
-    package, else the runner's (every module is reached through a run)."""
+    ``tests/data/test_uci.py``), the test files that import the module or run it (``python -m
+    bdl.cli``), and a subpackage's whole test folder (``tests/samplers``: samplers are tested
+    together, through the package's names); if none, the runner's tests (every module is
+    reached through a run)."""
     *package, name = module.split(".")[1:]
     mirror = TESTS.joinpath(*package, f"test_{name}.py")
-    if mirror.exists():
-        return [str(mirror)]
     parent = ".".join(["bdl", *package])
     imports = re.compile(rf"\b{re.escape(module)}\b|from {re.escape(parent)} import .*\b{name}\b")
-    importers = sorted(str(p) for p in TESTS.rglob("test_*.py") if imports.search(p.read_text()))
-    if importers:
-        return importers
-    if package and TESTS.joinpath(*package).is_dir():
-        return [str(TESTS.joinpath(*package))]
-    return [str(TESTS / "test_run.py")]
+    folder = TESTS.joinpath(*package)
+    tests = {
+        str(folder if package and p.parent == folder else p)
+        for p in TESTS.rglob("test_*.py")
+        if p == mirror or imports.search(p.read_text()) or (package and p.parent == folder)
+    }
+    return sorted(tests) or [str(TESTS / "test_run.py")]
 
 
 def run_mutant(mutant: str, tests: list[str]) -> tuple[str, float]:
@@ -189,35 +192,44 @@ def write(path: Path, rows: list[dict], population: int, args: argparse.Namespac
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--sample", default="60", help="a count, or a fraction such as 0.01")
+    parser.add_argument("--sample", default="40", help="a count, or a fraction such as 0.01")
     parser.add_argument(
-        "--rejudge",
+        "--rerun-survivors",
         action="store_true",
-        help="apply docs/mutation/equivalent.json to the results file without rerunning mutants",
+        help="rerun the results file's surviving mutants (after a new test) and re-apply "
+        "docs/mutation/equivalent.json, keeping the other verdicts",
     )
     args = parser.parse_args()
     os.chdir(ROOT)
     path = OUT / f"results-{args.seed}.json"
     equivalent = json.loads(EQUIVALENT.read_text()) if EQUIVALENT.exists() else {}
 
-    if args.rejudge:
+    population = generate()
+    if args.rerun_survivors:
         previous = json.loads(path.read_text())
-        rows = [judged(row, equivalent) for row in previous["mutants"]]
-        results = write(path, rows, previous["population"], args)
+        args.sample, rows = str(previous["sample"]), previous["mutants"]
+        for row in rows:  # more tests than a killed mutant ran still fail on it
+            row["tests"] = test_selection(row["module"])
+        mutants = [row for row in rows if row["measured"] in ("survived", "no tests")]
     else:
-        population = generate()
         size = sample_size(args.sample, len(population))
-        sample = random.Random(args.seed).sample(population, size)
+        drawn = random.Random(args.seed).sample(population, size)
         print(f"{size} of {len(population)} mutants (seed {args.seed})", flush=True)
-        rows = []
-        for mutant in sample:
-            module = module_of(mutant)
-            tests = test_selection(module)
-            measured, seconds = run_mutant(mutant, tests)
-            row = {"mutant": mutant, "module": module, "tests": tests, "measured": measured}
-            rows.append(judged(row, equivalent))
-            print(f"{len(rows)}/{size} {measured} {mutant} ({seconds:.0f} s)", flush=True)
-            results = write(path, rows, len(population), args)
+        rows = [
+            {"mutant": m, "module": module_of(m), "tests": test_selection(module_of(m))}
+            for m in drawn
+        ]
+        mutants = rows
+
+    def record() -> dict:
+        done = [judged(row, equivalent) for row in rows if "measured" in row]
+        return write(path, done, len(population), args)
+
+    for row in mutants:
+        row["measured"], seconds = run_mutant(row["mutant"], row["tests"])
+        print(f"{row['measured']} {row['mutant']} ({seconds:.0f} s)", flush=True)
+        record()
+    results = record()
     low, high = results["wilson_95"]
     print(
         f"{results['detected']} of {results['non_equivalent']} non-equivalent mutants killed "
