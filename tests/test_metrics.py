@@ -103,6 +103,8 @@ def test_reference_shape_mismatch_is_explained():
         total_variation(torch.full((4, 3), 1 / 3), torch.full((4, 2), 0.5))
     with pytest.raises(ValueError, match="labels"):
         accuracy(PROBS, torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="ece needs at least one bin, got 0"):
+        ece(PROBS, LABELS, bins=0)
 
 
 def test_rmse_by_hand():

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.autograd.functional import hessian
 
-from bdl.targets import LinearRegression
+from bdl.targets import LinearRegression, ToyRegression
 
 
 @pytest.fixture(scope="module")
@@ -51,3 +51,11 @@ def test_closure_gradient_is_autograds_on_every_point_and_on_minibatches(target)
         value, (grad,) = closure()
         (expected,) = torch.autograd.grad(value.sum(), leaf)
         torch.testing.assert_close(grad, expected)
+
+
+def test_toy_regression_observables_fold_the_noise_scale_alone():
+    """The potential depends on σ through |σ| alone (the post's likelihood), so σ and -σ are
+    one draw: (β₀, β, σ) -> (β₀, β, |σ|)."""
+    draws = torch.tensor([[[-1.0, 2.0, -0.5], [0.5, -3.0, 0.25]]])
+    expected = torch.tensor([[[-1.0, 2.0, 0.5], [0.5, -3.0, 0.25]]])
+    torch.testing.assert_close(ToyRegression.observables(draws), expected)
