@@ -228,6 +228,20 @@ def test_nccl_without_gpus_is_refused_before_any_rendezvous(monkeypatch):
         distributed.join("nccl", torch.device("cpu"))
 
 
+def test_nccl_on_a_gpu_machine_needs_device_cuda(monkeypatch):
+    """nccl reduces GPU tensors: with GPUs visible, a CPU run is refused; a GPU run passes that
+    check and stops at the next one (no GPU for its ``LOCAL_RANK``: none here, truly), before
+    any rendezvous."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(ConfigError, match="nccl reduces on GPUs: use device=cuda"):
+        distributed.join("nccl", torch.device("cpu"))
+    with pytest.raises(ConfigError, match="LOCAL_RANK=0 but this node has 0 GPU"):
+        distributed.join("nccl", torch.device("cuda"))
+
+
 def test_one_process_has_no_group(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     assert distributed.join("nccl", torch.device("cpu")) is None

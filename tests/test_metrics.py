@@ -97,12 +97,14 @@ def test_agreement_and_total_variation_identities():
 
 
 def test_reference_shape_mismatch_is_explained():
-    with pytest.raises(ValueError, match="test points"):
+    with pytest.raises(ValueError, match="reference has 5 test points but predictions have 4;"):
         agreement(torch.full((4, 3), 1 / 3), torch.full((5, 3), 1 / 3))
-    with pytest.raises(ValueError, match="classes"):
+    with pytest.raises(ValueError, match="reference has 2 classes but predictions have 3"):
         total_variation(torch.full((4, 3), 1 / 3), torch.full((4, 2), 0.5))
     with pytest.raises(ValueError, match="labels"):
         accuracy(PROBS, torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="ece needs at least one bin, got 0"):
+        ece(PROBS, LABELS, bins=0)
 
 
 def test_rmse_by_hand():

@@ -278,3 +278,14 @@ def test_gamma_hierarchical_std_before_any_log_prob():
     prior = GammaHierarchical(precision=4.0)
     std = prior.gaussian_std("layers.0.weight", torch.zeros(3, 2))
     torch.testing.assert_close(std.expand(3, 2), torch.full((3, 2), 0.5))
+
+
+def test_gaussian_terms_live_on_the_parameters_device():
+    """The cached per-tensor precisions are built on the parameters' device: parameters on the
+    ``meta`` device stand in for a GPU's here (an operation mixing them with CPU tensors fails
+    as it would on CUDA)."""
+    params = {"a": torch.zeros(3, 2, device="meta"), "b": torch.zeros(4, device="meta")}
+    prior = Gaussian(0.5, layers={"b": 2.0})
+    assert prior.log_prob(params).device.type == "meta"
+    chains = {name: torch.zeros(2, *p.shape, device="meta") for name, p in params.items()}
+    assert prior.chain_log_prob(chains).shape == (2,)

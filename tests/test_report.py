@@ -243,9 +243,11 @@ def test_markdown_escapes_pipes():
 
 def test_latex(sweep):
     text = to_latex(summarize(load_runs([sweep])))
-    assert r"\begin{tabular}{lrr}" in text
-    assert r"sampler & test\_accuracy & test\_nll \\" in text
-    assert r"sghmc & 0.910 $\pm$ 0.014 & 1.0 $\pm$ 0.7 \\" in text
+    lines = text.splitlines()
+    assert r"\begin{tabular}{lrr}" in lines
+    # whole lines: no index column before the sampler
+    assert r"sampler & test\_accuracy & test\_nll \\" in lines
+    assert r"sghmc & 0.910 $\pm$ 0.014 & 1.0 $\pm$ 0.7 \\" in lines
     assert r"n\_runs = 2" in text and "±" not in text
 
 

@@ -69,6 +69,33 @@ def test_each_output_is_a_padded_crop_possibly_flipped():
     assert flips == {False, True}
 
 
+def test_every_shift_and_flip_equally_likely_and_independent():
+    """Each image's pixels numbered ``1 + row * w + col`` (the padding stays 0), so the output's
+    centre pixel and its right neighbour name the shift and the flip. Over ``n = 20 000`` images
+    the 25 shifts times 2 flips each occur ``n / 50 = 400`` times in expectation, with binomial
+    standard error ``sqrt(n p (1 - p)) = 19.8``; every cell within 4.5 of them (a cell outside
+    with probability 7e-6, 3e-4 for any of 50). A crop along the diagonal alone (``dy = dx``)
+    leaves 40 cells empty; a crop that omits the last offset leaves 20 empty."""
+    padding, n, h, w = 2, 20_000, 7, 7
+    numbered = 1 + torch.arange(h * w, dtype=torch.float64).view(1, 1, h, w).expand(n, 1, h, w)
+    out = random_crop_flip(numbered, torch.Generator().manual_seed(0), padding=padding)
+    centre = out[:, 0, h // 2, w // 2].long() - 1
+    flipped = out[:, 0, h // 2, w // 2 + 1] < out[:, 0, h // 2, w // 2]
+    # the centre (of an odd width: the flip keeps its column) reads the padded input at
+    # (dy + h // 2, dx + w // 2)
+    dy, dx = centre // w - h // 2 + padding, centre % w - w // 2 + padding
+    padded = F.pad(numbered[:100], (padding,) * 4)
+    for i in range(100):  # the decoding is right: each output is the crop it names
+        crop = padded[i, :, dy[i] : dy[i] + h, dx[i] : dx[i] + w]
+        assert torch.equal(out[i], crop.flip(-1) if flipped[i] else crop)
+    cells = (dy * (2 * padding + 1) + dx) * 2 + flipped.long()
+    counts = torch.bincount(cells, minlength=2 * (2 * padding + 1) ** 2).double()
+    assert counts.numel() == 50  # every code names a shift in range
+    p = 1 / 50
+    assert (counts - n * p).abs().max() < 4.5 * (n * p * (1 - p)) ** 0.5
+    assert bool((dy != dx).any())
+
+
 def test_rejects_bad_input():
     with pytest.raises(ValueError):
         random_crop_flip(torch.zeros(3, 8, 8))

@@ -40,3 +40,18 @@ def test_dual_averaging_moves_the_step_against_the_acceptance_gap():
         high.update(1.0)
     assert low.multiplier(tune=True) < 1 < high.multiplier(tune=True)
     assert low.multiplier(tune=False) < 1 < high.multiplier(tune=False)
+
+
+def test_dual_averaging_is_hoffman_and_gelmans_recursion():
+    """Hoffman & Gelman (2014), Alg. 5 (their constants: gamma 0.05, t0 10, kappa 0.75, and
+    mu = log 10), written out for acceptance probabilities that straddle the target."""
+    accepts = [0.3, 0.95, 0.6, 1.0, 0.0, 0.85, 0.7]
+    adaptation = DualAveraging(target=0.65)
+    h_bar = log_x_avg = 0.0
+    for m, accept in enumerate(accepts, start=1):
+        adaptation.update(accept)
+        h_bar = (1 - 1 / (m + 10)) * h_bar + (0.65 - accept) / (m + 10)
+        log_x = math.log(10) - math.sqrt(m) / 0.05 * h_bar
+        log_x_avg = m**-0.75 * log_x + (1 - m**-0.75) * log_x_avg
+        assert adaptation.multiplier(tune=True) == pytest.approx(math.exp(log_x), rel=1e-12)
+        assert adaptation.multiplier(tune=False) == pytest.approx(math.exp(log_x_avg), rel=1e-12)

@@ -1,0 +1,241 @@
+"""A seeded mutation score over every module of src/bdl, by mutmut 3's mutants.
+
+mutmut generates every mutant of ``src/bdl`` into ``mutants/`` (its generator is deterministic
+for a given source; each mutated function sits behind a trampoline that runs the mutant named by
+``MUTANT_UNDER_TEST``); a simple random sample of them is drawn with ``--seed``; each sampled
+mutant runs its module's tests (:func:`test_selection`: the mirroring test file, else the test
+files that import the module, else its package's tests, else the runner's) with ``pytest -x``,
+the default suite's markers. mutmut's own ``run`` is not used: before any mutant it runs the
+whole suite twice (its instrumented run to map tests to functions, then a clean one: over 20
+minutes on one core), and on this suite its instrumented run stops with a failing test that the
+plain run passes. The mutants, their verdicts and the score with its Wilson (1927) 95% interval
+are written to ``docs/mutation/results-<seed>.json`` after each mutant. They run in the order
+drawn, and the first ``k`` of a seed's draw are its draw of ``k`` (Python's ``random.sample``
+draws one at a time for samples far smaller than the population), so an interrupted run leaves
+the results of a smaller sample (``run`` in the file).
+
+A simple random sample over all mutants estimates the score over all of them without bias, and
+the binomial interval applies to it; a sample stratified by module would need weights.
+
+Survivors that no test can kill (they change nothing observable) are argued in
+``docs/mutation/equivalent.json`` (mutant name -> reason) and left out of the score's
+denominator. Verdicts: ``killed`` (a test failed), ``timeout`` (counted as killed: the tests did
+not pass), ``survived``, ``no tests`` (counted as survived), ``equivalent``.
+
+    python scripts/mutation.py --seed 0 --sample 40           # 40 mutants
+    python scripts/mutation.py --seed 0 --sample 0.01         # 1% of them
+    python scripts/mutation.py --sample 1.0                   # every mutant
+    python scripts/mutation.py --seed 0 --rerun-survivors     # after a new test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from mutmut.__main__ import create_mutants
+from mutmut.mutation.data import SourceFileMutationData
+from mutmut.mutation.diff_apply import get_diff_for_mutant
+from mutmut.mutation.trampoline import set_mutant_under_test
+from mutmut.utils.file_utils import copy_also_copy_files, copy_src_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = Path("src/bdl")
+TESTS = Path("tests")
+OUT = Path("docs/mutation")
+EQUIVALENT = OUT / "equivalent.json"
+DETECTED = {"killed", "timeout"}
+#: a mutant whose tests run longer than this has made them hang (the longest selection, the
+#: runner's tests, takes about 4 minutes on a busy core)
+TIMEOUT_S = 900
+#: pytest's exit codes: 1 tests failed, 3 an internal error (mutmut counts it a kill), 5 none ran
+VERDICT_BY_EXIT_CODE = {0: "survived", 1: "killed", 3: "killed", 5: "no tests"}
+
+
+def generate() -> list[str]:
+    """mutmut's mutants of every module under ``src/bdl`` (files whose source is unchanged
+    since the last generation are kept), their names sorted."""
+    set_mutant_under_test("mutant_generation")
+    Path("mutants").mkdir(exist_ok=True)
+    copy_src_dir()
+    copy_also_copy_files()
+    create_mutants(1)
+    names = []
+    for path in sorted(SOURCE.rglob("*.py")):
+        data = SourceFileMutationData(path=path)
+        data.load()
+        names += data.exit_code_by_key
+    return sorted(names)
+
+
+def module_of(mutant: str) -> str:
+    return re.split(r"\.x[_ǁ]", mutant)[0]
+
+
+def source_path(module: str) -> Path:
+    """The file under ``src/`` of a dotted module name (a package's ``__init__`` holds no
+    mutant, so a name is always a module's file)."""
+    return Path("src", *module.split(".")).with_suffix(".py")
+
+
+def test_selection(module: str) -> list[str]:
+    """The tests a mutant of ``module`` runs: the mirroring file (``bdl.data.uci`` ->
+    ``tests/data/test_uci.py``), the test files that import the module or run it (``python -m
+    bdl.cli``), and a subpackage's whole test folder (``tests/samplers``: samplers are tested
+    together, through the package's names); if none, the runner's tests (every module is
+    reached through a run)."""
+    *package, name = module.split(".")[1:]
+    mirror = TESTS.joinpath(*package, f"test_{name}.py")
+    parent = ".".join(["bdl", *package])
+    imports = re.compile(rf"\b{re.escape(module)}\b|from {re.escape(parent)} import .*\b{name}\b")
+    folder = TESTS.joinpath(*package)
+    tests = {
+        str(folder if package and p.parent == folder else p)
+        for p in TESTS.rglob("test_*.py")
+        if p == mirror or imports.search(p.read_text()) or (package and p.parent == folder)
+    }
+    return sorted(tests) or [str(TESTS / "test_run.py")]
+
+
+def run_mutant(mutant: str, tests: list[str]) -> tuple[str, float]:
+    """The verdict of the default suite's ``tests`` on ``mutant``, and its wall time."""
+    env = os.environ | {
+        "MUTANT_UNDER_TEST": mutant,
+        "PYTHONPATH": str(ROOT / "mutants" / "src"),
+        # one core: more threads only fight over it
+        "OMP_NUM_THREADS": "1",
+    }
+    pytest = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+    start = time.perf_counter()
+    try:
+        code = subprocess.run(pytest, env=env, capture_output=True, timeout=TIMEOUT_S).returncode
+    except subprocess.TimeoutExpired:
+        return "timeout", time.perf_counter() - start
+    return VERDICT_BY_EXIT_CODE.get(
+        code, f"error (pytest exit code {code})"
+    ), time.perf_counter() - start
+
+
+def sample_size(sample: str, population: int) -> int:
+    """``sample`` is a count (an integer) or a fraction of ``population`` (with a point)."""
+    size = round(float(sample) * population) if "." in sample else int(sample)
+    if not 0 < size <= population:
+        raise SystemExit(f"--sample {sample} gives {size} mutants of {population}: pick 1 to all")
+    return size
+
+
+def wilson(successes: int, trials: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson's (1927) score interval for a binomial proportion (95% at the default ``z``)."""
+    if trials == 0:
+        return math.nan, math.nan
+    p = successes / trials
+    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials**2)) / (1 + z * z / trials)
+    return centre - half, centre + half
+
+
+def score(rows: list[dict]) -> dict:
+    counts = Counter(row["verdict"] for row in rows)
+    considered = len(rows) - counts["equivalent"]
+    detected = sum(counts[v] for v in DETECTED)
+    low, high = wilson(detected, considered)
+    return {
+        "verdicts": dict(sorted(counts.items())),
+        "non_equivalent": considered,
+        "detected": detected,
+        "score": detected / considered if considered else math.nan,
+        "wilson_95": [low, high],
+    }
+
+
+def judged(row: dict, equivalent: dict[str, str]) -> dict:
+    """``row`` (its ``measured`` verdict) judged: an argued equivalence applied, and the diff of
+    a mutant no test killed."""
+    row = {k: v for k, v in row.items() if k not in ("verdict", "reason", "diff")}
+    row["verdict"] = row["measured"]
+    if row["measured"] in ("survived", "no tests") and row["mutant"] in equivalent:
+        row |= {"verdict": "equivalent", "reason": equivalent[row["mutant"]]}
+    if row["verdict"] not in DETECTED:
+        row["diff"] = get_diff_for_mutant(row["mutant"], path=source_path(row["module"]))
+    return row
+
+
+def write(path: Path, rows: list[dict], population: int, args: argparse.Namespace) -> dict:
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    results = {
+        "commit": commit,
+        "seed": args.seed,
+        "population": population,
+        "sample": sample_size(args.sample, population),
+        "run": len(rows),
+        "modules_in_sample": len({row["module"] for row in rows}),
+        "command": f"python scripts/mutation.py --seed {args.seed} --sample {args.sample}",
+        **score(rows),
+        "mutants": rows,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sample", default="40", help="a count, or a fraction such as 0.01")
+    parser.add_argument(
+        "--rerun-survivors",
+        action="store_true",
+        help="rerun the results file's surviving mutants (after a new test) and re-apply "
+        "docs/mutation/equivalent.json, keeping the other verdicts",
+    )
+    args = parser.parse_args()
+    os.chdir(ROOT)
+    path = OUT / f"results-{args.seed}.json"
+    equivalent = json.loads(EQUIVALENT.read_text()) if EQUIVALENT.exists() else {}
+
+    population = generate()
+    if args.rerun_survivors:
+        previous = json.loads(path.read_text())
+        args.sample, rows = str(previous["sample"]), previous["mutants"]
+        for row in rows:  # more tests than a killed mutant ran still fail on it
+            row["tests"] = test_selection(row["module"])
+        mutants = [row for row in rows if row["measured"] in ("survived", "no tests")]
+    else:
+        size = sample_size(args.sample, len(population))
+        drawn = random.Random(args.seed).sample(population, size)
+        print(f"{size} of {len(population)} mutants (seed {args.seed})", flush=True)
+        rows = [
+            {"mutant": m, "module": module_of(m), "tests": test_selection(module_of(m))}
+            for m in drawn
+        ]
+        mutants = rows
+
+    def record() -> dict:
+        done = [judged(row, equivalent) for row in rows if "measured" in row]
+        return write(path, done, len(population), args)
+
+    for row in mutants:
+        row["measured"], seconds = run_mutant(row["mutant"], row["tests"])
+        print(f"{row['measured']} {row['mutant']} ({seconds:.0f} s)", flush=True)
+        record()
+    results = record()
+    low, high = results["wilson_95"]
+    print(
+        f"{results['detected']} of {results['non_equivalent']} non-equivalent mutants killed "
+        f"({results['score']:.1%}, Wilson 95% {low:.1%}-{high:.1%}); {path}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""The diagnostics' values against arviz called here, one test point at a time, on draws whose
+bulk and tail effective sample sizes differ and whose R-hats spread over test points, so that a
+summary taken from the wrong column or the wrong percentile gives a different number."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from bdl import diagnostics
+
+
+def arviz_per_point(function, draws: np.ndarray, **kwargs) -> np.ndarray:
+    """``function`` on each point's ``(chains, draws)`` array, arviz's own layout for one
+    quantity."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return np.array([float(function(draws[..., j], **kwargs)) for j in range(draws.shape[-1])])
+
+
+@pytest.fixture(scope="module")
+def draws() -> np.ndarray:
+    """4 chains of 500 draws at 20 points. Points 0-9: stochastic volatility (a normal times
+    exp of an AR(1) with coefficient 0.98), whose signs are independent, so the rank-normalised
+    bulk is nearly uncorrelated (bulk ESS about 1 900) while the tails come in long stretches of
+    high volatility (tail ESS 100-330). Points 10-19: independent normals with chain ``k``
+    shifted by ``0.02 j k`` at point ``10 + j``, R-hat rising from 1 to about 1.02; the
+    volatility points' R-hats are near 1.1, so the 95th percentile and the median differ."""
+    rng = np.random.default_rng(0)
+    chains, length, points = 4, 500, 10
+    log_scale = np.zeros((chains, length, points))
+    for t in range(1, length):
+        log_scale[:, t] = 0.98 * log_scale[:, t - 1] + 0.3 * rng.standard_normal((chains, points))
+    volatile = rng.standard_normal((chains, length, points)) * np.exp(log_scale)
+    shift = np.linspace(0, 0.2, points) * np.arange(chains)[:, None, None]
+    return np.concatenate([volatile, rng.standard_normal((chains, length, points)) + shift], -1)
+
+
+def test_per_point_table_is_arvizs_rhat_bulk_and_tail_ess(draws):
+    az = diagnostics._arviz()
+    _, table = diagnostics.summarise(draws, draws[..., :3])
+    bulk = arviz_per_point(az.ess, draws, method="bulk")
+    tail = arviz_per_point(az.ess, draws, method="tail")
+    # the draws do separate the two: a tail column holding the bulk ESS is caught
+    assert np.all(tail[:10] < bulk[:10] / 4)
+    np.testing.assert_allclose(table["ess_bulk"], bulk, rtol=1e-10)
+    np.testing.assert_allclose(table["ess_tail"], tail, rtol=1e-10)
+    np.testing.assert_allclose(table["rhat"], arviz_per_point(az.rhat, draws), rtol=1e-10)
+    np.testing.assert_array_equal(table["point"], np.arange(20))
+
+
+def test_summaries_are_the_extremes_and_95th_percentile_of_arvizs_values(draws):
+    az = diagnostics._arviz()
+    weights = draws[..., 5:8]
+    metrics, _ = diagnostics.summarise(draws, weights)
+    rhat = arviz_per_point(az.rhat, draws)
+    bulk = arviz_per_point(az.ess, draws, method="bulk")
+    tail = arviz_per_point(az.ess, draws, method="tail")
+    assert np.percentile(rhat, 95) - np.median(rhat) > 0.05  # a median would be caught
+    assert bulk.min() > 1.5 * tail.min()  # the minima are told apart
+    expected = {
+        "points_constant": 0,
+        "rhat_max": rhat.max(),
+        # numpy's default linear interpolation between order statistics 18 and 19 of 20
+        "rhat_p95": np.sort(rhat)[18] + 0.05 * (np.sort(rhat)[19] - np.sort(rhat)[18]),
+        "weight_rhat_max": arviz_per_point(az.rhat, weights).max(),
+        "ess_bulk_min": bulk.min(),
+        "ess_tail_min": tail.min(),
+        "weight_ess_bulk_min": arviz_per_point(az.ess, weights, method="bulk").min(),
+    }
+    assert metrics == pytest.approx(expected, rel=1e-10)
+
+
+def test_constant_points_are_counted_and_left_out(draws):
+    """A point predicted with probability 1 (every draw equal) has no R-hat (arviz gives its ESS
+    as the number of draws, which no minimum picks); the summaries are those of the others."""
+    with_constant = draws.copy()
+    with_constant[..., 3] = -0.5
+    metrics, table = diagnostics.summarise(with_constant, with_constant[..., :3])
+    others = np.delete(draws, 3, axis=-1)
+    az = diagnostics._arviz()
+    assert metrics["points_constant"] == 1
+    assert np.isnan(table["rhat"][3])
+    assert metrics["rhat_max"] == pytest.approx(arviz_per_point(az.rhat, others).max())
+    tail = arviz_per_point(az.ess, others, method="tail")
+    assert metrics["ess_tail_min"] == pytest.approx(tail.min())
+
+
+def test_one_chain_has_ess_and_no_rhat(draws):
+    az = diagnostics._arviz()
+    one = draws[:1]
+    metrics, table = diagnostics.summarise(one, one[..., :3])
+    assert "rhat" not in table and "rhat_max" not in metrics and "rhat_p95" not in metrics
+    assert metrics["ess_tail_min"] == pytest.approx(
+        arviz_per_point(az.ess, one, method="tail").min()
+    )
+
+
+@pytest.mark.parametrize(("chains", "length"), [(4, 9), (1, 8), (3, 5)])
+def test_cap_is_arvizs_ess_of_chains_too_short_to_measure_autocorrelation(chains, length):
+    draws = np.random.default_rng(chains).standard_normal((chains, length, 2))
+    np.testing.assert_allclose(diagnostics.ess(draws, "bulk"), diagnostics.cap(chains, length))
