@@ -10,10 +10,11 @@ is heating up (a step too large for the posterior's curvature), or has left for 
 
 **During burn-in** (samplers that declare ``backs_off``: the SG-MCMC kernels, whose step unit, a
 learning rate per datum, does not transfer between data sets; the Metropolis kernels adapt their
-step by dual averaging instead), each chain keeps its lowest epoch-mean potential so far and a
-snapshot of its state there. An epoch whose mean potential rises more than :func:`rise_limit`
-above that level, or is not finite, restores the chain to its snapshot and halves the run's step
-(every chain's, as HMC's pooled adaptation shares one step size). The step is frozen when burn-in
+step by dual averaging instead), each chain keeps its level, the lowest epoch-mean potential of
+its last :func:`window` epochs, and a snapshot of the state it began that epoch in. An epoch whose
+mean potential rises more than :func:`rise_limit` above that level, or is not finite, restores
+the chain to its snapshot and halves the run's step (every chain's, as HMC's pooled adaptation
+shares one step size). The step is frozen when burn-in
 ends, so that the samples kept come from one fixed kernel; where burn-in backed off, at half the
 last step that held, since a step that had to be backed off from sits near its limit, and the
 limit itself moves as the fit sharpens (a sampled noise precision grows a hundredfold on yacht,
@@ -24,7 +25,7 @@ step until it is stable; Chen et al. 2014 tune it on the data set), made automat
 Measured on yacht (the UCI protocol, full batches): SGHMC at its MNIST step, ``lr`` 0.1 per datum,
 heats up within 30 steps (the sampled noise precision falls from 9 to 1e-12) and completed with a
 test RMSE of 74 380 before this existed; its healthy chains at a hundredth of that step rise at
-most 44 above their burn-in level (``rise_limit`` = 314 for its 401 parameters).
+most 44 above their level (``rise_limit`` = 297 for its 402 parameters).
 
 **After burn-in** a chain whose epoch-mean potential exceeds its level by more than
 :data:`DIVERGENCE_LIMITS` times :func:`rise_limit` has diverged: the run ends with status
@@ -46,7 +47,7 @@ from torch import Tensor
 
 #: The per-epoch probability with which an exact sampler's rise exceeds :func:`rise_limit`.
 TAIL = 1e-9
-#: After burn-in, a rise above the burn-in level of this many :func:`rise_limit` is a divergence.
+#: After burn-in, a rise above the level of this many :func:`rise_limit` is a divergence.
 DIVERGENCE_LIMITS = 8.0
 #: The fewest epochs over which the level is the lowest mean potential (:func:`window`).
 MIN_WINDOW = 10
