@@ -67,14 +67,16 @@ def uci_root(tmp_path: Path) -> Path:
     return root
 
 
+def tiny_uci(root: Path) -> list[str]:
+    """The overrides that read the generated regression set ``tiny`` under ``root``."""
+    return ["dataset=boston", "dataset.name=tiny", f"dataset.root={root}", "dataset.download=false"]
+
+
 @pytest.fixture
 def uci_run(tmp_path: Path, uci_root: Path) -> Path:
     return make_run(
         tmp_path / "uci-run",
-        "dataset=boston",
-        "dataset.name=tiny",
-        f"dataset.root={uci_root}",
-        "dataset.download=false",
+        *tiny_uci(uci_root),
         "sampler.lr=3e-4",  # the UCI step size (sampler=sghmc_uci's)
         "epochs=5",
         "burn_in=2",
@@ -233,10 +235,7 @@ def _check_arviz_groups(
 def test_inferencedata_of_a_regression_run_with_loo_and_waic(tmp_path: Path, uci_root: Path):
     run_dir = make_run(
         tmp_path / "regression",
-        "dataset=boston",
-        "dataset.name=tiny",
-        f"dataset.root={uci_root}",
-        "dataset.download=false",
+        *tiny_uci(uci_root),
         "sampler.lr=3e-4",
         "epochs=12",
         "burn_in=2",
@@ -314,10 +313,7 @@ def test_report_compare_ranks_a_sweeps_runs_by_psis_loo(tmp_path: Path, uci_root
     for job, sampler in [("0_sampler=sgld", "sgld"), ("1_sampler=sghmc", "sghmc")]:
         make_run(
             sweep / job,
-            "dataset=boston",
-            "dataset.name=tiny",
-            f"dataset.root={uci_root}",
-            "dataset.download=false",
+            *tiny_uci(uci_root),
             f"sampler={sampler}",
             "sampler.lr=3e-4",
             "epochs=10",
@@ -389,10 +385,7 @@ def test_a_sweep_directory_is_evaluated_into_one_table(tmp_path: Path, uci_root:
     for job, seed in [("0_seed=0", 0), ("1_seed=1", 1)]:
         make_run(
             sweep / job,
-            "dataset=boston",
-            "dataset.name=tiny",
-            f"dataset.root={uci_root}",
-            "dataset.download=false",
+            *tiny_uci(uci_root),
             "sampler.lr=3e-4",
             "epochs=3",
             "burn_in=1",
@@ -471,10 +464,7 @@ def test_function_standard_error_is_the_spread_of_the_chains_means(
 ):
     run_dir = make_run(
         tmp_path / "chains",
-        "dataset=boston",
-        "dataset.name=tiny",
-        f"dataset.root={uci_root}",
-        "dataset.download=false",
+        *tiny_uci(uci_root),
         "sampler.lr=3e-4",
         "epochs=4",
         "burn_in=1",

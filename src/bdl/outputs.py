@@ -40,6 +40,8 @@ log = logging.getLogger("bdl")
 
 METRICS = "metrics.json"
 CURVE = "curve.csv"
+#: Per-chain results of a run of several chains.
+CHAINS = "chains.csv"
 LOCK = ".bdl.lock"
 #: What a run writes before its first checkpoint, besides its config: a run resumed without a
 #: checkpoint starts again from the beginning without them.
@@ -48,7 +50,7 @@ _BEFORE_CHECKPOINT = (
     METRICS,
     CURVE,
     PREDICTIVE,
-    "chains.csv",
+    CHAINS,
     diagnostics.FILE,
 )
 

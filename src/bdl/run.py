@@ -57,8 +57,6 @@ log = logging.getLogger("bdl")
 #: A potential above this multiple of its starting value (or of N, if larger) has diverged: no
 #: sampler recovers from a jump of six orders of magnitude, and a NaN would follow.
 DIVERGENCE_FACTOR = 1e6
-#: Per-chain results of a run of several chains.
-CHAINS_FILE = "chains.csv"
 #: Draws per chain below which no R-hat is computed: split R-hat needs two halves of two.
 MIN_DIAGNOSTIC_DRAWS = 4
 #: Seconds of work between checkpoints when ``checkpoint_every`` is not set.
@@ -1108,8 +1106,8 @@ class Sampling:
         """Set ``metrics``' verdict: ``unsound`` (with the ``error``) where the trivial predictor
         does better on held-out data; ``warnings`` for what is a judgement, not a certainty."""
         task = self.experiment.task
-        metrics["trivial"] = task.trivial_metrics()
-        worse = task.worse_than_trivial(metrics, (task.headline,))
+        trivial = metrics["trivial"] = task.trivial_metrics()
+        worse = task.worse_than(metrics, trivial, (task.headline,))
         if worse:
             metrics["status"] = "unsound"
             metrics["error"] = (
@@ -1118,7 +1116,7 @@ class Sampling:
                 "epochs"
             )
         warnings = [diagnostics.warning(metrics)]
-        for density in task.worse_than_trivial(metrics, (task.calibration,)):
+        for density in task.worse_than(metrics, trivial, (task.calibration,)):
             warnings.append(
                 f"the predictive density is worse than ignoring the inputs: {density} (the "
                 "trivial predictor's in brackets); its point predictions beat it, its spread "
@@ -1146,7 +1144,7 @@ class Sampling:
                 row["accept_rate"] = sum(loop.accept_rates) / len(loop.accept_rates)
             rows.append(row)
         fields = list(dict.fromkeys(key for row in rows for key in row))
-        self.directory.write_table(CHAINS_FILE, fields, rows)
+        self.directory.write_table(outputs.CHAINS, fields, rows)
 
     def _diagnostics(self) -> dict[str, float]:
         """R-hat and ESS over the chains' first draws (as many as the shortest chain has), in

@@ -67,10 +67,12 @@ class Task:
         average.update(prediction)
         return average.metrics(self.y_test)
 
-    def worse_than_trivial(self, metrics: dict[str, float], keys: tuple[str, ...]) -> list[str]:
-        """Those of the metrics ``keys`` of ``metrics`` in which the trivial predictor does
-        better, each as ``name value (trivial predictor's)``."""
-        trivial = self.trivial_metrics()
+    @staticmethod
+    def worse_than(
+        metrics: dict[str, float], trivial: dict[str, float], keys: tuple[str, ...]
+    ) -> list[str]:
+        """Those of the metrics ``keys`` of ``metrics`` in which ``trivial`` (the
+        :meth:`trivial_metrics`) does better, each as ``name value (trivial predictor's)``."""
         lower_is_better = ("test_rmse", "test_nll")
         worse = []
         for key in keys:
