@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from benchtools import alternating_medians, bare_model, composed, sampling, timed
 
 from bdl import stability
-from bdl.run import CHECKPOINT_SECONDS
+from bdl.sampling import CHECKPOINT_SECONDS
 
 
 def bare_sgd_epoch(model, optimizer, x_train, y_train, batch_size, generator):

@@ -24,7 +24,8 @@ import torch.multiprocessing as mp
 from benchtools import composed, timed
 
 from bdl import distributed
-from bdl.run import build, resolve_device
+from bdl.experiment import build
+from bdl.network import resolve_device
 
 
 def worker(

@@ -3,6 +3,7 @@ bare copy of its network and a device-synchronised timer."""
 
 from __future__ import annotations
 
+import copy
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -14,8 +15,12 @@ from omegaconf import DictConfig
 from torch import nn
 
 import bdl.config  # noqa: F401  (registers the root schema)
+from bdl.checkpoint import resumable_config
+from bdl.experiment import Experiment, build_chains
+from bdl.interrupts import Signals
+from bdl.loop import Loop
 from bdl.outputs import RunDirectory
-from bdl.run import Experiment, Loop, Sampling, Signals, build_chains
+from bdl.sampling import Sampling
 
 
 def sampling(cfg: DictConfig, directory: Path, start_epoch: int = 0) -> Sampling:
@@ -28,19 +33,17 @@ def sampling(cfg: DictConfig, directory: Path, start_epoch: int = 0) -> Sampling
     loops = [Loop.start(experiment) for experiment in experiments]
     for loop in loops:
         loop.epoch = start_epoch
-    return Sampling(experiments, output, loops, Signals())
+    return Sampling(experiments, loops, output, resumable_config(cfg), Signals())
 
 
 def bare_model(run: Experiment) -> nn.Module:
     """A freshly initialised network of the run's architecture, for the bare PyTorch loops."""
+    model = copy.deepcopy(run.potential.model)
     torch.manual_seed(0)
-    mlp = run.cfg.model
-    return type(run.potential.model)(
-        input_shape=run.data.input_shape,
-        out_features=run.data.out_features,
-        hidden=list(mlp.hidden),
-        activation=mlp.activation,
-    ).to(run.device)
+    for module in model.modules():
+        if hasattr(module, "reset_parameters"):
+            module.reset_parameters()
+    return model
 
 
 def composed(overrides: list[str]) -> DictConfig:

@@ -1,7 +1,9 @@
-"""Shared fixtures: real data when the machine has it, and tiny fakes when it cannot have it."""
+"""Shared fixtures: real data when the machine has it, and tiny fakes when it cannot have it; the
+sampler options that the runner's tests parametrise over."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import os
@@ -16,9 +18,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hydra import compose, initialize_config_module
 from torch import nn
 from torch._inductor import cpp_builder
 from torch._inductor.exc import InvalidCxxCompiler
+
+from bdl.instantiation import resolve
+from bdl.samplers.base import Declaration
+
+SAMPLER_CONFIGS = Path(__file__).parents[1] / "conf" / "sampler"
+#: Every option of the sampler group: a sampler is covered by the resume, chains and matrix tests
+#: the moment its YAML exists.
+SAMPLER_OPTIONS = sorted(p.stem for p in SAMPLER_CONFIGS.glob("*.yaml"))
+
+
+@functools.cache
+def declaration(option: str) -> Declaration:
+    """What the sampler of ``option`` (a ``conf/sampler`` file) declares."""
+    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+        return resolve(compose("config", [f"sampler={option}"]).sampler).declaration
+
 
 CIFAR_LABEL_NAMES = [
     b"airplane",

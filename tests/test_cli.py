@@ -16,6 +16,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
+from test_outputs import wandb_records
 
 from bdl.config import RunConfig
 
@@ -122,14 +123,18 @@ def test_multirun_then_report(env, tmp_path):
     assert "sgd" in report.stdout and "sghmc" in report.stdout and "test_rmse" in report.stdout
 
 
-def test_wandb_offline_needs_no_account_or_network(env, tmp_path):
-    run_dir = tmp_path / "run"
+def test_wandb_offline_needs_no_account_or_network_and_groups_a_sweep(env, tmp_path):
+    sweep = tmp_path / "sweep"
     offline = {**env, "WANDB_API_KEY": "", "WANDB_SILENT": "true"}
     result = bdl(
-        *TINY_BOSTON, "wandb.mode=offline", f"hydra.run.dir={run_dir}", env=offline, cwd=tmp_path
-    )
+        "-m", *TINY_BOSTON, "seed=4", "wandb.mode=offline", f"hydra.sweep.dir={sweep}",
+        env=offline, cwd=tmp_path,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert list((run_dir / "wandb").glob("offline-run-*"))
+    (job,) = [path for path in sweep.iterdir() if path.is_dir()]
+    (labels,) = [r.run for r in wandb_records(job) if r.WhichOneof("record_type") == "run"]
+    assert (labels.run_group, labels.display_name) == (str(sweep), job.name)
+    assert list(labels.tags) == ["boston", "sghmc"]
 
 
 @pytest.mark.parametrize(

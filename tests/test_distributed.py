@@ -147,7 +147,9 @@ def test_every_data_parallel_option_and_no_other_is_full_batch():
     names = sorted(p.stem for p in (Path(__file__).parents[1] / "conf" / "sampler").glob("*.yaml"))
     with initialize_config_module("bdl.conf", version_base="1.3"):
         full_batch = {
-            name: instantiate(compose("config", [f"sampler={name}"]).sampler)(lr=1e-3).full_batch
+            name: instantiate(compose("config", [f"sampler={name}"]).sampler)(
+                lr=1e-3
+            ).declaration.full_batch
             for name in names
         }
     # the Laplace fit reads the training set through laplace-torch, which knows no ranks

@@ -13,7 +13,7 @@ import pytest
 from test_cli import bdl
 
 from bdl import cli
-from bdl.run import Signals
+from bdl.interrupts import Signals
 
 pytest.importorskip(
     "hydra_plugins.hydra_joblib_launcher", reason="needs the launchers: pip install '.[launchers]'"

@@ -27,8 +27,9 @@ from scipy.stats import norm
 import bdl
 from bdl.data.shift import rotate
 from bdl.evaluate import main as bdl_eval
+from bdl.network import load_data
 from bdl.posterior import RunError, load_run
-from bdl.run import load_data, run
+from bdl.run import run
 
 pytestmark = pytest.mark.usefixtures("isolated_cache")
 

@@ -17,16 +17,23 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import write_fake_uci
+from conftest import SAMPLER_OPTIONS, declaration, write_fake_uci
 from hydra import compose, initialize_config_module
 
 import bdl.atomic
 import bdl.checkpoint
+import bdl.stability
 import bdl.store
 from bdl import run as runner
 from bdl.checkpoint import CheckpointError
 from bdl.config import ConfigError
+from bdl.interrupts import Interrupted
 from bdl.metrics import ClassificationAverage, RegressionAverage
+from bdl.network import load_data
+from bdl.outputs import RunDirectory
+from bdl.sampling import Sampling
+from bdl.stability import DivergedError
+from bdl.steppers import ChainStepper
 
 
 class Kill(BaseException):
@@ -73,32 +80,66 @@ def outputs(directory: Path) -> tuple[dict, list[list[str]], list[dict]]:
     return metrics, curve, [json.loads(path.read_text()) for path in manifests]
 
 
-SAMPLERS = {
-    "sghmc gibbs hyperprior": ["sampler=sghmc", "prior=gamma_hierarchical"],
-    "sghmc online noise": ["sampler=sghmc", "sampler.grad_var=online", "likelihood.gibbs=true"],
-    "sgld": ["sampler=sgld"],
-    "psgld": ["sampler=psgld"],
-    "sghmc adaptive": ["sampler=sghmc_adaptive"],
+#: What an option needs on the tiny data set beyond its defaults; an option not named here (a new
+#: sampler's) runs at them.
+ON_TINY_DATA = {
     # small batches: noise enough for its step; seed 1, one whose fitted step does not diverge
     # on this tiny network (most do: see the csgd module)
-    "csgd": ["sampler=csgd", "batch_size=4", "seed=1"],
-    "hmc adapting": ["sampler=hmc", "sampler.num_steps=3", "prior=gamma_hierarchical"],
-    "mala": ["sampler=mala"],
-    "naive sghmc": ["sampler=naive_sghmc", "sampler.mh=true", "sampler.resample_every=4"],
-    "bbb": ["sampler=bbb", "burn_in=0", "sampler.num_samples=3"],
-    "bbb sgd": ["sampler=bbb_sgd", "burn_in=0", "sampler.num_samples=3"],
-    "sgd": ["sampler=sgd", "burn_in=0"],
+    "csgd": ["batch_size=4", "seed=1"],
+    "hmc": ["sampler.num_steps=3"],
+    "bbb": ["sampler.num_samples=3"],
+    "bbb_sgd": ["sampler.num_samples=3"],
+    "mfvi": ["sampler.num_samples=3"],
+    # the Laplace approximation is of the weights alone: the noise is fixed
+    "laplace": ["likelihood.noise_std=0.5"],
 }
+#: What the options' defaults leave out: Gibbs-sampled hyperparameters, the online noise
+#: estimate, step-size adaptation under a hyperprior, naive SGHMC's Metropolis test.
+VARIANTS = {
+    "sghmc gibbs hyperprior": ["sampler=sghmc", "prior=gamma_hierarchical"],
+    "sghmc online noise": ["sampler=sghmc", "sampler.grad_var=online", "likelihood.gibbs=true"],
+    "hmc adapting": ["sampler=hmc", "sampler.num_steps=3", "prior=gamma_hierarchical"],
+    "naive sghmc mh": ["sampler=naive_sghmc", "sampler.mh=true", "sampler.resample_every=4"],
+}
+
+
+def sampler_cases(on_tiny_data: dict[str, list[str]], variants: dict[str, list[str]]):
+    """Every sampler option (with what it needs here) and the variants: name -> overrides."""
+    options = {name: [f"sampler={name}", *on_tiny_data.get(name, [])] for name in SAMPLER_OPTIONS}
+    return options | variants
+
+
+def option_of(overrides: list[str]) -> str:
+    return next(o.split("=", 1)[1] for o in overrides if o.startswith("sampler="))
+
+
+def trained_start(root: Path, directory: Path, overrides: list[str]) -> list[str]:
+    """For a sampler that expands the posterior around a trained network (Laplace), the SGD run
+    it starts from (``init_from``); nothing for the others."""
+    if not declaration(option_of(overrides)).needs_trained_start:
+        return []
+    if not (directory / "metrics.json").exists():
+        runner.run(config(root, "sampler=sgd", "burn_in=0"), directory)
+    return [f"init_from={directory}"]
+
+
+def tiny_config(root: Path, directory: Path, overrides: list[str], *more: str):
+    """``config`` of a sampler case, burn-in dropped for the samplers that keep no states."""
+    burn_in = [] if declaration(option_of(overrides)).injects_noise else ["burn_in=0"]
+    return config(root, *overrides, *burn_in, *trained_start(root, directory, overrides), *more)
+
+
+SAMPLERS = sampler_cases(ON_TINY_DATA, VARIANTS)
 
 
 @pytest.mark.parametrize("name", SAMPLERS)
 def test_a_run_killed_mid_epoch_resumes_bitwise(uci_root, tmp_path, monkeypatch, name):
-    cfg = config(uci_root, *SAMPLERS[name])
+    cfg = tiny_config(uci_root, tmp_path / "start", SAMPLERS[name])
     runner.run(cfg, tmp_path / "whole")
 
-    real_step = runner.Sampling._closure
+    real_step = ChainStepper.closure
     calls = {"n": 0}
-    full_batch = name.startswith(("hmc", "mala"))
+    full_batch = declaration(option_of(SAMPLERS[name])).full_batch
     kill_at = 4 if full_batch else 17  # epoch 5 of the full-batch kernels; mid-epoch 4 otherwise
 
     def dying(self, *args):
@@ -107,11 +148,14 @@ def test_a_run_killed_mid_epoch_resumes_bitwise(uci_root, tmp_path, monkeypatch,
             raise Kill
         return real_step(self, *args)
 
-    monkeypatch.setattr(runner.Sampling, "_closure", dying)
+    monkeypatch.setattr(ChainStepper, "closure", dying)
     with pytest.raises(Kill):
         runner.run(cfg, tmp_path / "killed")
-    monkeypatch.setattr(runner.Sampling, "_closure", real_step)
-    runner.run(config(uci_root, *SAMPLERS[name], "resume=true"), tmp_path / "killed")
+    monkeypatch.setattr(ChainStepper, "closure", real_step)
+    runner.run(
+        tiny_config(uci_root, tmp_path / "start", SAMPLERS[name], "resume=true"),
+        tmp_path / "killed",
+    )
     assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
 
 
@@ -208,9 +252,9 @@ def test_a_kill_while_checkpointing_leaves_the_previous_checkpoint(uci_root, tmp
 @pytest.mark.parametrize(
     ("method", "calls", "stopped_at"),
     [
-        ("_closure", 10, {"epoch": 2, "step": 2}),  # mid-epoch
+        ((ChainStepper, "closure"), 10, {"epoch": 2, "step": 2}),  # mid-epoch
         # between epochs, after the progress line: the next epoch must not draw its order twice
-        ("_checkpoint_due", 3, {"epoch": 3, "step": 0}),
+        ((Sampling, "_checkpoint_due"), 3, {"epoch": 3, "step": 0}),
     ],
 )
 def test_sigterm_checkpoints_and_resumes_bitwise(
@@ -218,7 +262,8 @@ def test_sigterm_checkpoints_and_resumes_bitwise(
 ):
     cfg = config(uci_root, "checkpoint_every=100")  # only the signal's checkpoint
     runner.run(cfg, tmp_path / "whole")
-    real = getattr(runner.Sampling, method)
+    owner, method = method
+    real = getattr(owner, method)
     count = {"n": 0}
 
     def signalled(self, *args):
@@ -227,14 +272,14 @@ def test_sigterm_checkpoints_and_resumes_bitwise(
             signal.raise_signal(signal.SIGTERM)
         return real(self, *args)
 
-    monkeypatch.setattr(runner.Sampling, method, signalled)
-    with pytest.raises(runner.Interrupted) as stop:
+    monkeypatch.setattr(owner, method, signalled)
+    with pytest.raises(Interrupted) as stop:
         runner.run(cfg, tmp_path / "stopped")
     assert stop.value.exit_code == 128 + signal.SIGTERM
     assert "resume=true" in str(stop.value) and "checkpoint" in str(stop.value)
     status = json.loads((tmp_path / "stopped" / "metrics.json").read_text())
     assert status == {"status": "interrupted", **stopped_at, "signal": "SIGTERM"}
-    monkeypatch.setattr(runner.Sampling, method, real)
+    monkeypatch.setattr(owner, method, real)
     runner.run(config(uci_root, "checkpoint_every=100", "resume=true"), tmp_path / "stopped")
     assert outputs(tmp_path / "stopped") == outputs(tmp_path / "whole")
 
@@ -249,7 +294,7 @@ def test_a_directory_holding_a_run_is_refused_and_left_alone(uci_root, tmp_path)
 
 
 def test_a_directory_in_use_by_another_run_is_refused(uci_root, tmp_path):
-    holder = runner.RunDirectory(tmp_path)
+    holder = RunDirectory(tmp_path)
     holder.claim(config(uci_root), resume=False)
     try:
         with pytest.raises(ConfigError, match="another bdl-run is writing into"):
@@ -316,8 +361,8 @@ def test_a_run_killed_before_its_first_checkpoint_is_finished_by_resume(
 ):
     overrides = [f"chains={chains}", "checkpoint_every=100"]  # no checkpoint before the end
     runner.run(config(uci_root, *overrides), tmp_path / "whole")
-    real_epoch_end = runner.Sampling._checkpoint_due
-    real_stores = runner.RunDirectory.open_stores
+    real_epoch_end = Sampling._checkpoint_due
+    real_stores = RunDirectory.open_stores
     epochs = {"n": 0}
 
     def dying(self):
@@ -331,8 +376,8 @@ def test_a_run_killed_before_its_first_checkpoint_is_finished_by_resume(
             raise Kill
         return real_stores(self, count)
 
-    monkeypatch.setattr(runner.Sampling, "_checkpoint_due", dying)
-    monkeypatch.setattr(runner.RunDirectory, "open_stores", stores)
+    monkeypatch.setattr(Sampling, "_checkpoint_due", dying)
+    monkeypatch.setattr(RunDirectory, "open_stores", stores)
     with pytest.raises(Kill):
         runner.run(config(uci_root, *overrides), tmp_path / "killed")
     monkeypatch.undo()
@@ -349,15 +394,15 @@ def test_a_run_that_diverged_before_its_first_checkpoint_is_finished_by_resume(
     uci_root, tmp_path, monkeypatch
 ):
     cfg = config(uci_root, "checkpoint_every=100")
-    real = runner.Sampling._check_stability
+    real = bdl.stability.check
 
-    def diverging(self, chain, mean_potential):
-        if self.loops[chain].epoch == 4:  # after two samples
-            raise runner.DivergedError("the chain diverged in epoch 5")
-        real(self, chain, mean_potential)
+    def diverging(experiment, loop, mean_potential, name):
+        if loop.epoch == 4:  # after two samples
+            raise DivergedError("the chain diverged in epoch 5")
+        real(experiment, loop, mean_potential, name)
 
-    monkeypatch.setattr(runner.Sampling, "_check_stability", diverging)
-    with pytest.raises(runner.DivergedError, match="the 2 samples taken before are kept"):
+    monkeypatch.setattr(bdl.stability, "check", diverging)
+    with pytest.raises(DivergedError, match="the 2 samples taken before are kept"):
         runner.run(cfg, tmp_path / "run")
     monkeypatch.undo()
     # the way out that the refusal of a second start names
@@ -384,7 +429,7 @@ def test_a_checkpoint_of_another_format_is_refused(tmp_path, offset, message):
 def test_a_diverged_chain_is_a_status_in_strict_json(uci_root, tmp_path):
     # burn_in=0: no epoch in which the step could back off (bdl.stability)
     cfg = config(uci_root, "sampler=sgld", "sampler.lr=1e4", "burn_in=0")
-    with pytest.raises(runner.DivergedError, match="diverged in epoch 1.*Lower sampler.lr"):
+    with pytest.raises(DivergedError, match="diverged in epoch 1.*Lower sampler.lr"):
         runner.run(cfg, tmp_path)
     text = (tmp_path / "metrics.json").read_text()
     metrics = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
@@ -402,7 +447,7 @@ def test_a_run_worse_than_ignoring_the_inputs_is_unsound(uci_root, tmp_path):
     """Six epochs learn nothing of the tiny set: the training targets' mean and variance predict
     its test targets better, and the run says so rather than 'completed'."""
     metrics = runner.run(config(uci_root), tmp_path)
-    data = runner.load_data(config(uci_root))
+    data = load_data(config(uci_root))
     y_train = data.y_train.double() * data.target_std + data.target_mean
     y_test = data.y_test.double() * data.target_std + data.target_mean
     rmse = (y_test - y_train.mean()).square().mean().sqrt().item()
@@ -447,14 +492,14 @@ def test_a_model_average_restored_from_its_state_continues_exactly(average):
 def test_resume_checks_the_samples_it_keeps(uci_root, tmp_path, monkeypatch, damage):
     cfg = config(uci_root)
     runner.run(cfg, tmp_path / "whole")
-    real_epoch_end = runner.Sampling._checkpoint_due
+    real_epoch_end = Sampling._checkpoint_due
 
     def dying(self):
         if self.epoch == 5:  # after the checkpoint of epoch 4, which counts two samples
             raise Kill
         return real_epoch_end(self)
 
-    monkeypatch.setattr(runner.Sampling, "_checkpoint_due", dying)
+    monkeypatch.setattr(Sampling, "_checkpoint_due", dying)
     with pytest.raises(Kill):
         runner.run(cfg, tmp_path / "killed")
     monkeypatch.undo()
@@ -482,12 +527,12 @@ def test_a_finished_run_leaves_no_temporary_file(uci_root, tmp_path, monkeypatch
     (tmp_path / ".checkpoint.safetensors.0badf00d.tmp").write_bytes(b"half")
     (tmp_path / ".hydra").mkdir()
     (tmp_path / ".hydra" / ".config.yaml.0badf00d.tmp").write_bytes(b"half")
-    real = runner.Sampling._finish
+    real = Sampling._finish
 
     def stray_then_finish(self):
         (tmp_path / ".metrics.json.12345678.tmp").write_bytes(b"")
         return real(self)
 
-    monkeypatch.setattr(runner.Sampling, "_finish", stray_then_finish)
+    monkeypatch.setattr(Sampling, "_finish", stray_then_finish)
     runner.run(config(uci_root), tmp_path)
     assert not [p for p in tmp_path.rglob(".*.tmp")]

@@ -179,12 +179,12 @@ def test_a_short_run_is_refused_once_with_settings_that_work(fake_data_root, dat
     def build(*overrides: str):
         with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
             args = [f"dataset.root={fake_data_root}", f"dataset={dataset}", "epochs=20"]
-            return bdl.run.build(compose("config", [*args, *overrides]))
+            return bdl.experiment.build(compose("config", [*args, *overrides]))
 
     with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
         args = [f"dataset.root={fake_data_root}", f"dataset={dataset}", "epochs=20"]
         with pytest.raises(ConfigError, match="keep epochs=20 with burn_in=10 thin=1$"):
-            bdl.run.validate(compose("config", args))  # burn_in >= epochs
+            bdl.config.validate(compose("config", args))  # burn_in >= epochs
     with pytest.raises(ConfigError, match="keep epochs=20 with burn_in=10 thin=1$"):
         build("burn_in=19", "thin=5")  # no sample after burn-in
     assert build("burn_in=10", "thin=1").collects(10)
@@ -201,8 +201,8 @@ def test_the_resume_command_names_a_program_the_shell_finds(monkeypatch, tmp_pat
     program.chmod(0o755)
     monkeypatch.setattr("sys.argv", [str(program)])
     monkeypatch.setenv("PATH", "/nonexistent")
-    assert bdl.run.resume_command(tmp_path).startswith(f"{program} ")
+    assert bdl.interrupts.resume_command(tmp_path).startswith(f"{program} ")
     monkeypatch.setenv("PATH", str(program.parent))
-    assert bdl.run.resume_command(tmp_path).startswith("bdl-run ")
+    assert bdl.interrupts.resume_command(tmp_path).startswith("bdl-run ")
     monkeypatch.setattr("sys.argv", ["/somewhere/bdl/cli.py"])
-    assert bdl.run.resume_command(tmp_path).startswith("bdl-run ")
+    assert bdl.interrupts.resume_command(tmp_path).startswith("bdl-run ")

@@ -11,14 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import write_fake_uci
+from conftest import SAMPLER_OPTIONS, write_fake_uci
 from hydra import compose, initialize_config_module
 
 from bdl import stability
-from bdl.run import DivergedError, run
-
-SAMPLER_CONFIGS = Path(__file__).parents[1] / "conf" / "sampler"
-SAMPLER_OPTIONS = sorted(p.stem for p in SAMPLER_CONFIGS.glob("*.yaml"))
+from bdl.run import run
+from bdl.stability import DivergedError
 
 
 @pytest.mark.parametrize("dimensions", [1, 2, 10, 401, 79510])

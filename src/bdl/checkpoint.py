@@ -1,12 +1,14 @@
 """Checkpoints: a run's whole state in one safetensors file, written atomically.
 
-A checkpoint is one ``checkpoint.safetensors``: every tensor of the loop's state (parameters,
-sampler buffers, generator states, hyperparameters, the running model average) under a flat
-name, and a JSON header (the safetensors metadata) with everything else (positions, counters, the
-curve so far, the config it belongs to). One file replaced atomically, so a kill at any moment
-leaves the previous checkpoint or the new one, never a mixture. The header records the SHA-256 of
-the tensor data, so a file damaged after it was written is refused by name rather than resumed
-from. Nothing here unpickles: safetensors and JSON cannot execute code.
+A checkpoint is one ``checkpoint.safetensors``: every tensor of each chain's loop state
+(:class:`bdl.loop.Loop`: parameters, sampler buffers, generator states, hyperparameters, the
+running model average) under ``chain_<k>/`` and a flat name, and a JSON header (the safetensors
+metadata) with everything else (positions, counters, the curve so far, the config it belongs to).
+This module is the one place that lays it out (:func:`save_run`, :func:`load_run`). One file
+replaced atomically, so a kill at any moment leaves the previous checkpoint or the new one, never a
+mixture. The header records the SHA-256 of the tensor data, so a file damaged after it was written
+is refused by name rather than resumed from. Nothing here unpickles: safetensors and JSON cannot
+execute code.
 """
 
 from __future__ import annotations
@@ -18,11 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from omegaconf import DictConfig, OmegaConf
 from safetensors import SafetensorError
 from safetensors.torch import load as _st_load
 from safetensors.torch import save as _st_save
 from torch import Tensor
 
+from bdl.config import ConfigError
+from bdl.experiment import Experiment
+from bdl.loop import Loop
 from bdl.samplers.base import SamplerState
 from bdl.store import StoreError, atomic_write
 
@@ -31,6 +37,30 @@ FILE = "checkpoint.safetensors"
 FORMAT_VERSION = 2
 _HEADER = "bdl_checkpoint"
 _BASE_FIELDS = {f.name for f in dataclasses.fields(SamplerState)}
+#: What of a Loop the JSON header holds; its tensors are named by :func:`_chain_state`.
+_POSITION = (
+    "epoch",
+    "step",
+    "tests",
+    "curve",
+    "accept_rates",
+    "initial_potential",
+    "recent",
+    "step_scale",
+    "rise_max",
+    "num_samples",
+)
+_PER_SAMPLE = ("log_likelihoods", "probes")
+#: Config keys that may differ when resuming: where things are, how often to report.
+_RESUMABLE_CHANGES = (
+    "resume",
+    "checkpoint_every",
+    "log_every",
+    "wandb",
+    "device",
+    "dataset.root",
+    "distributed",
+)
 
 
 class CheckpointError(StoreError):
@@ -140,3 +170,127 @@ def restore_sampler_state(
     state.grad_evals = header["grad_evals"]
     for name, fields in header["extra"].items():
         setattr(state, name, type(getattr(state, name))(**fields))
+
+
+def save_run(
+    path: Path,
+    config: dict[str, Any],
+    experiments: list[Experiment],
+    loops: list[Loop],
+    **header: Any,
+) -> None:
+    """Checkpoint every chain of a run (``config``: :func:`resumable_config` of its config;
+    ``header``: the run's own JSON-serialisable fields, its elapsed time and wandb id)."""
+    tensors, chains = {}, []
+    for k, (experiment, loop) in enumerate(zip(experiments, loops, strict=True)):
+        chain_tensors, chain_header = _chain_state(loop, experiment)
+        tensors.update({f"chain_{k}/{name}": t for name, t in chain_tensors.items()})
+        chains.append(chain_header)
+    save(path, tensors, {"config": config, **header, "chains": chains})
+
+
+def load_run(path: Path, cfg: DictConfig) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """The tensors and header of the run checkpointed at ``path``, refused if ``cfg`` is not the
+    run's config."""
+    tensors, header = load(path)
+    check_same_config(cfg, header, path)
+    return tensors, header
+
+
+def restore_loops(
+    experiments: list[Experiment], tensors: dict[str, Tensor], header: dict[str, Any]
+) -> list[Loop]:
+    """The loops of a run's checkpoint (:func:`load_run`), each chain's generators and potential
+    set in its experiment."""
+    return [
+        _restore_chain(experiment, _prefixed(tensors, f"chain_{k}/"), header["chains"][k])
+        for k, experiment in enumerate(experiments)
+    ]
+
+
+def _chain_state(loop: Loop, experiment: Experiment) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """One chain's tensors and JSON header."""
+    sampler_tensors, sampler_header = sampler_state(loop.sampler)
+    tensors = {f"sampler/{k}": t for k, t in sampler_tensors.items()}
+    for name, generator in experiment.generators.items():
+        tensors[f"generator/{name}"] = generator.get_state()
+    tensors.update({f"potential/{k}": t for k, t in experiment.potential.state_dict().items()})
+    tensors.update({f"average/{k}": t for k, t in loop.average.state_dict().items()})
+    if loop.validation is not None:
+        state = loop.validation.state_dict()
+        tensors.update({f"validation/{k}": t for k, t in state.items()})
+    if loop.order is not None:
+        tensors["loop/order"] = loop.order
+    if loop.potentials:
+        tensors["loop/potentials"] = torch.stack(loop.potentials)
+    tensors["loop/accepted"] = loop.accepted
+    for name in _PER_SAMPLE:
+        if getattr(loop, name):
+            tensors[f"loop/{name}"] = torch.stack(getattr(loop, name))
+    for name in ("snapshot", "epoch_start"):
+        tensors.update({f"{name}/{k}": t for k, t in (getattr(loop, name) or {}).items()})
+    header = {
+        "sampler": sampler_header,
+        "loop": {name: getattr(loop, name) for name in _POSITION},
+    }
+    return tensors, header
+
+
+def _restore_chain(
+    experiment: Experiment, tensors: dict[str, Tensor], header: dict[str, Any]
+) -> Loop:
+    """The loop :func:`_chain_state` wrote, with the experiment's generators and potential set."""
+    loop = Loop.start(experiment)
+    restore_sampler_state(loop.sampler, _prefixed(tensors, "sampler/"), header["sampler"])
+    for name, generator in experiment.generators.items():
+        generator.set_state(tensors[f"generator/{name}"])
+    experiment.potential.load_state_dict(_prefixed(tensors, "potential/"))
+    loop.average.load_state_dict(_prefixed(tensors, "average/"))
+    if loop.validation is not None:
+        loop.validation.load_state_dict(_prefixed(tensors, "validation/"))
+    device = experiment.device
+    loop.order = tensors["loop/order"].to(device) if "loop/order" in tensors else None
+    if "loop/potentials" in tensors:
+        loop.potentials = list(tensors["loop/potentials"].to(device).unbind())
+    loop.accepted = tensors["loop/accepted"].to(device)
+    for name in _PER_SAMPLE:
+        if f"loop/{name}" in tensors:
+            setattr(loop, name, list(tensors[f"loop/{name}"].unbind()))
+    for name in ("snapshot", "epoch_start"):
+        saved = _prefixed(tensors, f"{name}/")
+        setattr(loop, name, {k: t.to(device) for k, t in saved.items()} or None)
+    for name, value in header["loop"].items():
+        setattr(loop, name, value)
+    return loop
+
+
+def _prefixed(tensors: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
+    """The entries of ``tensors`` under ``prefix``, without it."""
+    return {k[len(prefix) :]: t for k, t in tensors.items() if k.startswith(prefix)}
+
+
+def resumable_config(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config as flat ``key: value`` pairs, less what a resumed run may change."""
+    flat: dict[str, Any] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+        elif not any(prefix[:-1] == k or prefix.startswith(f"{k}.") for k in _RESUMABLE_CHANGES):
+            flat[prefix[:-1]] = node
+
+    walk(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "")
+    return flat
+
+
+def check_same_config(cfg: DictConfig, header: dict[str, Any], path: Path) -> None:
+    saved, now = header["config"], resumable_config(cfg)
+    differ = sorted(k for k in saved.keys() | now.keys() if saved.get(k) != now.get(k))
+    if differ:
+        shown = ", ".join(f"{k} ({saved.get(k)!r} there, {now.get(k)!r} now)" for k in differ[:6])
+        raise ConfigError(
+            f"{path} belongs to another config: {shown}{' ...' if len(differ) > 6 else ''}. "
+            "Resume with the run's own overrides (see .hydra/overrides.yaml there), or start "
+            "afresh in a new directory"
+        )

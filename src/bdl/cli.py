@@ -32,9 +32,11 @@ from omegaconf import DictConfig
 from bdl import distributed
 from bdl.config import ConfigError, constructor_error, print_sweep  # registers the schema
 from bdl.data import DataError
+from bdl.interrupts import Interrupted
 from bdl.outputs import METRICS, RunDirectory
 from bdl.overrides import check as check_command_line
-from bdl.run import DivergedError, Interrupted, run
+from bdl.run import run
+from bdl.stability import DivergedError
 from bdl.store import StoreError
 
 log = logging.getLogger("bdl")

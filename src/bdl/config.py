@@ -57,6 +57,11 @@ class WandbConfig:
     mode: str = "disabled"  # disabled | offline | online
     project: str = "bdl"
     entity: str | None = None
+    # null: "<dataset>-<sampler>-seed<seed>", a sweep's job by its directory (bdl.outputs)
+    name: str | None = None
+    group: str | None = None  # null: a sweep's directory, so that its runs are grouped
+    tags: list[str] = field(default_factory=list)  # beside the dataset and sampler, always tagged
+    job_type: str | None = None
 
 
 @dataclass
@@ -88,11 +93,11 @@ class RunConfig:
     seed: int = 0  # chain k of a run is seeded seed + k
     chains: int = 1  # independent chains in one run (seeded seed, seed + 1, ...)
     # step the chains as one batched computation (torch.func.vmap) where the sampler, prior and
-    # data allow (bdl.chains); false: one after the other, an epoch each in turn
+    # data allow (bdl.steppers); false: one after the other, an epoch each in turn
     vectorise: bool = True
     # every chain steps on the first chain's minibatches (its data seed): cheaper when stacked (one
     # gather, one input read by all chains' products), at the price of chains whose minibatch
-    # noise is the same sequence; false: each chain draws its own order (bdl.chains)
+    # noise is the same sequence; false: each chain draws its own order (bdl.steppers)
     shared_minibatches: bool = False
     device: Device = Device.auto
     # differentiate the data term by torch.compile (bdl.potential.Potential): a small network's
@@ -258,7 +263,7 @@ def _check_group(cfg: Any, group: str) -> None:
     for key, parameter in allowed.items():
         if parameter.default is inspect.Parameter.empty and key not in node:
             raise ConfigError(f"{group}.{key} is required by {name}: set {group}.{key}=<value>")
-    if group == "sampler" and target.injects_noise and cfg.burn_in >= cfg.epochs:
+    if group == "sampler" and target.declaration.injects_noise and cfg.burn_in >= cfg.epochs:
         # Optimisers and variational methods keep their final state or draws from q: for them
         # burn-in is moot, and a protocol's burn_in must not stop a short run.
         raise ConfigError(

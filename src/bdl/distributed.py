@@ -142,7 +142,8 @@ def check_supported(
     group: Group | None, sampler_name: str, full_batch: bool, num: int, chunk: int
 ) -> None:
     """Refuse what cannot be split: a minibatch sampler, fewer points than ranks. (A full-batch
-    kernel's chunks are made small enough for every rank to hold some: :func:`bdl.run.build`.)"""
+    kernel's chunks are made small enough for every rank to hold some:
+    :func:`bdl.experiment.build`.)"""
     if group is None:
         return
     if not full_batch:

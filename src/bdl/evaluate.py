@@ -39,10 +39,10 @@ from torch import Tensor
 from bdl.config import constructor_error
 from bdl.data import DataError, Dataset
 from bdl.data.shift import rotate
+from bdl.network import load_data, resolve_device
 from bdl.overrides import check_group, config_keys, did_you_mean
 from bdl.posterior import CONFIG_FILE, Posterior, RunError
 from bdl.report import find_runs
-from bdl.run import load_data, resolve_device
 from bdl.store import StoreError, save_predictive
 
 __all__ = ["evaluation_set", "main"]

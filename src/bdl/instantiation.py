@@ -98,10 +98,21 @@ def check_targets(node: Any, where: str = "") -> list[tuple[str, dict]]:
     return found
 
 
+def _import(target: str) -> Any:
+    module, _, attribute = target.rpartition(".")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def resolve(node: DictConfig) -> Any:
+    """The class or function that ``node``'s ``_target_`` names, once it is one of bdl's own: what
+    a sampler declares is read off its class before the sampler is made."""
+    check_targets(node)
+    return _import(node._target_)
+
+
 def _check_arguments(key: str, spec: dict) -> None:
     """Refuse a key beside an allowed ``_target_`` that is no argument of its signature."""
-    module, _, attribute = spec["_target_"].rpartition(".")
-    signature = inspect.signature(getattr(importlib.import_module(module), attribute))
+    signature = inspect.signature(_import(spec["_target_"]))
     names = [
         name
         for name, p in signature.parameters.items()

@@ -277,6 +277,7 @@ def start_wandb(cfg: DictConfig, directory: Path, run_id: str | None):
             entity=cfg.wandb.entity,
             dir=str(directory),
             id=run_id,
+            **wandb_labels(cfg, directory),
             resume="allow" if run_id else None,
             config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
             settings=wandb.Settings(init_timeout=30),
@@ -286,6 +287,51 @@ def start_wandb(cfg: DictConfig, directory: Path, run_id: str | None):
             f"wandb.mode={cfg.wandb.mode} failed to start ({type(error).__name__}: {error}): "
             "use wandb.mode=offline, or disabled"
         ) from None
+
+
+def wandb_labels(cfg: DictConfig, directory: Path) -> dict[str, Any]:
+    """The wandb run's name, group, tags and job type: ``cfg.wandb``'s, and where it sets none,
+    ``<dataset>-<sampler>-seed<seed>`` (in a sweep, its job's directory, which names the
+    overrides) and, in a sweep, the sweep's directory as the group. Tagged with the dataset and
+    sampler options."""
+    dataset, sampler = _choice(cfg, "dataset"), _choice(cfg, "sampler")
+    sweep = _sweep_directory()
+    name = cfg.wandb.name or (
+        Path(directory).name if sweep else f"{dataset}-{sampler}-seed{cfg.seed}"
+    )
+    return {
+        "name": name,
+        "group": cfg.wandb.group or sweep,
+        "tags": list(dict.fromkeys([dataset, sampler, *cfg.wandb.tags])),
+        "job_type": cfg.wandb.job_type,
+    }
+
+
+def _choice(cfg: DictConfig, group: str) -> str:
+    """The option of ``group`` the command chose (``sampler=sgld`` gives ``sgld``); outside
+    Hydra's command line, the group's ``name`` or else its target's module (``bdl.data.mnist``'s
+    ``mnist``)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return HydraConfig.get().runtime.choices[group]
+    return str(cfg[group].get("name") or cfg[group]._target_.split(".")[-2])
+
+
+def _sweep_directory() -> str | None:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        return HydraConfig.get().sweep.dir
+    return None
+
+
+def wandb_row(row: dict[str, Any], headline: str) -> dict[str, Any]:
+    """A curve row under the names a wandb chart needs: the test metric under its own name
+    (``test_rmse``, ``test_accuracy``), no blank accept rate or metric (burn-in)."""
+    named = {headline if key == "test_metric" else key: value for key, value in row.items()}
+    return {key: value for key, value in named.items() if value != "" and value is not None}
 
 
 def _wandb_key_configured() -> bool:

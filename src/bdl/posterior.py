@@ -7,8 +7,8 @@ a run of one chain keeps them in ``samples/`` (chain 0), a run of several chains
 safetensors, JSON and OmegaConf's YAML loader, and the network and data are built only from
 bdl's own targets (:mod:`bdl.instantiation`), so loading a run never executes code from it.
 
-The network is rebuilt from the config by the runner's own builders (:func:`bdl.run.load_data`,
-:func:`bdl.run.build_network`), so a sample means here exactly what it meant during the run;
+The network is rebuilt from the config by the runner's own builders (:func:`bdl.network.load_data`,
+:func:`bdl.network.build_network`), so a sample means here exactly what it meant during the run;
 the run's dataset is read (lazily) because only it knows the input shape, the number of classes
 and, for regression, the target standardisation that predictions are reported in.
 
@@ -38,8 +38,8 @@ from bdl.config import RunConfig
 from bdl.data import Dataset
 from bdl.instantiation import inert
 from bdl.metrics import ClassificationAverage, RegressionAverage
+from bdl.network import build_network, load_data, predict, sample_tensors
 from bdl.outputs import CURVE
-from bdl.run import build_network, load_data, predict, sample_tensors
 from bdl.store import MANIFEST, load_samples, read_manifest
 from bdl.task import Task
 
@@ -206,7 +206,7 @@ class Posterior:
                 f"shape {tuple(x.shape[1:])}"
             )
         model, likelihood = self.network(device)
-        live = sample_tensors(_Network(model, likelihood))
+        live = sample_tensors(model, likelihood)
         x = x.to(device)
         for sample in self.samples(chain):
             wrong = [
@@ -414,13 +414,6 @@ def _dims(name: str, ndim: int) -> list[str]:
     if ndim <= 2:
         return [f"{name}.{d}" for d in ("row", "column")[:ndim]]
     return [f"{name}.axis_{k}" for k in range(ndim)]
-
-
-class _Network:
-    """Model and likelihood under the names :func:`bdl.run.named_parameters` reads."""
-
-    def __init__(self, model: nn.Module, likelihood: nn.Module) -> None:
-        self.model, self.likelihood = model, likelihood
 
 
 def _append(table: dict[str, list[list[Any]]], key: str, chain: int, value: Any) -> None:

@@ -74,7 +74,7 @@ class Prior:
         settings, check they name real parameters, and allocate hyperparameter state on their
         device."""
 
-    #: whether :meth:`chain_log_prob` is implemented (chains stepped as one, :mod:`bdl.chains`)
+    #: whether :meth:`chain_log_prob` is implemented (chains stepped as one, :mod:`bdl.steppers`)
     vectorisable = False
 
     def log_prob(self, params: Mapping[str, Tensor]) -> Tensor:

@@ -68,7 +68,7 @@ def test_the_kept_mass_is_that_of_the_buffers_in_use(quadratic):
 
 
 def test_lr_is_on_the_scale_of_u():
-    assert AdaptiveSGHMC.lr_per_datum is False
+    assert AdaptiveSGHMC.declaration.step_unit == "potential"
 
 
 def test_the_mass_does_not_move_after_burn_in(quadratic):

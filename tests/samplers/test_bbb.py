@@ -10,10 +10,11 @@ import torch.nn.functional as F
 from hydra import compose, initialize_config_module
 
 import bdl.config  # noqa: F401  (registers the root schema)
+from bdl.experiment import build
 from bdl.likelihoods import Gaussian as GaussianLikelihood
 from bdl.potential import Potential
 from bdl.priors import Gaussian as GaussianPrior
-from bdl.run import build, run
+from bdl.run import run
 from bdl.samplers.bbb import BBB, BBBSGD
 from bdl.store import StoreError, load_samples
 

@@ -113,4 +113,4 @@ def test_bad_hyperparameters_name_the_key(kwargs, key):
 
 
 def test_still_a_sampler():
-    assert ConstantSGD.injects_noise
+    assert ConstantSGD.declaration.injects_noise

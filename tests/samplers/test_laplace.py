@@ -21,9 +21,10 @@ import torch
 from hydra import compose, initialize_config_module
 
 from bdl import likelihoods, priors
+from bdl.experiment import build
 from bdl.models import Linear
 from bdl.potential import Potential
-from bdl.run import build, run
+from bdl.run import run
 from bdl.samplers.laplace import Laplace
 from bdl.store import load_samples
 

@@ -18,7 +18,8 @@ def test_an_accepted_step_is_the_sgld_update_with_the_same_noise(quadratic):
 
 
 def test_is_full_batch_unless_approximate():
-    assert MALA(0.01).full_batch and not MALA(0.01, approximate=True).full_batch
+    assert MALA(0.01).declaration.full_batch
+    assert not MALA(0.01, approximate=True).declaration.full_batch
 
 
 def test_approximate_test_evaluates_each_minibatch_at_both_ends(quadratic, counting):

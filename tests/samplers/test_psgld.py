@@ -37,7 +37,7 @@ def test_foreach_equals_loop(assert_foreach_matches_loop, quadratic):
 
 
 def test_lr_is_on_the_scale_of_u():
-    assert PSGLD.lr_per_datum is False
+    assert PSGLD.declaration.step_unit == "potential"
 
 
 @pytest.mark.parametrize(

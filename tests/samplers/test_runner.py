@@ -9,7 +9,9 @@ from hydra import compose, initialize_config_module
 from safetensors.torch import load_file
 
 from bdl.config import ConfigError
-from bdl.run import DivergedError, build, run
+from bdl.experiment import build
+from bdl.run import run
+from bdl.stability import DivergedError
 
 TINY = ["dataset.validation=59000", "epochs=2", "burn_in=1", "batch_size=200"]
 
@@ -51,7 +53,7 @@ def test_every_config_runs(tiny_run, tmp_path, sampler, extra):
     metrics = run(cfg, tmp_path)
     assert metrics["num_samples"] == 1
     experiment = build(cfg)
-    assert experiment.steps_per_epoch == (1 if experiment.sampler.full_batch else 5)
+    assert experiment.steps_per_epoch == (1 if experiment.sampler.declaration.full_batch else 5)
     assert ("accept_rate" in metrics) == (sampler in ("hmc", "mala", "rwmh", "naive_sghmc"))
 
 

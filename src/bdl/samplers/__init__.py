@@ -13,6 +13,7 @@ from bdl.samplers.rwmh import RWMH
 from bdl.samplers.sgd import SGD
 from bdl.samplers.sghmc import SGHMC
 from bdl.samplers.sgld import SGLD
+from bdl.samplers.sgnht import SGNHT
 
 __all__ = [
     "AdaptiveSGHMC",
@@ -26,6 +27,7 @@ __all__ = [
     "SGD",
     "SGHMC",
     "SGLD",
+    "SGNHT",
     "ConstantSGD",
     "NaiveSGHMC",
     "Sampler",

@@ -39,7 +39,7 @@ burn-in is SGHMC with :math:`\eta = \epsilon^2` and no scale adaptation.
 
 **Units.** :math:`\epsilon^2\hat M^{-1} g` is invariant to the scale of :math:`g`, so ``lr`` is
 :math:`\epsilon^2` on the scale of ``U`` itself, not a per-datum rate divided by :math:`N`
-(``lr_per_datum = False``); a schedule's multiplier scales :math:`\epsilon^2`, as it scales
+(``step_unit="potential"``); a schedule's multiplier scales :math:`\epsilon^2`, as it scales
 SGHMC's :math:`\eta`. Springenberg et al.'s :math:`\epsilon = 10^{-2}` is ``lr=1e-4``.
 """
 
@@ -51,17 +51,14 @@ import torch
 from torch import Tensor
 
 from bdl.noise import Generator
-from bdl.samplers.base import Sampler, SamplerState
+from bdl.samplers.base import Declaration, Sampler, SamplerState
 
 
 class AdaptiveSGHMC(Sampler):
     """Scale-adapted SGHMC with ``lr`` :math:`\\epsilon^2`, friction ``alpha``
     (:math:`\\alpha`) and ``damping`` :math:`\\lambda` of the mass estimate."""
 
-    vectorisable = True
-    backs_off = True
-
-    lr_per_datum = False
+    declaration = Declaration(step_unit="potential", vectorisable=True, backs_off=True)
 
     def __init__(
         self,

@@ -10,12 +10,12 @@ share one interface:
     state = sampler.step(state, closure, lr_scale, noise)
 
 ``closure()`` returns ``(U, ∇U)`` at the parameters' current values — a minibatch estimate for
-stochastic-gradient methods, the full-data potential for Metropolis-corrected ones (those set
-``full_batch = True``; they may call it many times per step and restore rejected positions).
-``lr_scale`` is the schedule's multiplier on the base step size at this step; ``noise=False``
-switches off injected noise (the exploration phase of cyclical schedules); ``tune=True`` during
-burn-in lets a kernel adapt its own hyperparameters (HMC's step size, a noise estimate), and only
-then, so that the chain that is sampled afterwards is a fixed Markov kernel.
+stochastic-gradient methods, the full-data potential for Metropolis-corrected ones (those set a
+:class:`Declaration` with ``full_batch=True``; they may call it many times per step and restore
+rejected positions). ``lr_scale`` is the schedule's multiplier on the base step size at this step;
+``noise=False`` switches off injected noise (the exploration phase of cyclical schedules);
+``tune=True`` during burn-in lets a kernel adapt its own hyperparameters (HMC's step size, a noise
+estimate), and only then, so that the chain that is sampled afterwards is a fixed Markov kernel.
 
 After the last step the runner collects :meth:`Sampler.final_samples`: nothing for Markov chains
 (their samples are the states kept during the run), the final point for optimisers, draws from
@@ -26,14 +26,15 @@ runner hands them over once, before the first step, through :meth:`Sampler.attac
 Everything a kernel carries between steps (momenta, preconditioners, variational parameters)
 lives in ``state.buffers`` as lists of tensors shaped like ``params`` — including, for the
 Metropolis kernels, ``∇U`` at the current position (``state.buffers["grad"]``, with ``U`` in
-``state.info["potential"]``), so that whatever changes ``U`` other than through the parameters (a
-Gibbs update of prior hyperparameters) must drop that entry; ``state.info`` holds
+``state.info["potential"]``); whatever changes ``U`` other than through the parameters (a Gibbs
+update of prior hyperparameters) calls :meth:`Sampler.potential_changed`, so that a kernel drops
+what it cached; ``state.info`` holds
 diagnostics as tensors, so that no step forces a device synchronisation. Updates have a
 ``torch._foreach_*`` implementation and a plain per-tensor loop twin (``foreach=False``) that the
 tests hold equal; noise comes from the sampler's own ``torch.Generator``, so a run is reproducible
 from its seed.
 
-**Chains stacked as one** (:mod:`bdl.chains`). A sampler whose class sets ``vectorisable`` also
+**Chains stacked as one** (:mod:`bdl.steppers`). A sampler that declares ``vectorisable`` also
 moves ``K`` independent chains at once: every tensor of the state stacks them along its first
 dimension, the closure returns one ``U`` per chain (shape ``(K,)``), and ``generator`` is a list
 of the chains' generators (:mod:`bdl.noise`). Its update must then treat the chains apart:
@@ -45,7 +46,9 @@ draw through other paths (variational draws, the Laplace approximation) leave it
 
 from __future__ import annotations
 
+import copy
 import functools
+import inspect
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -81,6 +84,53 @@ def _hyperparameters_only(init: Callable[..., None]) -> Callable[..., None]:
     return checked
 
 
+#: The units a sampler's ``lr`` may be set in (docs/samplers.md has the table).
+STEP_UNITS = (
+    # a learning rate on the mean loss, as deep-learning practice and Chen et al. (2014)'s code
+    # set it: the runner converts it to the step on U, lr / N (Potential.step_size)
+    "per datum",
+    # the step on the potential U itself, which transfers between data sets (pSGLD, scale-adapted
+    # SGHMC)
+    "potential",
+    # an optimiser's own step size (Adam's), taken as it is
+    "optimiser",
+)
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """What a sampler is, read by the runner and the tests (never inferred from its behaviour).
+
+    Args:
+        step_unit: the unit of ``lr``, one of :data:`STEP_UNITS`.
+        full_batch: each step evaluates the full-data potential (a Metropolis test); the runner
+            passes the full-data closure and takes one step per epoch.
+        injects_noise: its states are posterior samples. False for optimisers and variational
+            or Laplace fits, whose samples are drawn after the run (:meth:`Sampler.final_samples`).
+        vectorisable: it also steps ``K`` chains stacked along the first dimension (above).
+        minibatch_noise: its only noise is the minibatch gradient's (constant SGD): full batches
+            are refused.
+        backs_off: its step does not transfer between data sets, so the runner halves it during
+            burn-in when the potential climbs (:mod:`bdl.stability`).
+        needs_trained_start: it expands the posterior around a trained network, given by
+            ``init_from`` (Laplace).
+    """
+
+    step_unit: str
+    full_batch: bool = False
+    injects_noise: bool = True
+    vectorisable: bool = False
+    minibatch_noise: bool = False
+    backs_off: bool = False
+    needs_trained_start: bool = False
+
+    def __post_init__(self) -> None:
+        if self.step_unit not in STEP_UNITS:
+            raise ValueError(f"step_unit must be one of {STEP_UNITS}, got {self.step_unit!r}")
+        if self.full_batch and self.minibatch_noise:
+            raise ValueError("a full-batch kernel has no minibatch noise to sample with")
+
+
 @dataclass
 class SamplerState:
     params: list[Tensor]
@@ -101,21 +151,19 @@ class Sampler(ABC):
             generator when ``None``.
     """
 
-    full_batch = False
-    injects_noise = True  # False: an optimiser or VI, whose states are not posterior samples
-    lr_per_datum = True  # False: `lr` is not converted by Potential.step_size (Adam-based VI)
-    vectorisable = False  # True: also steps chains stacked along the first dimension (above)
-    minibatch_noise = False  # True: its only noise is the minibatch gradient's (constant SGD)
-    #: True: its step is set in a unit that does not transfer between data sets (a learning rate),
-    #: so the runner halves it during burn-in when the potential climbs (:mod:`bdl.stability`)
-    backs_off = False
-    #: True: it expands the posterior around a trained network, given by ``init_from`` (Laplace)
-    needs_trained_start = False
+    #: what the sampler is and what it can do; every concrete sampler sets its own
+    declaration: Declaration
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "__init__" in cls.__dict__:
             cls.__init__ = _hyperparameters_only(cls.__init__)
+        if not inspect.isabstract(cls) and not isinstance(
+            getattr(cls, "declaration", None), Declaration
+        ):
+            raise TypeError(
+                f"{cls.__name__} must declare what it is: declaration = Declaration(step_unit=...)"
+            )
 
     @_hyperparameters_only
     def __init__(self, lr: float, *, foreach: bool = True, generator: Generator = None) -> None:
@@ -127,6 +175,16 @@ class Sampler(ABC):
         self._normal = StandardNormal()
         # this step's ``tune`` (set by step): read by updates that differ during burn-in
         self.tuning = False
+
+    def for_chains(self, generators: list[torch.Generator]) -> Sampler:
+        """This sampler, stepping chains stacked as one (a sampler that declares
+        ``vectorisable``): chain ``k`` draws from ``generators[k]``."""
+        if not self.declaration.vectorisable:
+            raise ValueError(f"{type(self).__name__} does not declare vectorisable")
+        stacked = copy.copy(self)
+        stacked.generator = generators
+        stacked._normal = StandardNormal()
+        return stacked
 
     def attach(self, potential: Potential, batches: Batches) -> None:  # noqa: B027 (optional)
         """Meet the run's potential and training set, once, before :meth:`init`. Samplers that
@@ -149,14 +207,14 @@ class Sampler(ABC):
         self.tuning = tune
         update = self._update_foreach if self.foreach else self._update_loop
         step_size = self.lr * lr_scale
-        update(state, grads, step_size, noise and self.injects_noise)
+        update(state, grads, step_size, noise and self.declaration.injects_noise)
         state.step += 1
         state.info["potential"] = potential
         return state
 
     def final_samples(self, state: SamplerState) -> Iterator[None]:
         """Write each end-of-run sample into ``state.params`` in place and yield after each."""
-        if not self.injects_noise:
+        if not self.declaration.injects_noise:
             yield
 
     def prior_weight(self, batch: int, num_batches: int) -> float:
@@ -172,6 +230,10 @@ class Sampler(ABC):
         old step did, so a kernel's ``"momentum"`` buffer starts again at rest."""
         for v in state.buffers.get("momentum", []):
             v.zero_()
+
+    def potential_changed(self, state: SamplerState) -> None:  # noqa: B027 (optional)
+        """Called after ``U`` changed other than through the parameters (a Gibbs step of the
+        hyperparameters): a kernel that caches ``U`` or ``∇U`` at its position drops them."""
 
     def divergence_fix(self, state: SamplerState) -> str:
         """What to change when the chain in ``state`` has diverged: the runner's message ends

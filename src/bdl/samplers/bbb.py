@@ -63,7 +63,7 @@ from torch import Tensor
 from torch.optim.adam import adam
 
 from bdl.potential import Closure, MeanField
-from bdl.samplers.base import Sampler, SamplerState
+from bdl.samplers.base import Declaration, Sampler, SamplerState
 
 KL_WEIGHTINGS = ("uniform", "blundell")
 ADAM_EPS = 1e-8
@@ -85,8 +85,7 @@ class BBB(Sampler):
         num_samples: draws from :math:`q` kept after training.
     """
 
-    injects_noise = False  # q's draws, taken after training, are the samples; not its path
-    lr_per_datum = False
+    declaration = Declaration(step_unit="optimiser", injects_noise=False)
 
     def __init__(
         self,
@@ -248,7 +247,7 @@ class BBBSGD(BBB):
     :math:`\rho` by about :math:`\alpha` an epoch (the KL weights of an epoch sum to one).
     """
 
-    lr_per_datum = True
+    declaration = Declaration(step_unit="per datum", injects_noise=False)
 
     def __init__(
         self,

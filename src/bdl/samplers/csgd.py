@@ -59,7 +59,7 @@ import torch
 from torch import Tensor
 
 from bdl.potential import Closure
-from bdl.samplers.base import Sampler, SamplerState
+from bdl.samplers.base import Declaration, Sampler, SamplerState
 from bdl.samplers.gradient_noise import observing
 
 PRECONDITIONERS = ("scalar", "diagonal")
@@ -68,7 +68,7 @@ PRECONDITIONERS = ("scalar", "diagonal")
 class ConstantSGD(Sampler):
     """Constant SGD with Mandt et al.'s optimal step (``scalar``) or diagonal preconditioner."""
 
-    minibatch_noise = True
+    declaration = Declaration(step_unit="per datum", minibatch_noise=True)
 
     def __init__(
         self,

@@ -31,6 +31,7 @@ from torch import Tensor
 
 from bdl.noise import Generator
 from bdl.potential import Closure
+from bdl.samplers.base import Declaration
 from bdl.samplers.metropolis import (
     LeapfrogUpdate,
     MetropolisSampler,
@@ -55,7 +56,7 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
         target_accept: the acceptance rate the adaptation aims at.
     """
 
-    vectorisable = True
+    declaration = Declaration(step_unit="per datum", full_batch=True, vectorisable=True)
 
     def __init__(
         self,

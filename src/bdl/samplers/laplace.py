@@ -49,7 +49,7 @@ import torch
 from torch import Tensor
 
 from bdl.potential import Closure, Potential
-from bdl.samplers.base import Batches, Sampler, SamplerState
+from bdl.samplers.base import Batches, Declaration, Sampler, SamplerState
 
 HESSIAN_STRUCTURES = ("diag", "kron", "full")
 SUBSETS = ("all", "last_layer")
@@ -84,10 +84,9 @@ class Laplace(Sampler):
         num_samples: draws from the approximation kept after the run.
     """
 
-    full_batch = True
-    injects_noise = False  # the draws after the run are the samples, not the (fixed) states
-    lr_per_datum = False
-    needs_trained_start = True
+    declaration = Declaration(
+        step_unit="optimiser", full_batch=True, injects_noise=False, needs_trained_start=True
+    )
 
     def __init__(
         self,

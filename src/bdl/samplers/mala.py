@@ -21,6 +21,8 @@ guaranteed to converge to the posterior). It costs two minibatch gradients per s
 
 from __future__ import annotations
 
+import dataclasses
+
 from bdl.noise import Generator
 from bdl.samplers.hmc import HMC
 
@@ -50,4 +52,5 @@ class MALA(HMC):
             foreach=foreach,
             generator=generator,
         )
-        self.approximate = approximate
+        if approximate:  # a choice of the user's, so the instance declares it
+            self.declaration = dataclasses.replace(type(self).declaration, full_batch=False)

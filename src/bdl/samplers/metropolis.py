@@ -161,23 +161,17 @@ class MetropolisState(SamplerState):
 
 
 class MetropolisSampler(Sampler):
-    """Base of the kernels with an exact (full-data) or approximate (minibatch) Metropolis test.
+    """Base of the kernels with a Metropolis test on the full-data potential (or, where a subclass
+    declares itself not ``full_batch``, on minibatch estimates of it).
 
     Args:
         lr: :math:`\\epsilon^2` on the scale of ``U`` (see the module docstring).
         adapt: adapt the step size by dual averaging while ``tune=True`` (burn-in).
         target_accept: the mean acceptance probability the adaptation aims at.
 
-    Subclasses set ``approximate``: ``False`` makes the kernel ``full_batch`` (the runner passes
-    the full-data closure); ``True`` lets it run on minibatch closures, testing on the minibatch
-    estimate of ``U`` (Ambrogioni, "approximate stochastic Langevin Monte Carlo": practical, but
-    biased — the test no longer makes the posterior invariant).
-
     ``noise=False`` (the exploration phase of a cyclical schedule) is ignored: the proposal noise
     of a Metropolis kernel is part of what makes it leave the posterior invariant.
     """
-
-    approximate = False
 
     def __init__(
         self,
@@ -194,14 +188,13 @@ class MetropolisSampler(Sampler):
         self.adapt = adapt
         self.target_accept = target_accept
 
-    @property
-    def full_batch(self) -> bool:
-        return not self.approximate
-
     def init(self, params: list[Tensor]) -> MetropolisState:
         return MetropolisState(
             params=list(params), adaptation=DualAveraging(target=self.target_accept)
         )
+
+    def potential_changed(self, state: MetropolisState) -> None:
+        state.buffers.pop("grad", None)
 
     def _scale(self, state: MetropolisState, lr_scale: float, tune: bool) -> float:
         r"""This iteration's :math:`\epsilon = \sqrt{\mathrm{lr}\cdot\mathrm{lr\_scale}}\,x`."""
@@ -209,9 +202,10 @@ class MetropolisSampler(Sampler):
         return math.sqrt(self.lr * lr_scale) * multiplier
 
     def _current(self, state: MetropolisState, closure: Closure) -> tuple[Tensor, list[Tensor]]:
-        """``(U, ∇U)`` at the current position: cached, unless the test is on minibatches (each
-        step then brings another minibatch, whose ``U`` must be evaluated at both ends)."""
-        if not self.approximate and "grad" in state.buffers:
+        """``(U, ∇U)`` at the current position: cached since the last step, unless
+        :meth:`potential_changed` dropped them or the test is on minibatches (each step then
+        brings another minibatch, whose ``U`` must be evaluated at both ends)."""
+        if self.declaration.full_batch and "grad" in state.buffers:
             return state.info["potential"], state.buffers["grad"]
         state.grad_evals += 1
         return closure()

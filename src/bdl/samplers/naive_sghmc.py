@@ -40,7 +40,7 @@ from torch import Tensor
 
 from bdl.noise import Generator
 from bdl.potential import Closure
-from bdl.samplers.base import Sampler, SamplerState
+from bdl.samplers.base import Declaration, Sampler, SamplerState
 from bdl.samplers.metropolis import (
     LeapfrogUpdate,
     drift,
@@ -57,8 +57,7 @@ class NaiveSGHMC(LeapfrogUpdate, Sampler):
     """Frictionless SG-HMC with :math:`\\epsilon^2 =` ``lr``, momentum resampled every
     ``resample_every`` steps, optionally Metropolis-corrected (``mh``)."""
 
-    vectorisable = True
-    backs_off = True
+    declaration = Declaration(step_unit="per datum", vectorisable=True, backs_off=True)
 
     def __init__(
         self,

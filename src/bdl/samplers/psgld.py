@@ -25,7 +25,7 @@ vanishes as :math:`\beta \to 1` and :math:`\epsilon \to 0`.
 with minibatch noise dominating :math:`V` (:math:`\sqrt V \approx N\sqrt{c/n}` for a per-example
 gradient variance :math:`c`), a mode of curvature :math:`Na` relaxes at a rate
 :math:`\tfrac12\epsilon a\sqrt{n/c}` per step, free of :math:`N`. So ``lr`` is :math:`\epsilon` on
-the scale of ``U`` itself, not a per-datum rate divided by :math:`N` (``lr_per_datum = False``,
+the scale of ``U`` itself, not a per-datum rate divided by :math:`N` (``step_unit="potential"``,
 as for Adam-based variational inference). Li et al. accumulate :math:`V` from the per-datum mean
 gradient, :math:`N` times smaller, so their :math:`\epsilon` is ours divided by :math:`N`.
 """
@@ -38,17 +38,14 @@ import torch
 from torch import Tensor
 
 from bdl.noise import Generator
-from bdl.samplers.base import Sampler, SamplerState
+from bdl.samplers.base import Declaration, Sampler, SamplerState
 
 
 class PSGLD(Sampler):
     """pSGLD with step ``lr`` (:math:`\\epsilon`), RMSprop decay ``beta``, ``damping``
     :math:`\\lambda`."""
 
-    vectorisable = True
-    backs_off = True
-
-    lr_per_datum = False
+    declaration = Declaration(step_unit="potential", vectorisable=True, backs_off=True)
 
     def __init__(
         self,

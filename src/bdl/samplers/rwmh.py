@@ -21,7 +21,7 @@ from torch import Tensor
 
 from bdl.noise import Generator
 from bdl.potential import Closure
-from bdl.samplers.base import SamplerState
+from bdl.samplers.base import Declaration, SamplerState
 from bdl.samplers.metropolis import MetropolisSampler, MetropolisState, metropolis_test, select_
 
 
@@ -32,7 +32,7 @@ class RWMH(MetropolisSampler):
     Gelman & Gilks 1997); in one dimension it is about 0.44.
     """
 
-    vectorisable = True
+    declaration = Declaration(step_unit="per datum", full_batch=True, vectorisable=True)
 
     def __init__(
         self,

@@ -11,13 +11,16 @@ and matches ``torch.optim.SGD(lr, momentum)``.
 from __future__ import annotations
 
 from bdl.noise import Generator
+from bdl.samplers.base import Declaration
 from bdl.samplers.sghmc import SGHMC
 
 
 class SGD(SGHMC):
     """SGD with learning rate ``lr`` and heavy-ball ``momentum`` in ``[0, 1)``."""
 
-    injects_noise = False
+    declaration = Declaration(
+        step_unit="per datum", injects_noise=False, vectorisable=True, backs_off=True
+    )
 
     def __init__(
         self,

@@ -43,15 +43,14 @@ from torch import Tensor
 
 from bdl.noise import Generator
 from bdl.potential import Closure
-from bdl.samplers.base import Sampler, SamplerState
+from bdl.samplers.base import Declaration, Sampler, SamplerState
 from bdl.samplers.gradient_noise import observing
 
 
 class SGHMC(Sampler):
     """SGHMC with learning rate ``lr`` (:math:`\\eta`) and friction ``alpha`` (:math:`\\alpha`)."""
 
-    vectorisable = True
-    backs_off = True
+    declaration = Declaration(step_unit="per datum", vectorisable=True, backs_off=True)
 
     def __init__(
         self,

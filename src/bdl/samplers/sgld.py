@@ -19,14 +19,13 @@ import math
 import torch
 from torch import Tensor
 
-from bdl.samplers.base import Sampler, SamplerState
+from bdl.samplers.base import Declaration, Sampler, SamplerState
 
 
 class SGLD(Sampler):
     """SGLD with step size ``lr`` (:math:`\\epsilon`)."""
 
-    vectorisable = True
-    backs_off = True
+    declaration = Declaration(step_unit="per datum", vectorisable=True, backs_off=True)
 
     def _update_foreach(
         self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool

@@ -1,0 +1,158 @@
+"""The end of a run: its metrics, the verdict on them, and the tables and figures beside.
+
+:func:`write_metrics` writes ``metrics.json`` (with ``predictive.safetensors``, ``chains.csv``
+and ``diagnostics.csv``) for a run that completed, diverged or failed: the pooled model average's
+test and validation metrics, agreement and total variation against a reference, the work done,
+R-hat and ESS over the chains, and for a completed run its verdict (:func:`judge`).
+:func:`write_pruning` adds the pruning curve of ``pruning=true``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+
+from bdl import diagnostics, outputs, pruning
+from bdl.experiment import Experiment
+from bdl.loop import Loop
+from bdl.metrics import agreement, pool, total_variation
+from bdl.network import named_parameters
+from bdl.outputs import RunDirectory
+
+log = logging.getLogger("bdl")
+
+#: Draws per chain below which no R-hat is computed: split R-hat needs two halves of two.
+MIN_DIAGNOSTIC_DRAWS = 4
+
+
+def write_metrics(
+    status: str,
+    experiment: Experiment,
+    loops: list[Loop],
+    directory: RunDirectory,
+    wall_time_s: float,
+    **extra: Any,
+) -> dict[str, Any]:
+    """``metrics.json`` of the run whose chains are ``loops`` (``experiment``: the first chain's,
+    for what they share), ended with ``status``; returns what it holds."""
+    exp = experiment
+    average = pool([loop.average for loop in loops])
+    metrics: dict[str, Any] = {"status": status, **extra}
+    if average.count:
+        metrics.update(average.metrics(exp.task.y_test))
+        predictive = average.predictive()
+        if exp.reference is not None:
+            metrics["agreement"] = agreement(predictive, exp.reference)
+            metrics["total_variation"] = total_variation(predictive, exp.reference)
+        directory.write_predictive(predictive, exp.task.targets())
+    if exp.validation is not None and average.count:
+        validation = pool([loop.validation for loop in loops])
+        for key, value in validation.metrics(exp.validation.y_test).items():
+            metrics[key.replace("test_", "val_", 1)] = value
+    metrics.update(
+        num_samples=average.count,
+        epochs=exp.epochs,
+        grad_evals=sum(loop.sampler.grad_evals for loop in loops),
+        wall_time_s=round(wall_time_s, 3),
+    )
+    rates = [rate for loop in loops for rate in loop.accept_rates]
+    if rates:
+        metrics["accept_rate"] = sum(rates) / len(rates)
+    if exp.backs_off:
+        metrics["step_scale"] = loops[0].step_scale
+    if exp.sampler.declaration.injects_noise:
+        metrics["rise_max"] = max(loop.rise_max for loop in loops)
+    if len(loops) > 1:
+        metrics["chains"] = len(loops)
+        _write_chain_table(exp, loops, directory)
+    metrics.update(_diagnostics(loops, directory))
+    if status == "completed" and average.count:
+        judge(metrics, exp, len(loops))
+    directory.write_metrics(metrics)
+    return metrics
+
+
+def judge(metrics: dict[str, Any], experiment: Experiment, chains: int) -> None:
+    """Set ``metrics``' verdict: ``unsound`` (with the ``error``) where the trivial predictor
+    does better on held-out data; ``warnings`` for what is a judgement, not a certainty."""
+    task = experiment.task
+    trivial = metrics["trivial"] = task.trivial_metrics()
+    worse = task.worse_than(metrics, trivial, (task.headline,))
+    if worse:
+        metrics["status"] = "unsound"
+        metrics["error"] = (
+            f"the posterior predicts worse than ignoring the inputs: {worse[0]} (the trivial "
+            "predictor's in brackets). Try another sampler, a smaller sampler.lr or more "
+            "epochs"
+        )
+    warnings = [diagnostics.warning(metrics)]
+    for density in task.worse_than(metrics, trivial, (task.calibration,)):
+        warnings.append(
+            f"the predictive density is worse than ignoring the inputs: {density} (the "
+            "trivial predictor's in brackets); its point predictions beat it, its spread "
+            "does not (an overconfident fit)"
+        )
+    if chains == 1 and experiment.sampler.declaration.injects_noise:
+        warnings.append(
+            "R-hat needs chains>=2: one chain cannot show that it has converged (chains=4)"
+        )
+    metrics["warnings"] = [w for w in warnings if w is not None]
+
+
+def _write_chain_table(experiment: Experiment, loops: list[Loop], directory: RunDirectory) -> None:
+    """``chains.csv``: each chain's own model average, work and accept rate."""
+    rows = []
+    for chain, loop in enumerate(loops):
+        row: dict[str, Any] = {"chain": chain, "num_samples": loop.average.count}
+        if loop.average.count:
+            row.update(loop.average.metrics(experiment.task.y_test))
+        row["grad_evals"] = loop.sampler.grad_evals
+        if loop.accept_rates:
+            row["accept_rate"] = sum(loop.accept_rates) / len(loop.accept_rates)
+        rows.append(row)
+    fields = list(dict.fromkeys(key for row in rows for key in row))
+    directory.write_table(outputs.CHAINS, fields, rows)
+
+
+def _diagnostics(loops: list[Loop], directory: RunDirectory) -> dict[str, float]:
+    """R-hat and ESS over the chains' first draws (as many as the shortest chain has), in
+    function space per test point (``diagnostics.csv``) and on the weight probes."""
+    draws = min(len(loop.log_likelihoods) for loop in loops)
+    if draws < MIN_DIAGNOSTIC_DRAWS:
+        return {}
+    pointwise = np.stack([torch.stack(loop.log_likelihoods[:draws]).numpy() for loop in loops])
+    probes = np.stack([torch.stack(loop.probes[:draws]).numpy() for loop in loops])
+    metrics, table = diagnostics.summarise(pointwise, probes)
+    rows = [dict(zip(table, values, strict=True)) for values in zip(*table.values(), strict=True)]
+    directory.write_table(diagnostics.FILE, list(table), rows)
+    return metrics
+
+
+def write_pruning(experiment: Experiment, loop: Loop, directory: RunDirectory) -> None:
+    """``pruning.csv`` and ``pruning.png``: the model average's test metric as the weights
+    with the lowest signal-to-noise ratio are removed (:mod:`bdl.pruning`); one chain's.
+    ``signal_to_noise.{csv,png}``: the distribution of σ and of the ratio it ranked by."""
+    exp = experiment
+    live = named_parameters(exp.potential.model, exp.potential.likelihood)
+    moments = exp.sampler.posterior_moments(loop.sampler)
+    if moments is not None:
+        moments = tuple(dict(zip(live, m, strict=True)) for m in moments)
+    rows, mean, std = pruning.curve_from_store(
+        directory.path / "samples",
+        live,
+        list(exp.potential.model_params),
+        moments,
+        exp.predict_test,
+        exp.task.pruning_score,
+        exp.pruning_samples,
+    )
+    path = pruning.write_curve(directory.path, rows, exp.task.pruning_metric)
+    pruning.write_signal_to_noise(directory.path, mean, std)
+    log.info(
+        "pruning curve in %s: %s",
+        path,
+        ", ".join(f"{r['fraction_removed']:.0%} {r['score']:.4f}" for r in rows),
+    )
