@@ -16,7 +16,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser

@@ -221,9 +221,16 @@ def _target_option(group: str, path: Path, node, comments: dict[str, str]) -> st
         else:
             value = f"{_value(parameter.default)} (the target's default)"
         rows.append(
-            (f"`{group}.{key}`", value, _cell(_type_name(parameter.annotation)), _cell(comments.get(key, "")))
+            (
+                f"`{group}.{key}`",
+                value,
+                _cell(_type_name(parameter.annotation)),
+                _cell(comments.get(key, "")),
+            )
         )
-    built = f"`{node._target_}`" + (", given the runtime arguments" if node.get("_partial_") else "")
+    built = f"`{node._target_}`" + (
+        ", given the runtime arguments" if node.get("_partial_") else ""
+    )
     table = _table(("key", "value", "type", "note"), rows) if rows else "No keys."
     choices = _choices(OmegaConf.load(path))
     return "\n\n".join(part for part in (f"Builds {built}.", choices, table) if part)
