@@ -9,7 +9,7 @@ export BDL_DATA_DIR ?= $(SHARED_DATA)
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help install run demo test test-slow lint format bench mutation mutation-full reproduce-chen-mnist reproduce-uci reproduce-uci-quick check \
+.PHONY: help install run demo test test-slow lint format docs docs-serve bench mutation mutation-full reproduce-chen-mnist reproduce-uci reproduce-uci-quick check \
 	reproduce-izmailov-mnist reproduce-blundell-mnist reproduce-blundell-mnist-1200
 
 help: ## list the targets
@@ -50,6 +50,14 @@ mutation: install ## a seeded sample of mutmut's mutants of every module: docs/m
 
 mutation-full: install ## all 14 769 mutants of src/bdl (about a week of one core at 40 s a mutant)
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/mutation.py --seed $(MUTATION_SEED) --sample 1.0
+
+# Material's banner about MkDocs 2 is no warning of this build's
+export NO_MKDOCS_2_WARNING := 1
+docs: install ## the documentation site into site/ (mkdocs build --strict: offline, a warning fails)
+	$(BIN)/mkdocs build --strict
+
+docs-serve: install ## serve the documentation site at http://127.0.0.1:8000, rebuilt on each edit
+	$(BIN)/mkdocs serve
 
 bench: install ## bdl vs bare PyTorch, same process: SGHMC vs SGD-momentum epoch; BBB vs SGD step; stacked chains; compile=true vs eager
 	$(BIN)/python scripts/bench.py

@@ -571,14 +571,15 @@ def test_mnist_validation_and_rotated_test_set(tmp_path: Path, data_dir: Path):
     assert validation["test_accuracy"] > 0.5 and rotated["test_accuracy"] < 0.5
 
 
-def readme_examples() -> list[str]:
-    readme = Path(__file__).parents[1] / "README.md"
-    return re.findall(r"```python\n(.*?)```", readme.read_text(encoding="utf-8"), re.S)
+def page_examples(page: str) -> list[str]:
+    """The Python blocks of a page of the documentation site."""
+    path = Path(__file__).parents[1] / "docs" / page
+    return re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), re.S)
 
 
-def test_readme_load_run_example(uci_run: Path, capsys):
+def test_docs_load_run_example(uci_run: Path, capsys):
     namespace = {"bdl": bdl, "run_dir": uci_run}
-    exec(readme_examples()[0], namespace)
+    exec(page_examples("guide/posterior.md")[0], namespace)
     saved = load_file(uci_run / "predictive.safetensors")["predictive"]
     assert torch.equal(namespace["average"], saved)
     assert namespace["first"].draw == 0 and namespace["first"].info["epoch"] == 2
@@ -586,11 +587,11 @@ def test_readme_load_run_example(uci_run: Path, capsys):
     assert "test_rmse" in capsys.readouterr().out
 
 
-def test_readme_python_example_samples_the_closed_form_posterior(capsys):
-    """The README's SGHMC example against Bayesian linear regression's posterior mean
+def test_docs_python_example_samples_the_closed_form_posterior(capsys):
+    """The "Python use" page's SGHMC example against Bayesian linear regression's posterior mean
     Σ Xᵀy/σ², Σ = (XᵀX/σ² + I)⁻¹ (Bishop 2006, eqs. 3.53-3.54)."""
     namespace: dict = {}
-    exec(readme_examples()[1], namespace)
+    exec(page_examples("guide/python.md")[0], namespace)
     x, y = namespace["x"].double(), namespace["y"].double()
     design = torch.cat([x, torch.ones_like(x)], 1)
     covariance = torch.linalg.inv(design.T @ design / 0.25 + torch.eye(2, dtype=torch.float64))

@@ -1,6 +1,7 @@
-"""Every `bdl-run`, `bdl-report` and `bdl-check` command shown in README.md must parse.
+"""Every `bdl-run`, `bdl-report`, `bdl-check` and `bdl-eval` command shown in README.md and in
+the documentation site's pages (docs/**/*.md) must parse.
 
-The README is read at test time, so a command added or edited there is checked as written:
+The pages are read at test time, so a command added or edited there is checked as written:
 training commands are composed by the real ``bdl-run`` with ``--cfg job`` appended (composition
 only: no data, no training), the others go through their own argument parsers.
 """
@@ -15,7 +16,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -23,11 +23,14 @@ from hydra.errors import OverrideParseException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from bdl import check, report
+from bdl import check, evaluate, report
 from bdl.models.mlp import MLP
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-PROGRAMS = ("bdl-run", "bdl-report", "bdl-check")
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+#: The pages whose commands are checked: the README and every page of the site.
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+PROGRAMS = ("bdl-run", "bdl-report", "bdl-check", "bdl-eval")
 _COMMAND = re.compile(rf"^\$?\s*({'|'.join(PROGRAMS)})(\s|$)")
 
 # Runs each argv through ``bdl.cli.main`` (the ``bdl-run`` console script) in one interpreter,
@@ -90,7 +93,7 @@ def _argv(command: str) -> tuple[str, list[str]]:
     command = re.sub(r"<[^<>]*>", "placeholder", command)
     tokens = shlex.split(command, comments=True)
     tokens = [t.strip("[]") for t in tokens]
-    return tokens[0], [t for t in tokens[1:] if t not in ("", "...")]
+    return tokens[0], [t for t in tokens[1:] if t not in ("", "...", "…")]
 
 
 def _compositions(args: list[str]) -> list[list[str]]:
@@ -99,9 +102,17 @@ def _compositions(args: list[str]) -> list[list[str]]:
     ``--cfg`` composes one job, so a sweep (``-m a=x,y b=1,2``) becomes one line per swept value,
     the other overrides at their first value: every value is composed, not every combination.
     """
-    args = [a for a in args if a not in ("-m", "--multirun")]
     if "--cfg" in args or "-c" in args or "--help" in args or "-h" in args:
-        return [args]
+        return [args]  # bdl-run prints each job of a sweep (-m) itself
+    # A value left for the reader to fill (``dataset=<set>``, ``epochs=E``, ``prior.…``) is
+    # dropped: the overrides around it are still composed.
+    args = [
+        a
+        for a in args
+        if a not in ("-m", "--multirun")
+        and "…" not in a
+        and not re.fullmatch(r"[^=]+=(placeholder|[A-Z])", a)
+    ]
     try:
         overrides = OverridesParser.create().parse_overrides(args)
     except OverrideParseException:
@@ -159,20 +170,36 @@ def test_readme_extraction_finds_commands_and_options():
     ]
 
 
-def test_every_readme_command_parses():
-    commands = readme_commands(README.read_text(encoding="utf-8"))
-    assert sum(c.startswith("bdl-run ") for c in commands) >= 3, commands
+def _parses(program: str, args: list[str]) -> bool:
+    """Whether ``bdl-report``, ``bdl-check`` or ``bdl-eval`` accepts the arguments."""
+    try:
+        if program == "bdl-eval":
+            evaluate._parse(args)  # checks the options' names and values, reads no run
+        else:
+            (report._parser() if program == "bdl-report" else check._parser()).parse_args(args)
+    except (SystemExit, ValueError):
+        return False
+    return True
+
+
+def test_every_documented_command_parses():
+    commands = {
+        (page.relative_to(ROOT).as_posix(), command)
+        for page in PAGES
+        for command in readme_commands(page.read_text(encoding="utf-8"))
+    }
+    readme = [c for page, c in commands if page == "README.md"]
+    assert sum(c.startswith("bdl-run ") for c in readme) >= 3, readme
+    assert {c.split()[0] for _, c in commands} == set(PROGRAMS)
     runs: list[tuple[str, list[str]]] = []
-    for command in commands:
+    refused = []
+    for page, command in sorted(commands):
         program, args = _argv(command)
         if program == "bdl-run":
-            runs.extend((command, argv) for argv in _compositions(args))
-            continue
-        parser = report._parser() if program == "bdl-report" else check._parser()
-        try:
-            parser.parse_args(args)
-        except SystemExit:
-            pytest.fail(f"README command does not parse: {command}")
+            runs.extend((f"{page}: {command}", argv) for argv in _compositions(args))
+        elif not _parses(program, args):
+            refused.append(f"{page}: {command}")
+    assert not refused, "documented commands that do not parse:\n" + "\n".join(refused)
     unique = list(dict.fromkeys(tuple(argv) for _, argv in runs))
     results = dict(zip(unique, _run_cli([list(argv) for argv in unique])))
     failures = [
@@ -181,7 +208,7 @@ def test_every_readme_command_parses():
         for result in [results[tuple(argv)]]
         if result["code"] != 0 or ("--cfg" in argv and "sampler:" not in result["out"])
     ]
-    assert not failures, "README commands that bdl-run refuses:\n" + "\n".join(failures)
+    assert not failures, "documented commands that bdl-run refuses:\n" + "\n".join(failures)
 
 
 def test_per_layer_prior_through_the_cli_and_a_model():

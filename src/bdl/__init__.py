@@ -1,8 +1,8 @@
 """bdl: Bayesian deep learning through stochastic dynamics.
 
 The command-line tools (``bdl-run``, ``bdl-eval``, ``bdl-report``, ``bdl-check``) are built from
-the pieces exported here, which can also be used directly from Python (README, "Python use"):
-the potential ``U`` (:class:`Potential`), priors and likelihoods (:mod:`bdl.priors`,
+the pieces exported here, which can also be used directly from Python (docs/guide/python.md): the
+potential ``U`` (:class:`Potential`), priors and likelihoods (:mod:`bdl.priors`,
 :mod:`bdl.likelihoods`), the samplers, and a saved run's posterior (:func:`load_run`).
 """
 

@@ -1,0 +1,165 @@
+"""The documentation site builds without a warning, and its tutorials run as written, shortened.
+
+The build is MkDocs' own ``--strict`` one (a broken link, a missing page or anchor, or a
+docstring mkdocstrings cannot read fails it). Each tutorial's commands are read from its page and
+run on the generated data of ``fake_data_root`` with fewer epochs; its Python block is executed on
+the run it made.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import bdl
+from bdl.evaluate import main as bdl_eval
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+
+def test_the_site_builds_strict_and_offline(tmp_path):
+    if importlib.util.find_spec("mkdocs") is None:
+        pytest.skip("mkdocs is not installed: pip install -e '.[docs]' (dev includes it)")
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "WARNING" not in result.stderr, result.stderr[-3000:]
+    reference = (tmp_path / "site" / "reference" / "config" / "index.html").read_text()
+    # generated from conf/ and the schema: a key of each, with its value
+    assert "sampler.grad_var" in reference and "checkpoint_every" in reference
+    assert "hydra.launcher.signal_delay_s" in reference
+
+
+def page_commands(page: str, program: str = "bdl-") -> list[str]:
+    """The command lines of a page's indented code blocks that start with ``program``."""
+    text = (DOCS / page).read_text(encoding="utf-8")
+    return [
+        line.strip()
+        for line in text.splitlines()
+        if line.startswith("    ") and line.strip().startswith(program)
+    ]
+
+
+def page_python(page: str) -> str:
+    (block,) = re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(encoding="utf-8"), re.S)
+    return block
+
+
+def shortened(command: str, **values: str) -> list[str]:
+    """The command's arguments with ``values`` replacing (or adding) those keys."""
+    program, *args = shlex.split(command, comments=True)
+    args = [a for a in args if a.partition("=")[0] not in values]
+    return [*args, *(f"{key}={value}" for key, value in values.items())]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, fake_data_root) -> dict[str, str]:
+    cache = tmp_path_factory.mktemp("cache")
+    return {
+        **os.environ,
+        "BDL_DATA_DIR": str(fake_data_root),
+        "BDL_CACHE_DIR": str(cache),
+        "XDG_CACHE_HOME": str(cache),
+        "OMP_NUM_THREADS": "1",
+        "HYDRA_FULL_ERROR": "0",
+    }
+
+
+@pytest.fixture
+def data_here(env, monkeypatch) -> None:
+    """This process reads the generated data too (a tutorial's Python block loads them)."""
+    for key in ("BDL_DATA_DIR", "BDL_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.setenv(key, env[key])
+
+
+def bdl_run(args: list[str], env: dict[str, str], cwd: Path, module: str = "bdl.cli"):
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], env=env, cwd=cwd, capture_output=True, text=True
+    )
+
+
+def test_tutorial_uci_chains(env, data_here, tmp_path):
+    (command,) = page_commands("tutorials/uci-chains.md", "bdl-run")
+    run_dir = tmp_path / "yacht-hmc"
+    args = shortened(command, epochs="24", burn_in="8", thin="2")
+    result = bdl_run([*args, f"hydra.run.dir={run_dir}"], env, tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["status"] == "completed" and metrics["chains"] == 4
+    assert metrics["num_samples"] == 4 * 8  # epochs 9..24, every second one, per chain
+    assert 1.0 <= metrics["rhat_max"] < math.inf
+    (report,) = page_commands("tutorials/uci-chains.md", "bdl-report")
+    _, *report_args = shlex.split(report.replace("runs/yacht-hmc", str(run_dir)))
+    assert bdl_run(report_args, env, tmp_path, "bdl.report").returncode == 0
+    assert any(p.name.startswith("rhat_") for p in (run_dir / "plots").iterdir())
+    namespace = {"bdl": bdl, "run_dir": run_dir}
+    exec(page_python("tutorials/uci-chains.md"), namespace)
+    assert namespace["posterior"].num_chains == 4
+    assert namespace["error"].shape == namespace["std"].shape == (len(namespace["mean"]),)
+
+
+def test_tutorial_shift(env, data_here, tmp_path):
+    (command,) = page_commands("tutorials/shift.md", "bdl-run")
+    run_dir = tmp_path / "mnist-sghmc"
+    args = shortened(command, epochs="2", burn_in="1", **{"hydra.run.dir": str(run_dir)})
+    result = bdl_run(args, env, tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    for line in page_commands("tutorials/shift.md", "bdl-eval"):
+        _, *options = shlex.split(line.replace("runs/mnist-sghmc", str(run_dir)))
+        assert bdl_eval(options) == 0, line  # in this process: torch is imported once
+    rotated = json.loads((run_dir / "eval" / "mnist-test-rotate30" / "metrics.json").read_text())
+    namespace = {"bdl": bdl, "run_dir": run_dir}
+    exec(page_python("tutorials/shift.md"), namespace)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    rows = {degrees: row for degrees, *row in namespace["rows"]}
+    assert rows[0][0] == pytest.approx(metrics["test_accuracy"], abs=1e-4)
+    assert rows[30][0] == pytest.approx(rotated["test_accuracy"], abs=1e-6)
+    assert rows[90][0] < rows[0][0]  # the generated digits are not rotation-invariant
+
+
+@pytest.mark.slow  # 15 s: two runs of MNIST's full network (tests/test_resume_cli.py is quicker)
+def test_tutorial_resume(env, tmp_path):
+    first, again = page_commands("tutorials/resume.md", "bdl-run")
+    run_dir = tmp_path / "chen"
+    short = {"epochs": "6", "burn_in": "2", "checkpoint_every": "1"}
+    args = shortened(first.replace("runs/chen", str(run_dir)), **short)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bdl.cli", *args],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not (run_dir / "checkpoint.safetensors").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    stderr = process.communicate(timeout=60)[1]
+    status = json.loads((run_dir / "metrics.json").read_text())["status"]
+    # the signal may come as the run ends; otherwise it stops and says how to resume
+    assert (process.returncode, status) in [(143, "interrupted"), (0, "completed")], stderr
+    if process.returncode == 143:
+        assert "resume=true" in stderr
+    result = bdl_run(shortened(again.replace("runs/chen", str(run_dir)), **short), env, tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["status"] == "completed" and metrics["num_samples"] == 4
