@@ -92,7 +92,7 @@ def _argv(command: str) -> tuple[str, list[str]]:
     synopsis become a plain value, the option itself and nothing."""
     command = re.sub(r"<[^<>]*>", "placeholder", command)
     tokens = shlex.split(command, comments=True)
-    tokens = [t.strip("[]") for t in tokens]
+    tokens = [t if "=[" in t else t.strip("[]") for t in tokens]  # key=[a,b] is a list value
     return tokens[0], [t for t in tokens[1:] if t not in ("", "...", "…")]
 
 

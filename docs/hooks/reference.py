@@ -19,7 +19,7 @@ import sys
 import tokenize
 import types
 import typing
-from dataclasses import fields, is_dataclass
+from dataclasses import MISSING, fields, is_dataclass
 from enum import Enum
 from pathlib import Path
 
@@ -178,7 +178,8 @@ def _schema_rows(cls: type, prefix: str = "") -> list[tuple[str, ...]]:
         if kind is typing.Any:  # a config group: its options are listed below
             rows.append((f"`{prefix}{f.name}`", "group", "", f"[the {f.name} group](#{f.name})"))
             continue
-        shown = "set by the protocol" if f.default == "???" else _value(f.default)
+        default = f.default_factory() if f.default_factory is not MISSING else f.default
+        shown = "set by the protocol" if default == "???" else _value(default)
         rows.append(
             (f"`{prefix}{f.name}`", _cell(_type_name(kind)), shown, _cell(comments.get(f.name, "")))
         )

@@ -56,3 +56,15 @@ def test_samples_a_gaussian_and_adapts_to_the_target_rate():
 def test_bad_hyperparameters_name_the_key(kwargs, key):
     with pytest.raises(ValueError, match=key):
         RWMH(**{"lr": 0.01, **kwargs})
+
+
+def test_is_full_batch_unless_approximate(quadratic, counting):
+    assert RWMH(0.01).declaration.full_batch
+    sampler = RWMH(0.01, approximate=True, generator=torch.Generator().manual_seed(0))
+    assert not sampler.declaration.full_batch and RWMH.declaration.full_batch
+    params = [torch.randn(5)]
+    state = sampler.init(params)
+    for calls in (2, 4):  # no cached U: each minibatch is evaluated at both ends
+        closure = counting(quadratic(params))
+        sampler.step(state, closure)
+        assert closure.calls == 2 and state.grad_evals == calls

@@ -21,8 +21,6 @@ guaranteed to converge to the posterior). It costs two minibatch gradients per s
 
 from __future__ import annotations
 
-import dataclasses
-
 from bdl.noise import Generator
 from bdl.samplers.hmc import HMC
 
@@ -52,5 +50,4 @@ class MALA(HMC):
             foreach=foreach,
             generator=generator,
         )
-        if approximate:  # a choice of the user's, so the instance declares it
-            self.declaration = dataclasses.replace(type(self).declaration, full_batch=False)
+        self._on_minibatches(approximate)

@@ -46,6 +46,7 @@ hyperparameters between steps) must drop the cache: ``state.buffers.pop("grad", 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -192,6 +193,13 @@ class MetropolisSampler(Sampler):
         return MetropolisState(
             params=list(params), adaptation=DualAveraging(target=self.target_accept)
         )
+
+    def _on_minibatches(self, approximate: bool) -> None:
+        """``approximate=True``, a choice of the user's: this sampler tests on minibatch
+        estimates of ``U`` (Ambrogioni's approximate test), so it declares itself not
+        ``full_batch`` and the runner passes it minibatch closures."""
+        if approximate:
+            self.declaration = dataclasses.replace(type(self).declaration, full_batch=False)
 
     def potential_changed(self, state: MetropolisState) -> None:
         state.buffers.pop("grad", None)

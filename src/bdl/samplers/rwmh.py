@@ -47,7 +47,7 @@ class RWMH(MetropolisSampler):
         super().__init__(
             lr, adapt=adapt, target_accept=target_accept, foreach=foreach, generator=generator
         )
-        self.approximate = approximate
+        self._on_minibatches(approximate)
 
     @torch.no_grad()
     def step(
