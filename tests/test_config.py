@@ -123,6 +123,8 @@ def test_dataset_options(option, fake_data_root, isolated_cache, no_cifar_md5):
         ("temperature=0", "temperature"),
         ("burn_in=900", "burn_in"),
         ("wandb.mode=on", "wandb.mode"),
+        ("threads=0", "threads"),
+        ("threads=most", "threads"),
     ],
 )
 def test_out_of_range_values_name_their_key(override, key):

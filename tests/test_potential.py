@@ -364,7 +364,7 @@ def test_prior_precision_is_the_prior_terms_curvature_over_t():
     assert Potential(model, Categorical(), Laplace(), 10).prior_precision() is None
 
 
-# --- chains stacked as one (bdl.chains) -------------------------------------------------------
+# --- chains stacked as one (bdl.steppers) -----------------------------------------------------
 
 
 def regression_potential(prior, temperature=0.7):

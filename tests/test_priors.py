@@ -97,7 +97,7 @@ def test_per_layer_scales_and_fan_in_scaling(family):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_chain_log_prob_is_each_stacked_chains_density(family):
-    """Chains stacked along a first dimension (bdl.chains): one log-density per chain, with its
+    """Chains stacked along a first dimension (bdl.steppers): one log-density per chain, with its
     gradient, at the per-layer and fan-in scales that bind() resolved on one chain's shapes."""
     prior, density = FAMILIES[family]
     prior = type(prior)(**{**vars_of(prior), "layers": {"*.bias": 3.0}, "fan_in": True})

@@ -180,7 +180,8 @@ def save_run(
     **header: Any,
 ) -> None:
     """Checkpoint every chain of a run (``config``: :func:`resumable_config` of its config;
-    ``header``: the run's own JSON-serialisable fields, its elapsed time and wandb id)."""
+    ``header``: the run's own JSON-serialisable fields, its elapsed time, wandb id and
+    thread count)."""
     tensors, chains = {}, []
     for k, (experiment, loop) in enumerate(zip(experiments, loops, strict=True)):
         chain_tensors, chain_header = _chain_state(loop, experiment)

@@ -100,6 +100,9 @@ class RunConfig:
     # noise is the same sequence; false: each chain draws its own order (bdl.steppers)
     shared_minibatches: bool = False
     device: Device = Device.auto
+    # torch's CPU threads: auto (one for a network under 100 000 parameters or on a busy machine,
+    # else the free cores: bdl.threads) or a number
+    threads: Any = "auto"
     # differentiate the data term by torch.compile (bdl.potential.Potential): a small network's
     # step several times faster after a compile of seconds, gradients equal to float rounding
     compile: bool = False
@@ -190,6 +193,11 @@ def _check_ranges(cfg: Any) -> None:
             "seed=0 or more, below 2^64 (torch's seeds are 64-bit) less the chains",
         ),
         ("chains", cfg.chains >= 1, "chains=1 or more independent chains"),
+        (
+            "threads",
+            cfg.threads == "auto" or (isinstance(cfg.threads, int) and cfg.threads >= 1),
+            "threads=auto or a number of threads, 1 or more",
+        ),
         ("epochs", cfg.epochs >= 1, "a positive number of epochs, e.g. epochs=10"),
         ("batch_size", cfg.batch_size >= 1, "a positive minibatch size, e.g. batch_size=128"),
         ("burn_in", cfg.burn_in >= 0, "burn_in=0 or more epochs"),

@@ -22,7 +22,7 @@ import torch
 from omegaconf import DictConfig
 from torch import Tensor
 
-from bdl import distributed, stability
+from bdl import distributed, stability, threads
 from bdl.config import ConfigError, short_run
 from bdl.data import Dataset
 from bdl.instantiation import instantiate, resolve
@@ -83,6 +83,8 @@ class Experiment:
     #: chain's minibatch order
     vectorise: bool = True
     shared_minibatches: bool = False
+    #: torch's CPU threads (bdl.threads), recorded in the checkpoint
+    threads: int = 1
 
     def collects(self, epoch: int) -> bool:
         """Whether the state after (0-based) ``epoch`` is kept as a posterior sample."""
@@ -262,9 +264,15 @@ def make_sampler(cfg: DictConfig, potential: Potential, generator: Generator) ->
     return instantiate(cfg.sampler)(lr=lr, generator=generator)
 
 
-def build_chains(cfg: DictConfig, group: distributed.Group | None = None) -> list[Experiment]:
-    """The experiment of each of the ``cfg.chains`` chains, sharing one copy of the data."""
+def build_chains(
+    cfg: DictConfig, group: distributed.Group | None = None, resumed_threads: int | None = None
+) -> list[Experiment]:
+    """The experiment of each of the ``cfg.chains`` chains, sharing one copy of the data, with
+    torch's thread count set (:mod:`bdl.threads`; ``resumed_threads``: the count a resumed run's
+    checkpoint recorded, kept under ``threads=auto``)."""
     first = build(cfg, group)
+    parameters = sum(p.numel() for p in first.potential.params)
+    count = threads.apply(resumed_threads or cfg.threads, parameters, first.device)
     if cfg.chains > 1:
         if group is not None:
             raise ConfigError(
@@ -277,7 +285,10 @@ def build_chains(cfg: DictConfig, group: distributed.Group | None = None) -> lis
             )
         _check_memory(first, cfg.chains)
         log.info("%d chains, seeded %d..%d", cfg.chains, cfg.seed, cfg.seed + cfg.chains - 1)
-    return [first, *(build(cfg, group, k, like=first) for k in range(1, cfg.chains))]
+    experiments = [first, *(build(cfg, group, k, like=first) for k in range(1, cfg.chains))]
+    for experiment in experiments:
+        experiment.threads = count
+    return experiments
 
 
 def _check_memory(experiment: Experiment, chains: int) -> None:

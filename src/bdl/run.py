@@ -73,7 +73,7 @@ def _run_in(
             # a requeued job whose run had ended (perhaps killed on its way out): nothing to redo
             log.info("the run in %s has completed; nothing to resume", output.path)
             return output.read_metrics()
-    experiments = build_chains(cfg, group)
+    experiments = build_chains(cfg, group, header.get("threads"))
     if resuming:
         loops = checkpoint.restore_loops(experiments, tensors, header)
         log.info("resuming at epoch %d, step %d", loops[0].epoch + 1, loops[0].step)

@@ -279,6 +279,7 @@ class Sampling:
             self.loops,
             elapsed_s=self.elapsed_before,
             wandb_id=getattr(self.wandb_run, "id", None),
+            threads=self.experiment.threads,
         )
 
     def _interrupt(self) -> None:
