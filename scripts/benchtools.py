@@ -47,9 +47,15 @@ def bare_model(run: Experiment) -> nn.Module:
 
 
 def composed(overrides: list[str]) -> DictConfig:
-    """The config `bdl-run <overrides>` would run."""
+    """The config `bdl-run <overrides>` would run, at torch's thread count of this process
+    (OMP_NUM_THREADS) unless the overrides set one: a benchmark states its thread count."""
+    threads = (
+        []
+        if any(o.startswith("threads=") for o in overrides)
+        else [f"threads={torch.get_num_threads()}"]
+    )
     with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
-        return compose("config", overrides=overrides)
+        return compose("config", overrides=[*overrides, *threads])
 
 
 def timed(fn: Callable[[], object]) -> float:

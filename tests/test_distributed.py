@@ -70,10 +70,9 @@ def run_one_process(args: list[str], directory: Path) -> None:
     from bdl.run import run
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     try:
         with initialize_config_module("bdl.conf", version_base="1.3"):
-            run(compose("config", args), directory)
+            run(compose("config", [*args, "threads=1"]), directory)
     finally:
         torch.set_num_threads(threads)
 

@@ -23,6 +23,7 @@ def machine(monkeypatch):
     """A machine of ``cores`` cores with a one-minute load average of ``load``."""
 
     def make(cores: int, load: float) -> None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
         monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: set(range(cores)))
         monkeypatch.setattr(threads.os, "getloadavg", lambda: (load, load, load))
 
@@ -32,8 +33,9 @@ def machine(monkeypatch):
 @pytest.mark.parametrize(
     ("cores", "load", "parameters", "expected"),
     [
-        (8, 0.0, 79_510, 1),  # MNIST's MLP: too small to split
-        (8, 0.0, 273_754, 8),  # ResNet-20-FRN on an idle machine: every core
+        (8, 0.0, 402, 1),  # yacht's UCI network: too small to split
+        (8, 0.0, 79_510, 8),  # MNIST's MLP on an idle machine: every core
+        (8, 0.0, 273_754, 8),
         (8, 5.2, 273_754, 3),  # five cores busy elsewhere
         (8, 7.6, 273_754, 1),  # fewer than two free
         (2, 0.0, 1_000_000, 2),
@@ -49,6 +51,12 @@ def test_auto_splits_the_free_cores_between_a_machines_ranks(machine, monkeypatc
     machine(8, 0.0)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     assert threads.choose("auto", 10**6) == 4
+
+
+def test_auto_takes_the_environments_thread_count(machine, monkeypatch):
+    machine(8, 0.0)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # a job script's, or torchrun's one per rank
+    assert threads.choose("auto", 402) == threads.choose("auto", 10**6) == 3
 
 
 def test_a_resumed_run_keeps_the_thread_count_of_its_checkpoint(tmp_path):

@@ -100,7 +100,7 @@ class RunConfig:
     # noise is the same sequence; false: each chain draws its own order (bdl.steppers)
     shared_minibatches: bool = False
     device: Device = Device.auto
-    # torch's CPU threads: auto (one for a network under 100 000 parameters or on a busy machine,
+    # torch's CPU threads: auto (one for a network under 10 000 parameters or on a busy machine,
     # else the free cores: bdl.threads) or a number
     threads: Any = "auto"
     # differentiate the data term by torch.compile (bdl.potential.Potential): a small network's

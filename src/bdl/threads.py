@@ -4,11 +4,12 @@ torch takes every core by default, which pays on an idle machine for large matri
 costs dearly otherwise: a small network's operations are too short to split, and on a machine
 where other work runs, threads that wait for each other's cores stall every operation. Measured
 on a 2-core machine with other jobs running, a UCI network's run at torch's default two threads
-took 4 to 15 times as long as at one, with identical draws. ``auto`` therefore takes one thread
-for a network below :data:`SMALL_NETWORK` parameters or when fewer than two cores are free, and
-otherwise the free cores (those the load average leaves idle, of those this process may use).
-Under ``torchrun`` each rank takes its share of the free cores. On a GPU the setting is left alone:
-the CPU only feeds the device.
+took 4 to 15 times as long as at one, with identical draws. ``auto`` therefore takes
+``OMP_NUM_THREADS`` where the environment sets it (a job script's choice; ``torchrun`` sets one
+per rank), else one thread for a network below :data:`SMALL_NETWORK` parameters or when fewer
+than two cores are free, and otherwise the free cores (those the load average leaves idle, of
+those this process may use), shared between ``torchrun``'s ranks on the machine. On a GPU the
+setting is left alone: the CPU only feeds the device.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ import torch
 
 log = logging.getLogger("bdl")
 
-#: Parameters below which a network's operations are too small to split over threads.
-SMALL_NETWORK = 100_000
+#: Parameters below which a network's operations are too small to split over threads: the UCI
+#: benchmarks' networks (hundreds to a few thousand). MNIST's MLP (79 510) keeps the free cores,
+#: as torch's default gave it.
+SMALL_NETWORK = 10_000
 
 
 def free_cores() -> int:
@@ -35,6 +38,8 @@ def choose(setting: str | int, parameters: int) -> int:
     ``torchrun``, for one of this machine's ranks)."""
     if setting != "auto":
         return int(setting)
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        return max(1, int(os.environ["OMP_NUM_THREADS"]))
     free = free_cores() // int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     return 1 if parameters < SMALL_NETWORK or free < 2 else free
 
