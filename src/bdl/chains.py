@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from bdl.potential import Closure
+from bdl.closures import Closure
 from bdl.samplers.base import Sampler, SamplerState
 
 if TYPE_CHECKING:

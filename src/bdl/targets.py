@@ -13,15 +13,12 @@ the Metropolis tests of their Fig. 1 use the exact potential.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from bdl.potential import Closure
-
-ClosureFactory = Callable[[], Closure]
+from bdl.closures import Closure, ClosureFactory
 
 
 def _chains(chains: int, *shape: int) -> Tensor:
