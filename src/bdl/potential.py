@@ -22,10 +22,11 @@ the above untouched at its default of 1. Any weights with :math:`\frac{n}{N}\sum
 M\pi_i`, :math:`\pi_i = 2^{M-i}/(2^M - 1)` over the :math:`M` minibatches of an epoch (Bühler
 §2.2; ``sampler=bbb``) is one.
 
-**Variational expectations.** Called with a mean-field Gaussian ``q``
-(:class:`bdl.variational.MeanField`), a minibatch closure returns instead a Monte Carlo estimate
-of the negative evidence lower bound, which :mod:`bdl.variational` computes from this module's
-scaling (:meth:`Potential.energy`, :meth:`Potential.prior_scale`).
+**Variational expectations.** Called with a variational distribution ``q`` (:class:`Variational`;
+the mean-field Gaussian of :mod:`bdl.variational`), a minibatch closure returns instead ``q``'s
+Monte Carlo estimate of the negative evidence lower bound, which ``q`` computes from this
+module's scaling (:meth:`Potential.energy`, :meth:`Potential.prior_scale`) and model
+(:meth:`Potential.log_joint`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Hashable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -42,9 +43,20 @@ from torch.func import functional_call, grad_and_value, vmap
 from bdl.closures import Closure, Evaluation, writable_gradients
 from bdl.likelihoods import Likelihood
 from bdl.priors import Prior
-from bdl.variational import MeanField, NegativeELBO
 
 log = logging.getLogger("bdl")
+
+
+class Variational(Protocol):
+    """A variational distribution over a potential's ``params`` (:mod:`bdl.variational`), which
+    :meth:`Potential.closure` hands the potential and its minibatch to:
+    ``q.negative_elbo(potential, x, y, prior_weight)`` returns ``q``'s estimate of the negative
+    evidence lower bound on the minibatch ``(x, y)``, the expectation of :meth:`Potential.energy`
+    under ``q`` less its entropy, and the gradient in ``q``'s parameters."""
+
+    def negative_elbo(
+        self, potential: Potential, x: Tensor, y: Tensor, prior_weight: float
+    ) -> Evaluation: ...
 
 
 class _Joint(nn.Module):
@@ -115,7 +127,6 @@ class Potential:
         self._joint = _Joint(model, likelihood)
         #: the names of ``params`` in :meth:`log_joint`'s ``values``: ``model.…``, ``likelihood.…``
         self.param_names = [name for name, _ in self._joint.named_parameters()]
-        self._negative_elbo = NegativeELBO(self)
         # compile=true: the compiled functions, one per kind of closure and one for the prior
         # (torch.compile keys each on its input shapes); None: eager autograd
         self._compiled: dict[Hashable, Callable] | None = {} if compile else None
@@ -156,14 +167,15 @@ class Potential:
     def closure(self, x: Tensor, y: Tensor, prior_weight: float = 1.0) -> Closure:
         """A closure returning ``(U_T, ∇U_T)`` on ``(x, y)`` at the parameters' current values.
 
-        Called with a :class:`bdl.variational.MeanField` ``q``, it returns instead a Monte Carlo
-        estimate of the negative ELBO (:class:`bdl.variational.NegativeELBO`) and its gradient:
-        the gradients in ``q.mean`` followed by those in ``q.std``.
+        Called with a variational distribution ``q`` (:class:`Variational`), it returns instead
+        ``q``'s Monte Carlo estimate of the negative ELBO and its gradient in ``q``'s parameters
+        (for :class:`bdl.variational.MeanField`: the gradients in ``q.mean`` followed by those in
+        ``q.std``).
         """
 
-        def evaluate(q: MeanField | None = None) -> Evaluation:
+        def evaluate(q: Variational | None = None) -> Evaluation:
             if q is not None:
-                return self._negative_elbo(x, y, q, prior_weight)
+                return q.negative_elbo(self, x, y, prior_weight)
             scale = self._data_scale(x.shape[0])
             data_term, grads = self._log_likelihood_grad(self.params, x, y, scale)
             return self._add_prior(data_term, grads, prior_weight)

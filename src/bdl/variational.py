@@ -4,7 +4,7 @@ Gaussian ``q`` (Bayes by Backprop, ``sampler=bbb``; Blundell et al. 2015).
 Called with a mean-field Gaussian ``q`` (:class:`MeanField`), the potential's minibatch closure
 (:meth:`bdl.potential.Potential.closure`) returns a Monte Carlo estimate of the negative evidence
 lower bound instead of ``U``, with its gradient in ``q``'s means and standard deviations (Bühler,
-eqs. 3-9), computed here (:class:`NegativeELBO`):
+eqs. 3-9), which ``q`` computes (:meth:`MeanField.negative_elbo`):
 
 .. math::
 
@@ -40,8 +40,7 @@ parametrisation and update.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -49,9 +48,7 @@ from torch import Tensor, nn
 
 from bdl.closures import Evaluation, writable_gradients
 from bdl.noise import StandardNormal
-
-if TYPE_CHECKING:  # annotations only: the potential builds its NegativeELBO
-    from bdl.potential import Potential
+from bdl.potential import Potential
 
 
 @dataclass
@@ -65,6 +62,8 @@ class MeanField:
         local_reparam: sample the pre-activations of linear layers rather than their weights.
         analytic_kl: take the prior's expectation in closed form where it exists (``False``: always
             by Monte Carlo, for tests and comparisons).
+        normal: the buffer the weight draws are drawn into; a sampler passes the same one at every
+            step (:class:`bdl.noise.StandardNormal`: a fresh one costs page faults).
     """
 
     mean: list[Tensor]
@@ -72,40 +71,36 @@ class MeanField:
     generator: torch.Generator | None = None
     local_reparam: bool = True
     analytic_kl: bool = True
+    normal: StandardNormal = field(default_factory=StandardNormal, repr=False, compare=False)
 
-
-class NegativeELBO:
-    """:math:`\\mathcal{F}(q)` on a minibatch of ``potential``'s training set (module docstring),
-    with its gradient: those in ``q.mean`` followed by those in ``q.std``."""
-
-    def __init__(self, potential: Potential) -> None:
-        self.potential = potential
-        self._linear = self._linear_layers()
-        self._normal = StandardNormal()
-
-    def __call__(self, x: Tensor, y: Tensor, q: MeanField, prior_weight: float) -> Evaluation:
+    def negative_elbo(
+        self, potential: Potential, x: Tensor, y: Tensor, prior_weight: float
+    ) -> Evaluation:
+        """:math:`\\mathcal{F}(q)` on the minibatch ``(x, y)`` of ``potential``'s training set with
+        prior weight ``prior_weight`` (module docstring), with its gradient: those in ``mean``
+        followed by those in ``std``."""
         # The likelihood (and a Monte Carlo prior term) go through autograd; the closed-form prior
         # term and the entropy have gradients simple enough to add directly, which saves several
         # passes over every weight per step (the cost that matters next to the matrix products).
-        potential, kappa = self.potential, prior_weight
-        mean = [m.detach().requires_grad_() for m in q.mean]
-        std = [s.detach().requires_grad_() for s in q.std]
-        local = self._linear if q.local_reparam else {}
+        kappa = prior_weight
+        mean = [m.detach().requires_grad_() for m in self.mean]
+        std = [s.detach().requires_grad_() for s in self.std]
+        local = _linear_layers(potential) if self.local_reparam else {}
         covered = {i for indices in local.values() for i in indices if i is not None}
-        prior_stds = potential.prior_stds() if kappa and q.analytic_kl else None
+        prior_stds = potential.prior_stds() if kappa and self.analytic_kl else None
         model_size = len(prior_stds) if prior_stds is not None else 0
         monte_carlo_prior = bool(kappa) and prior_stds is None
         with torch.enable_grad():
             # One draw serves the likelihood's sampled weights and, for a Monte Carlo prior term,
             # the weights the local reparameterisation leaves undrawn.
             drawn = [i for i in range(len(mean)) if i not in covered or monte_carlo_prior]
-            theta = self._draw(mean, std, q.generator, drawn)
+            theta = self._draw(mean, std, drawn)
             values = {
                 name: mean[i] if i in covered else theta[i]
                 for i, name in enumerate(potential.param_names)
             }
             hooks = [
-                module.register_forward_hook(_noise_hook(std, weight, bias, q.generator))
+                module.register_forward_hook(_noise_hook(std, weight, bias, self.generator))
                 for module, (weight, bias) in local.items()
             ]
             try:
@@ -133,34 +128,32 @@ class NegativeELBO:
             value = value - kappa * _entropy(std, grad_std, kappa)
         return value, grads
 
-    def _linear_layers(self) -> dict[nn.Linear, tuple[int, int | None]]:
-        """Indices into ``params`` of each linear layer's weight and bias (None without bias)."""
-        index = {name: i for i, name in enumerate(self.potential.param_names)}
-        layers = {}
-        for prefix, module in self.potential.model.named_modules():
-            if isinstance(module, nn.Linear):
-                stem = f"model.{prefix}." if prefix else "model."
-                weight = index.get(stem + "weight")
-                bias = index.get(stem + "bias") if module.bias is not None else None
-                if weight is not None and (module.bias is None or bias is not None):
-                    layers[module] = (weight, bias)
-        return layers
-
     def _draw(
-        self,
-        mean: list[Tensor],
-        std: list[Tensor],
-        generator: torch.Generator | None,
-        indices: list[int],
+        self, mean: list[Tensor], std: list[Tensor], indices: list[int]
     ) -> list[Tensor | None]:
         """θ = μ + σ ⊙ ε at ``indices`` (None elsewhere)."""
         theta: list[Tensor | None] = [None] * len(mean)
         if not indices:
             return theta
-        noise = self._normal.like([mean[i] for i in indices], generator)
+        noise = self.normal.like([mean[i] for i in indices], self.generator)
         for i, eps in zip(indices, noise, strict=True):
             theta[i] = torch.addcmul(mean[i], std[i], eps)
         return theta
+
+
+def _linear_layers(potential: Potential) -> dict[nn.Linear, tuple[int, int | None]]:
+    """Indices into ``potential.params`` of each linear layer's weight and bias (None without
+    bias)."""
+    index = {name: i for i, name in enumerate(potential.param_names)}
+    layers = {}
+    for prefix, module in potential.model.named_modules():
+        if isinstance(module, nn.Linear):
+            stem = f"model.{prefix}." if prefix else "model."
+            weight = index.get(stem + "weight")
+            bias = index.get(stem + "bias") if module.bias is not None else None
+            if weight is not None and (module.bias is None or bias is not None):
+                layers[module] = (weight, bias)
+    return layers
 
 
 def _noise_hook(std: list[Tensor], weight: int, bias: int | None, generator):

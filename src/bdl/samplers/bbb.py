@@ -63,6 +63,7 @@ from torch import Tensor
 from torch.optim.adam import adam
 
 from bdl.closures import VariationalClosure
+from bdl.noise import StandardNormal
 from bdl.samplers.base import Sampler, SamplerState
 from bdl.variational import MeanField
 
@@ -123,6 +124,7 @@ class BBB(Sampler):
         self.local_reparam = local_reparam
         self.init_std = init_std
         self.num_samples = num_samples
+        self._weight_draws = StandardNormal()  # q's, one buffer for every step
 
     def init(self, params: list[Tensor]) -> SamplerState:
         state = super().init(params)
@@ -162,7 +164,13 @@ class BBB(Sampler):
         tune: bool = False,
     ) -> SamplerState:
         rho = state.buffers["rho"]
-        q = MeanField(state.params, self.std(rho), self.generator, self.local_reparam)
+        q = MeanField(
+            state.params,
+            self.std(rho),
+            self.generator,
+            self.local_reparam,
+            normal=self._weight_draws,
+        )
         value, grads = closure(q)
         for _ in range(self.num_mc - 1):
             more_value, more_grads = closure(q)
