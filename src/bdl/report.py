@@ -77,9 +77,6 @@ def _print_paper(name: str, df: pd.DataFrame, out: Path, unfinished: list[str]) 
     return 0
 
 
-# --------------------------------------------------------------------------- command line
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bdl-report",

@@ -38,6 +38,8 @@ DEFAULT_EXCLUDE = (
 )
 
 _IMPL_KEYS = ("_target_", "*._target_", "_partial_", "*._partial_")
+
+
 # --------------------------------------------------------------------------- grouping
 
 
