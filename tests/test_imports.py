@@ -10,7 +10,7 @@ import bdl
 
 SOURCE = Path(bdl.__file__).parent
 
-#: removed by the runner split
+#: removed by the runner split (chains reads the types of run, which imports chains)
 KNOWN = {("bdl.chains", "bdl.run")}
 
 

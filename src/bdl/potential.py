@@ -52,7 +52,7 @@ class Variational(Protocol):
     :meth:`Potential.closure` hands the potential and its minibatch to:
     ``q.negative_elbo(potential, x, y, prior_weight)`` returns ``q``'s estimate of the negative
     evidence lower bound on the minibatch ``(x, y)``, the expectation of :meth:`Potential.energy`
-    under ``q`` less its entropy, and the gradient in ``q``'s parameters."""
+    under ``q`` less ``prior_weight`` times its entropy, and the gradient in ``q``'s parameters."""
 
     def negative_elbo(
         self, potential: Potential, x: Tensor, y: Tensor, prior_weight: float

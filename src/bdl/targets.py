@@ -1,4 +1,4 @@
-r"""Toy targets whose posterior is known, for :mod:`bdl.check`.
+r"""Toy targets whose posterior is known, for ``bdl-check`` (:mod:`bdl.check_targets`).
 
 Each target hands the samplers closures exactly like the runner's: ``closure()`` returns
 ``(U, [∇U])`` at the parameters' current values. Parameters carry a leading chain dimension
