@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import gzip
 import io
+import json
 import os
 import pickle
 import struct
@@ -346,3 +347,76 @@ def gaussian_mixture_of_samples(posterior) -> tuple[torch.Tensor, torch.distribu
         torch.distributions.Normal(torch.stack(means, -1), torch.stack(scales, -1)),
     )
     return data.y_test.double() * data.target_std + data.target_mean, mixture
+
+
+# --- run directories for bdl-report (bdl.sweeps, bdl.tables, bdl.report) ---------------------
+
+REPORT_SAMPLERS = {
+    "sghmc": ("bdl.samplers.sghmc.SGHMC", 0.1, {0: 0.90, 1: 0.92}),
+    "sgld": ("bdl.samplers.sgld.SGLD", 0.01, {0: 0.80, 1: 0.84}),
+}
+
+REPORT_CONFIG = """\
+sampler:
+  _target_: {target}
+  _partial_: true
+  lr: {lr}
+dataset:
+  name: mnist
+  root: {root}
+model:
+  hidden: [64, 64]
+seed: {seed}
+epochs: 10
+out: ${{hydra:runtime.output_dir}}
+tag: ${{dataset.name}}-{seed}
+"""
+
+REPORT_HYDRA = """\
+hydra:
+  run:
+    dir: outputs/${{now:%Y-%m-%d}}
+  job:
+    name: run
+  output_subdir: .hydra
+  runtime:
+    output_dir: {out}
+    choices:
+      sampler: {sampler}
+      dataset: mnist
+      hydra/env: default
+      hydra/callbacks: null
+"""
+
+
+def write_run(directory: Path, sampler: str, seed: int, hydra_yaml: bool = True) -> None:
+    target, lr, accs = REPORT_SAMPLERS[sampler]
+    (directory / ".hydra").mkdir(parents=True)
+    (directory / ".hydra" / "config.yaml").write_text(
+        REPORT_CONFIG.format(target=target, lr=lr, root=directory / "data", seed=seed)
+    )
+    if hydra_yaml:
+        (directory / ".hydra" / "hydra.yaml").write_text(
+            REPORT_HYDRA.format(out=directory, sampler=sampler)
+        )
+    metrics = {
+        "test_accuracy": accs[seed],
+        "test_nll": 0.5 + seed,
+        "num_samples": 10,
+        "epochs": 10,
+        "wall_time_s": 123456.0,
+    }
+    (directory / "metrics.json").write_text(json.dumps(metrics))
+
+
+@pytest.fixture
+def sweep(tmp_path) -> Path:
+    """A Hydra multirun tree: 2 samplers x 2 seeds, jobs 0..3 one level below the date dirs."""
+    root = tmp_path / "multirun"
+    job = 0
+    for sampler in REPORT_SAMPLERS:
+        for seed in (0, 1):
+            write_run(root / "2024-01-01" / "12-00-00" / str(job), sampler, seed)
+            job += 1
+    (root / "2024-01-01" / "12-00-00" / "multirun.yaml").write_text("{}\n")
+    return root

@@ -1,4 +1,4 @@
-"""``bdl-check``: the short version end to end, the verdicts and the ESS left blank, and (slow)
+"""``bdl-check``: the short version end to end, the verdicts, and (slow)
 the thresholds on the full runs — target 1 (Chen et al.'s double well, 80,000 samples) and
 target 3 (Bayesian linear regression) — read from the one table ``bdl-check`` prints them from."""
 
@@ -6,21 +6,12 @@ import csv
 import math
 import os
 
-import numpy as np
 import pytest
 import torch
 
-from bdl import check
-from bdl.check import (
-    THRESHOLDS,
-    Row,
-    double_well,
-    ess,
-    judge,
-    linear_regression,
-    main,
-    to_markdown,
-)
+from bdl import check_targets
+from bdl.check import THRESHOLDS, judge, main, to_markdown
+from bdl.check_targets import Row, double_well, linear_regression
 from bdl.samplers import SGHMC
 from bdl.targets import LinearRegression
 
@@ -47,17 +38,6 @@ def test_quick_check_prints_the_table_and_writes_the_csv_and_figures(tmp_path, c
     ten_draws = {"hmc, no MH", "naive_sghmc, MH", "naive_sghmc"}
     assert all(measured[s] == "" for s in ten_draws)
     assert all(float(v) > 0 for s, v in measured.items() if s not in ten_draws)
-
-
-def test_ess_blank_exactly_where_arviz_returns_its_cap():
-    generator = torch.Generator().manual_seed(0)
-    # 9 draws per chain: halves of 4, Geyer's sequence never runs and arviz returns M log10 M.
-    few = torch.randn(50, 9, 2, generator=generator, dtype=torch.float64)
-    assert np.isnan(ess(few)).all()
-    # Independent draws, 200 per chain: an ESS near the 10,000 draws, not the cap 40,000.
-    many = torch.randn(50, 200, 2, generator=generator, dtype=torch.float64)
-    values = ess(many)
-    assert not np.isnan(values).any() and (np.abs(values / 10_000 - 1) < 0.2).all()
 
 
 def _row(target: str, sampler: str, **errors: float) -> Row:
@@ -129,7 +109,7 @@ def _perturbed(temperature: float = 1.0, shift_sds: float = 0.0) -> type[LinearR
 def test_linear_regression_thresholds_fail_a_wrong_posterior(
     tmp_path, monkeypatch, temperature, shift_sds
 ):
-    monkeypatch.setattr(check, "LinearRegression", _perturbed(temperature, shift_sds))
+    monkeypatch.setattr(check_targets, "LinearRegression", _perturbed(temperature, shift_sds))
     rows = linear_regression(False, 0, tmp_path, _samplers("linear_regression"))
     assert judge(rows) == ["FAIL"] * len(rows), to_markdown(rows)
 
@@ -141,7 +121,7 @@ def test_double_well_threshold_fails_sghmc_without_its_noise_correction(tmp_path
     def uncorrected(lr, alpha, grad_var, generator):
         return SGHMC(lr, alpha=alpha, grad_var=0.0, generator=generator)
 
-    monkeypatch.setattr(check, "SGHMC", uncorrected)
+    monkeypatch.setattr(check_targets, "SGHMC", uncorrected)
     rows = double_well(False, 0, tmp_path, ["sghmc"])
     assert judge(rows) == ["FAIL"], to_markdown(rows)
 

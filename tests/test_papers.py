@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from bdl import papers
-from bdl.report import load_runs, main
+from bdl.report import main
+from bdl.sweeps import load_runs
 
 
 def _write_run(directory: Path, choices: dict[str, str], metrics: dict, curve: list | None = None):

@@ -11,7 +11,8 @@ from matplotlib.image import imread
 
 from bdl.diagnostics import RHAT_THRESHOLD
 from bdl.plots import figures
-from bdl.report import load_runs, main
+from bdl.report import main
+from bdl.sweeps import load_runs
 
 # Running test accuracy after burn-in (epochs 1-2 are burn-in: empty test_metric).
 ACCURACY = {

@@ -22,12 +22,12 @@ from hydra import compose, initialize_config_module
 
 import bdl.atomic
 import bdl.checkpoint
-import bdl.stability
 import bdl.store
 from bdl import run as runner
 from bdl.checkpoint import CheckpointError
 from bdl.config import ConfigError
 from bdl.interrupts import Interrupted
+from bdl.loop import Loop
 from bdl.metrics import ClassificationAverage, RegressionAverage
 from bdl.network import load_data
 from bdl.outputs import RunDirectory
@@ -394,14 +394,14 @@ def test_a_run_that_diverged_before_its_first_checkpoint_is_finished_by_resume(
     uci_root, tmp_path, monkeypatch
 ):
     cfg = config(uci_root, "checkpoint_every=100")
-    real = bdl.stability.check
+    real = Loop.check_stability
 
-    def diverging(experiment, loop, mean_potential, name):
+    def diverging(loop, experiment, mean_potential, name):
         if loop.epoch == 4:  # after two samples
             raise DivergedError("the chain diverged in epoch 5")
-        real(experiment, loop, mean_potential, name)
+        real(loop, experiment, mean_potential, name)
 
-    monkeypatch.setattr(bdl.stability, "check", diverging)
+    monkeypatch.setattr(Loop, "check_stability", diverging)
     with pytest.raises(DivergedError, match="the 2 samples taken before are kept"):
         runner.run(cfg, tmp_path / "run")
     monkeypatch.undo()

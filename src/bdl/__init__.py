@@ -10,9 +10,10 @@ from importlib.metadata import version
 
 from bdl import likelihoods, priors
 from bdl.posterior import Posterior, Sample, load_run
-from bdl.potential import MeanField, Potential
+from bdl.potential import Potential
 from bdl.samplers import *  # noqa: F403  (every sampler class, listed in bdl.samplers)
 from bdl.samplers import __all__ as _samplers
+from bdl.variational import MeanField
 
 __version__ = version("bdl")
 

@@ -30,11 +30,9 @@ from hydra.errors import HydraException, InstantiationException
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from bdl.errors import ConfigError
+from bdl.instantiation import check_targets, instantiate
 from bdl.likelihoods import Gaussian
-
-
-class ConfigError(ValueError):
-    """A config value out of its range; the message names the key and the fix."""
 
 
 class Device(Enum):
@@ -154,9 +152,6 @@ SCALARS = {float: "a finite number", int: "an integer", bool: "true or false", s
 def validate(cfg: Any) -> None:
     """Check a composed config before any data is read; raises :class:`ConfigError` naming the
     key and the fix."""
-    # imported here: bdl.instantiation raises this module's ConfigError
-    from bdl.instantiation import check_targets
-
     check_targets(cfg)  # before _check_group imports a target
     try:
         _check_keys(cfg, RunConfig)
@@ -342,8 +337,6 @@ def constructor_error(error: Exception, kinds: tuple[type[Exception], ...]) -> E
 def _build_without_data(cfg: Any) -> None:
     """Build once what needs no data (prior, likelihood, sampler, schedule), so that their
     constructors' range checks fail before the data are read; the runner builds them again."""
-    from bdl.instantiation import instantiate
-
     try:
         instantiate(cfg.prior)
         Gaussian(**cfg.likelihood)

@@ -42,8 +42,8 @@ from bdl.data.shift import rotate
 from bdl.network import load_data, resolve_device
 from bdl.overrides import check_group, config_keys, did_you_mean
 from bdl.posterior import CONFIG_FILE, Posterior, RunError
-from bdl.report import find_runs
 from bdl.store import StoreError, save_predictive
+from bdl.sweeps import find_runs
 
 __all__ = ["evaluation_set", "main"]
 

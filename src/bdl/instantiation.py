@@ -28,7 +28,7 @@ from typing import Any
 from hydra.utils import instantiate as _hydra_instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from bdl.config import ConfigError
+from bdl.errors import ConfigError
 
 __all__ = ["allowed_targets", "check_targets", "inert", "instantiate"]
 

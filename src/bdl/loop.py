@@ -1,4 +1,5 @@
-"""The loop's state: everything that changes in one chain while it samples.
+"""The loop's state: everything that changes in one chain while it samples, and the check of
+each of its epochs against the yardstick of :mod:`bdl.stability`.
 
 A :class:`Loop` is what a checkpoint holds of a chain (:mod:`bdl.checkpoint` writes and reads it),
 so resuming a run is loading its loops and carrying on.
@@ -6,6 +7,8 @@ so resuming a run is loading its loops and carrying on.
 
 from __future__ import annotations
 
+import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +18,16 @@ from torch import Tensor
 from bdl import stability
 from bdl.experiment import Experiment
 from bdl.samplers.base import SamplerState
+from bdl.stability import (
+    DIVERGENCE_FACTOR,
+    DIVERGENCE_LIMITS,
+    MAX_BACKOFFS,
+    ONE_CHAIN,
+    DivergedError,
+    rounded,
+)
+
+log = logging.getLogger("bdl")
 
 
 @dataclass
@@ -80,3 +93,85 @@ class Loop:
                 live.update({f"buffers/{key}/{i}": t for i, t in enumerate(values)})
         live.update({f"potential/{k}": t for k, t in experiment.potential.state_dict().items()})
         return live
+
+    def check_stability(self, experiment: Experiment, mean_potential: float, name: str) -> None:
+        """Hold this chain's epoch (the chain ``name``d, of ``experiment``), whose mean
+        potential was ``mean_potential``, against its level, the lowest mean potential of its last
+        epochs (:mod:`bdl.stability`): during burn-in, a climb or a non-finite state returns the
+        chain to its snapshot and halves the run's step; after burn-in (and for kernels that do
+        not back off), a climb past :data:`DIVERGENCE_LIMITS` limits, or a
+        non-finite state, is a divergence."""
+        exp = experiment
+        finite = torch.stack(torch._foreach_norm(self.sampler.params)).isfinite().all().item()
+        finite = finite and math.isfinite(mean_potential)
+        level = self.level
+        # the first epoch sets the yardstick; a non-finite one is an infinite rise
+        rise = math.inf if not finite else 0.0 if level is None else mean_potential - level
+        burning_in = exp.backs_off and self.epoch < exp.burn_in
+        if burning_in and not rise <= exp.rise_limit:  # True for NaN
+            self._back_off(exp, mean_potential, name)
+            return
+        if finite:
+            if burning_in and (level is None or mean_potential <= level):
+                self.snapshot = self.epoch_start
+            self.recent = [*self.recent, mean_potential][-exp.stability_window :]
+        if burning_in and self.epoch + 1 < exp.burn_in:
+            self.epoch_start = stability.snapshot(self.live_state(exp))
+        else:  # the step is frozen: nothing to return to
+            self.snapshot = self.epoch_start = None
+        if exp.sampler.declaration.injects_noise:
+            if finite and self.epoch >= exp.burn_in:
+                self.rise_max = max(self.rise_max, rise / exp.rise_limit)
+            limit = DIVERGENCE_LIMITS * exp.rise_limit
+            diverged = not rise <= limit
+            what = (
+                f"U per step rose {rise:.4g} above its lowest of the last "
+                f"{exp.stability_window} epochs, {rounded(level)}: more than "
+                f"{DIVERGENCE_LIMITS:g} x {exp.rise_limit:.4g}, the rise a stationary "
+                "chain exceeds once in 10^9 epochs"
+            )
+        else:  # an optimiser's or a variational fit's objective: only an explosion is certain
+            limit = DIVERGENCE_FACTOR * max(abs(self.initial_potential), exp.data.num_train)
+            diverged = not mean_potential <= limit
+            what = f"U per step = {mean_potential:.4g}, over {DIVERGENCE_FACTOR:.0e} x its start"
+        if finite and not diverged:
+            return
+        if not finite:
+            what = "its parameters or potential are not finite"
+        fix = exp.sampler.divergence_fix(self.sampler)
+        if self.step_scale < 1:
+            fix += (
+                f" (burn-in had already taken the step down to {self.step_scale:.3g} x "
+                f"sampler.lr={exp.lr:g}; try "
+                f"sampler.lr={exp.lr * self.step_scale / 4:.3g} or a longer burn_in)"
+            )
+        raise DivergedError(f"{name} diverged in epoch {self.epoch + 1} ({what}). {fix}")
+
+    def _back_off(self, exp: Experiment, mean_potential: float, name: str) -> None:
+        """Return the chain to its snapshot and halve its step (every chain's, at the end of the
+        epoch)."""
+        if self.step_scale <= 2.0**-MAX_BACKOFFS:
+            lr = exp.lr
+            raise DivergedError(
+                f"{name} still climbs in epoch {self.epoch + 1} of burn-in after the step was "
+                f"halved {MAX_BACKOFFS} times, to {self.step_scale:.3g} x sampler.lr={lr:g} "
+                f"(U per step {mean_potential:.4g}, lowest {rounded(self.level)}): start from "
+                f"a smaller step, sampler.lr={lr * self.step_scale / 10:.3g}, and if that "
+                "climbs too, check the model and data with sampler=hmc"
+            )
+        stability.restore(self.live_state(exp), self.snapshot)
+        exp.sampler.restart(self.sampler)
+        self.epoch_start = self.snapshot
+        self.step_scale /= 2
+        log.info(
+            "epoch %d%s: U per step %.4g, above its lowest (%s) by more than %.4g: back to "
+            "that point, step halved to %.3g x sampler.lr (burn-in adapts it; it is frozen from "
+            "epoch %d on)",
+            self.epoch + 1,
+            "" if name == ONE_CHAIN else f", {name}",
+            mean_potential,
+            rounded(self.level),
+            exp.rise_limit,
+            self.step_scale,
+            exp.burn_in + 1,
+        )

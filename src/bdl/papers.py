@@ -29,7 +29,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from bdl.plots import curve, save, test_error_figure
-from bdl.report import LATEX_SPECIALS, mean_pm, summarize
+from bdl.tables import LATEX_SPECIALS, mean_pm, summarize
 
 __all__ = ["CHEN2014_FIG3", "PAPERS", "UCI_PUBLISHED", "UCI_SETS", "chen2014", "uci"]
 
@@ -122,7 +122,7 @@ def _bold_best(row: dict[str, float], cells: dict[str, str], lower: bool) -> dic
 
 
 def uci(runs: pd.DataFrame) -> PaperTable:
-    """The UCI table of completed runs (:func:`bdl.report.load_runs`) that have a ``dataset``
+    """The UCI table of completed runs (:func:`bdl.sweeps.load_runs`) that have a ``dataset``
     choice among :data:`UCI_SETS`; bdl's cells are mean ± standard error over splits."""
     if not {"dataset", "sampler"} <= set(runs.columns):
         raise ValueError("no run has dataset= and sampler= choices: pass bdl-run's directories")

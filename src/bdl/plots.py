@@ -147,7 +147,7 @@ def _slug(text: str) -> str:
 
 
 def figures(runs: pd.DataFrame, by: Sequence[str]) -> dict[str, Figure]:
-    """Every figure of the runs of ``runs`` (a :func:`bdl.report.load_runs` table) grouped by
+    """Every figure of the runs of ``runs`` (a :func:`bdl.sweeps.load_runs` table) grouped by
     ``by``, by file stem."""
     metrics = {
         row["run_dir"]: {

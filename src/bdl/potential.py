@@ -15,87 +15,48 @@ either. :meth:`Potential.step_size` is the single conversion from the per-datum 
 the configs (the convention of Chen et al.'s code and of deep-learning practice) to the step size
 on the scale of ``U``.
 
-Two extensions serve variational inference (Bayes by Backprop), and leave the above untouched
-at their defaults:
+**Prior weight.** A minibatch closure may carry a weight :math:`\kappa` on the prior term,
+:math:`U = [-\frac{N}{n}\sum\log p(y_i\mid x_i,\theta) - \kappa\log p(\theta)]/T`, which leaves
+the above untouched at its default of 1. Any weights with :math:`\frac{n}{N}\sum_{\text{epoch}}
+\kappa_i = 1` keep the epoch's sum of estimates unbiased; Blundell et al.'s :math:`\kappa_i =
+M\pi_i`, :math:`\pi_i = 2^{M-i}/(2^M - 1)` over the :math:`M` minibatches of an epoch (Bühler
+§2.2; ``sampler=bbb``) is one.
 
-- **Prior weight.** A minibatch closure may carry a weight :math:`\kappa` on the prior term,
-  :math:`U = [-\frac{N}{n}\sum\log p(y_i\mid x_i,\theta) - \kappa\log p(\theta)]/T`. Any
-  weights with :math:`\frac{n}{N}\sum_{\text{epoch}}\kappa_i = 1` keep the epoch's sum of estimates
-  unbiased; Blundell et al.'s :math:`\kappa_i = M\pi_i`, :math:`\pi_i = 2^{M-i}/(2^M - 1)` over
-  the :math:`M` minibatches of an epoch (Bühler §2.2; ``sampler=bbb``) is one.
-- **Variational expectations.** Called with a mean-field Gaussian ``q`` (:class:`MeanField`), a
-  minibatch closure returns a Monte Carlo estimate of the negative evidence lower bound instead of
-  ``U``, with its gradient in ``q``'s means and standard deviations (Bühler, eqs. 3-9):
-
-  .. math::
-
-      \mathcal{F}(q) = \frac{1}{T}\mathbb{E}_q\Big[-\frac{N}{n}\sum_{i\in\mathcal{B}}
-          \log p(y_i\mid x_i,\theta) - \kappa\log p(\theta)\Big] - \kappa\,\mathbb{H}[q],
-
-  which at :math:`T = 1` is the minibatch's share of :math:`\mathrm{KL}[q\,\|\,p] -
-  \mathbb{E}_q\log p(\mathcal{D}\mid\theta)` (eq. 4) and at other :math:`T` the KL to the
-  tempered posterior. The prior's expectation is in closed form when the prior is Gaussian given its
-  hyperparameters (:meth:`bdl.priors.Prior.gaussian_std`), else estimated with the same draw. The
-  likelihood's expectation is estimated by the reparameterisation trick, :math:`\theta = \mu +
-  \sigma\odot\epsilon` (eq. 7), and for the weights of linear layers by the *local*
-  reparameterisation trick (Kingma, Salimans & Welling 2015): a linear map of an input :math:`x`
-  under :math:`q` is Gaussian,
-
-  .. math::
-
-      x W^\top + b \sim \mathcal{N}\big(x\mu_W^\top + \mu_b,\ x^2 (\sigma_W^2)^\top +
-      \sigma_b^2\big),
-
-  so its pre-activations are sampled directly, independently per example: the same expectation
-  with much less variance. It trades a draw per weight for batch × width draws and a second
-  matrix product per layer (the variance's, forward and backward), so a step costs about twice the
-  matrix products of a weight draw's (``scripts/bench_bbb.py``). It assumes that each linear module
-  is applied once per forward pass, as in an MLP. The stochastic forward pass lives here rather
-  than in the sampler because it is the potential's model, likelihood and prior that it
-  evaluates; the sampler only owns ``q``'s parametrisation and update.
+**Variational expectations.** Called with a variational distribution ``q`` (:class:`Variational`;
+the mean-field Gaussian of :mod:`bdl.variational`), a minibatch closure returns instead ``q``'s
+Monte Carlo estimate of the negative evidence lower bound, which ``q`` computes from this
+module's scaling (:meth:`Potential.energy`, :meth:`Potential.prior_scale`) and model
+(:meth:`Potential.log_joint`).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import math
 from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 
+from bdl.closures import Closure, Evaluation, writable_gradients
 from bdl.likelihoods import Likelihood
-from bdl.noise import StandardNormal
 from bdl.priors import Prior
-
-Closure = Callable[..., tuple[Tensor, list[Tensor]]]
 
 log = logging.getLogger("bdl")
 
 
-@dataclass
-class MeanField:
-    r"""A mean-field Gaussian :math:`q(\theta) = \prod_j \mathcal{N}(\theta_j;\mu_j,\sigma_j^2)`
-    over a potential's parameters, one ``mean`` and ``std`` tensor per entry of
-    ``Potential.params``.
+class Variational(Protocol):
+    """A variational distribution over a potential's ``params`` (:mod:`bdl.variational`), which
+    :meth:`Potential.closure` hands the potential and its minibatch to:
+    ``q.negative_elbo(potential, x, y, prior_weight)`` returns ``q``'s estimate of the negative
+    evidence lower bound on the minibatch ``(x, y)``, the expectation of :meth:`Potential.energy`
+    under ``q`` less ``prior_weight`` times its entropy, and the gradient in ``q``'s parameters."""
 
-    Attributes:
-        generator: the source of the reparameterisation noise.
-        local_reparam: sample the pre-activations of linear layers rather than their weights.
-        analytic_kl: take the prior's expectation in closed form where it exists (``False``: always
-            by Monte Carlo, for tests and comparisons).
-    """
-
-    mean: list[Tensor]
-    std: list[Tensor]
-    generator: torch.Generator | None = None
-    local_reparam: bool = True
-    analytic_kl: bool = True
+    def negative_elbo(
+        self, potential: Potential, x: Tensor, y: Tensor, prior_weight: float
+    ) -> Evaluation: ...
 
 
 class _Joint(nn.Module):
@@ -162,11 +123,10 @@ class Potential:
         # Built once: the prior is evaluated at every step, and the parameters keep their identity.
         self.model_params: dict[str, Tensor] = dict(model.named_parameters())
         prior.bind(self.model_params)
-        self._closed_form_prior = self._prior_stds() is not None
+        self._closed_form_prior = self.prior_stds() is not None
         self._joint = _Joint(model, likelihood)
-        self._names = [name for name, _ in self._joint.named_parameters()]
-        self._linear = self._linear_layers()
-        self._normal = StandardNormal()
+        #: the names of ``params`` in :meth:`log_joint`'s ``values``: ``model.…``, ``likelihood.…``
+        self.param_names = [name for name, _ in self._joint.named_parameters()]
         # compile=true: the compiled functions, one per kind of closure and one for the prior
         # (torch.compile keys each on its input shapes); None: eager autograd
         self._compiled: dict[Hashable, Callable] | None = {} if compile else None
@@ -179,18 +139,44 @@ class Potential:
         """
         return lr_per_datum / self.num_data
 
+    def energy(
+        self, log_likelihood: Tensor, log_priors: list[Tensor], batch_size: int, prior_weight: float
+    ) -> Tensor:
+        """``U_T`` from a minibatch's summed ``log p(y | x, θ)`` and the prior's log densities
+        (``log p(φ)``, ``log p(θ)``) at one draw of the parameters, as a graph: the scaling of
+        :meth:`closure` for the variational closure's stochastic forward pass."""
+        energy = -self.num_data / batch_size * log_likelihood
+        if prior_weight:
+            for log_prior in log_priors:
+                energy = energy - prior_weight * log_prior
+        return energy / self.temperature
+
+    def prior_scale(self, prior_weight: float) -> float:
+        """The factor ``κ / T`` of the prior's log density in ``U_T``."""
+        return prior_weight / self.temperature
+
+    def log_joint(self, values: dict[str, Tensor], x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        """``log p(y | f(x))`` summed over the batch and ``log p(φ)``, at the parameters
+        ``values`` (by :attr:`param_names`) in place of :attr:`params`' values."""
+        return functional_call(self._joint, values, (x, y))
+
+    def _data_scale(self, batch_size: int) -> float:
+        """The factor ``-N / (n T)`` of a minibatch's summed log-likelihood in ``U_T``."""
+        return -self.num_data / batch_size / self.temperature
+
     def closure(self, x: Tensor, y: Tensor, prior_weight: float = 1.0) -> Closure:
         """A closure returning ``(U_T, ∇U_T)`` on ``(x, y)`` at the parameters' current values.
 
-        Called with a :class:`MeanField` ``q``, it returns instead a Monte Carlo estimate of the
-        negative ELBO (module docstring) and its gradient: the gradients in ``q.mean`` followed by
-        those in ``q.std``.
+        Called with a variational distribution ``q`` (:class:`Variational`), it returns instead
+        ``q``'s Monte Carlo estimate of the negative ELBO and its gradient in ``q``'s parameters
+        (for :class:`bdl.variational.MeanField`: the gradients in ``q.mean`` followed by those in
+        ``q.std``).
         """
 
-        def evaluate(q: MeanField | None = None) -> tuple[Tensor, list[Tensor]]:
+        def evaluate(q: Variational | None = None) -> Evaluation:
             if q is not None:
-                return self._variational(x, y, q, prior_weight)
-            scale = -self.num_data / x.shape[0] / self.temperature
+                return q.negative_elbo(self, x, y, prior_weight)
+            scale = self._data_scale(x.shape[0])
             data_term, grads = self._log_likelihood_grad(self.params, x, y, scale)
             return self._add_prior(data_term, grads, prior_weight)
 
@@ -225,9 +211,9 @@ class Potential:
         data_dim = None if shared else 0
         batch_size = x.shape[0] if shared else x.shape[1]
 
-        def evaluate() -> tuple[Tensor, list[Tensor]]:
+        def evaluate() -> Evaluation:
             leaves = [p.detach().requires_grad_() for p in params]
-            scale = -self.num_data / batch_size / self.temperature
+            scale = self._data_scale(batch_size)
             data_term, grads = self._log_likelihood_grad(
                 leaves, x, y, scale, data_dim, stacked=True
             )
@@ -252,7 +238,7 @@ class Potential:
         """The full-data closure of :meth:`full_closure` (``params``: :attr:`params`) or of
         :meth:`chain_full_closure` (``stacked``: ``params`` stacked chains, a value each)."""
 
-        def evaluate() -> tuple[Tensor, list[Tensor]]:
+        def evaluate() -> Evaluation:
             leaves = [p.detach().requires_grad_() for p in params] if stacked else params
             prior_leaves = leaves if stacked else None
             scale = -1 / self.temperature
@@ -290,9 +276,9 @@ class Potential:
                 model = dict(zip(self.model_params, leaves, strict=False))
                 output = self.model.chain_forward(model, x, shared=data_dim is None)
                 return self.likelihood.chain_forward(output, y, leaves[len(model) :])
-            values = dict(zip(self._names, leaves, strict=True))
+            values = dict(zip(self.param_names, leaves, strict=True))
             log_lik, _ = vmap(
-                lambda v, x, y: functional_call(self._joint, v, (x, y)),
+                lambda v, x, y: self.log_joint(v, x, y),
                 in_dims=(0, data_dim, data_dim),
             )(values, x, y)
         return log_lik
@@ -305,7 +291,7 @@ class Potential:
         scale: float,
         data_dim: int | None = None,
         stacked: bool = False,
-    ) -> tuple[Tensor, list[Tensor]]:
+    ) -> Evaluation:
         """``scale · log p(y | x, θ)`` summed over the batch, detached, and its gradient in
         ``params`` (aligned with :attr:`params`): of one network, or of each of the ``stacked``
         chains as in :meth:`_chain_log_likelihood` (leaves for ``params``; a value per chain).
@@ -318,7 +304,7 @@ class Potential:
             compiled = self._compiled_call((stacked, data_dim), build, leaves, x, y)
             if compiled is not None:
                 grads, (_, log_lik) = compiled
-                grads = _writable(grads)
+                grads = writable_gradients(grads)
                 torch._foreach_mul_(grads, scale)
                 return scale * log_lik, grads
         with torch.enable_grad():
@@ -328,7 +314,7 @@ class Potential:
                 log_lik = self.likelihood(self.model(x), y)
             term = scale * log_lik
             grads = torch.autograd.grad(term.sum(), params, materialize_grads=True)
-        return term.detach(), _writable(grads)
+        return term.detach(), writable_gradients(grads)
 
     def _compiled_call(self, key: Hashable, build: Callable[[], Callable], *args: Any) -> Any:
         """``build()``'s function, compiled at the first call with ``key``, called on ``args``;
@@ -357,8 +343,7 @@ class Potential:
             if stacked:
                 log_lik = self._chain_log_likelihood(params, x, y, data_dim)
             else:
-                values = dict(zip(self._names, params, strict=True))
-                log_lik, _ = functional_call(self._joint, values, (x, y))
+                log_lik, _ = self.log_joint(dict(zip(self.param_names, params, strict=True)), x, y)
             return log_lik.sum(), log_lik.detach()
 
         return grad_and_value(log_likelihood, has_aux=True)
@@ -369,7 +354,7 @@ class Potential:
         grads: list[Tensor],
         prior_weight: float,
         stacked: list[Tensor] | None = None,
-    ) -> tuple[Tensor, list[Tensor]]:
+    ) -> Evaluation:
         """:meth:`_prior_term`, compiled with ``compile`` where it is in closed form (a prior
         Gaussian given its hyperparameters): its dozen small eager operations were a third of a
         small network's compiled step (yacht's MLP, one chain or eight stacked). Other priors'
@@ -387,7 +372,7 @@ class Potential:
         grads: list[Tensor],
         prior_weight: float,
         stacked: list[Tensor] | None = None,
-    ) -> tuple[Tensor, list[Tensor]]:
+    ) -> Evaluation:
         r"""``value - κ log p(θ, φ) / T`` and ``grads`` plus its gradient in ``params``, added in
         place: the data term, already divided by ``T``, and its gradient
         (:meth:`_log_likelihood_grad`) made ``U_T``. For chains stacked as one, ``stacked``
@@ -407,8 +392,8 @@ class Potential:
             log_prob = self.prior.chain_log_prob
         if not prior_weight:
             return value, grads
-        weight = prior_weight / self.temperature
-        stds = self._prior_stds()
+        weight = self.prior_scale(prior_weight)
+        stds = self.prior_stds()
         if stds is None:
             with torch.enable_grad():
                 log_prior = log_prob(model)
@@ -477,67 +462,12 @@ class Potential:
         for name, buffer in self.likelihood.named_buffers():
             buffer.copy_(state[f"likelihood.{name}"])
 
-    def _variational(
-        self, x: Tensor, y: Tensor, q: MeanField, prior_weight: float
-    ) -> tuple[Tensor, list[Tensor]]:
-        # The likelihood (and a Monte Carlo prior term) go through autograd; the closed-form prior
-        # term and the entropy have gradients simple enough to add directly, which saves several
-        # passes over every weight per step (the cost that matters next to the matrix products).
-        temperature, kappa = self.temperature, prior_weight
-        mean = [m.detach().requires_grad_() for m in q.mean]
-        std = [s.detach().requires_grad_() for s in q.std]
-        local = self._linear if q.local_reparam else {}
-        covered = {i for indices in local.values() for i in indices if i is not None}
-        prior_stds = self._prior_stds() if kappa and q.analytic_kl else None
-        model_size = len(prior_stds) if prior_stds is not None else 0
-        monte_carlo_prior = bool(kappa) and prior_stds is None
-        with torch.enable_grad():
-            # One draw serves the likelihood's sampled weights and, for a Monte Carlo prior term,
-            # the weights the local reparameterisation leaves undrawn.
-            drawn = [i for i in range(len(mean)) if i not in covered or monte_carlo_prior]
-            theta = self._draw(mean, std, q.generator, drawn)
-            values = {
-                name: mean[i] if i in covered else theta[i] for i, name in enumerate(self._names)
-            }
-            hooks = [
-                module.register_forward_hook(self._noise_hook(std, weight, bias, q.generator))
-                for module, (weight, bias) in local.items()
-            ]
-            try:
-                log_lik, log_prior_phi = functional_call(self._joint, values, (x, y))
-            finally:
-                for hook in hooks:
-                    hook.remove()
-            objective = -self.num_data / x.shape[0] * log_lik
-            if kappa:
-                objective = objective - kappa * log_prior_phi
-            if monte_carlo_prior:
-                named = dict(zip(self._names, theta, strict=True))
-                model = {name: named[f"model.{name}"] for name in self.model_params}
-                objective = objective - kappa * self.prior.log_prob(model)
-            objective = objective / temperature
-            grads = _writable(torch.autograd.grad(objective, mean + std, materialize_grads=True))
-        value = objective.detach()
-        if kappa:
-            grad_mean, grad_std = grads[: len(mean)], grads[len(mean) :]
-            if prior_stds is not None:
-                value = value + kappa / temperature * _gaussian_cross_entropy(
-                    mean[:model_size],
-                    std[:model_size],
-                    prior_stds,
-                    grad_mean,
-                    grad_std,
-                    kappa / temperature,
-                )
-            value = value - kappa * _entropy(std, grad_std, kappa)
-        return value, grads
-
     def prior_precision(self) -> dict[str, Tensor] | None:
         r"""The curvature of ``U_T``'s prior term per model parameter, by name and shaped like
         it: :math:`-\partial^2 \log p(\theta) / \partial\theta_j^2 / T = 1/(\sigma_j^2 T)`
         when the prior is Gaussian given its hyperparameters, None otherwise. A Laplace
         approximation adds it to the likelihood term's Hessian (:mod:`bdl.samplers.laplace`)."""
-        stds = self._prior_stds()
+        stds = self.prior_stds()
         if stds is None:
             return None
         return {
@@ -549,153 +479,8 @@ class Potential:
             for (name, p), std in zip(self.model_params.items(), stds, strict=True)
         }
 
-    def _prior_stds(self) -> list[Tensor | float] | None:
+    def prior_stds(self) -> list[Tensor | float] | None:
         """The prior's standard deviations of the model's parameters if it is Gaussian given its
         hyperparameters, else None."""
         stds = [self.prior.gaussian_std(name, p) for name, p in self.model_params.items()]
         return None if any(s is None for s in stds) else stds
-
-    def _linear_layers(self) -> dict[nn.Linear, tuple[int, int | None]]:
-        """Indices into ``params`` of each linear layer's weight and bias (None without bias)."""
-        index = {name: i for i, name in enumerate(self._names)}
-        layers = {}
-        for prefix, module in self.model.named_modules():
-            if isinstance(module, nn.Linear):
-                stem = f"model.{prefix}." if prefix else "model."
-                weight = index.get(stem + "weight")
-                bias = index.get(stem + "bias") if module.bias is not None else None
-                if weight is not None and (module.bias is None or bias is not None):
-                    layers[module] = (weight, bias)
-        return layers
-
-    def _draw(
-        self,
-        mean: list[Tensor],
-        std: list[Tensor],
-        generator: torch.Generator | None,
-        indices: list[int],
-    ) -> list[Tensor | None]:
-        """θ = μ + σ ⊙ ε at ``indices`` (None elsewhere)."""
-        theta: list[Tensor | None] = [None] * len(mean)
-        if not indices:
-            return theta
-        noise = self._normal.like([mean[i] for i in indices], generator)
-        for i, eps in zip(indices, noise, strict=True):
-            theta[i] = torch.addcmul(mean[i], std[i], eps)
-        return theta
-
-    @staticmethod
-    def _noise_hook(std: list[Tensor], weight: int, bias: int | None, generator):
-        """A forward hook adding the local reparameterisation's noise to a linear layer's output,
-        which the module itself computes at the means."""
-
-        def hook(module: nn.Module, args: tuple[Tensor, ...], output: Tensor) -> Tensor:
-            noise = torch.randn(
-                output.shape, generator=generator, device=output.device, dtype=output.dtype
-            )
-            std_bias = None if bias is None else std[bias]
-            return output + _LocalNoise.apply(args[0], std[weight], std_bias, noise)
-
-        return hook
-
-
-class _LocalNoise(torch.autograd.Function):
-    r""":math:`\sqrt{x^2 (\sigma_W^2)^\top + \sigma_b^2}\odot\zeta`, the zero-mean part of a linear
-    layer's output under :math:`q` (local reparameterisation), with its backward written out:
-    with :math:`\delta` the variance and :math:`h = g\odot\zeta/\sqrt{\delta}` (twice
-    :math:`\partial L/\partial\delta`),
-
-    .. math::
-
-        \frac{\partial L}{\partial x} = x\odot(h\,\sigma_W^2), \qquad
-        \frac{\partial L}{\partial\sigma_W} = \sigma_W\odot(h^\top x^2), \qquad
-        \frac{\partial L}{\partial\sigma_b} = \sigma_b\odot\textstyle\sum_n h_n.
-
-    Autograd would take the same products but several more passes over every weight, to square
-    :math:`\sigma` and to carry :math:`\partial\sigma^2/\partial\sigma = 2\sigma` separately.
-    """
-
-    @staticmethod
-    def forward(
-        ctx, x: Tensor, std_weight: Tensor, std_bias: Tensor | None, noise: Tensor
-    ) -> Tensor:
-        x2 = x.square()
-        var_weight = std_weight.square()
-        variance = F.linear(x2, var_weight, None if std_bias is None else std_bias.square())
-        # clamp: a zero variance (an all-zero input and no bias) would have an infinite slope
-        scale = variance.clamp_min_(torch.finfo(variance.dtype).tiny).sqrt_()
-        ctx.save_for_backward(x, x2, var_weight, std_weight, std_bias, noise, scale)
-        return scale * noise
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        x, x2, var_weight, std_weight, std_bias, noise, scale = ctx.saved_tensors
-        h = grad * noise / scale
-        grad_x = x * (h @ var_weight) if ctx.needs_input_grad[0] else None
-        grad_std_weight = (h.t() @ x2).mul_(std_weight)
-        grad_std_bias = None if std_bias is None else h.sum(0).mul_(std_bias)
-        return grad_x, grad_std_weight, grad_std_bias, None
-
-
-def _writable(grads: tuple[Tensor, ...]) -> list[Tensor]:
-    """Gradients that can be added to in place, one memory each.
-
-    Autograd may hand back one tensor for several inputs (both terms of ``a + b``) or a broadcast
-    view (the gradient of a sum); those are copied, so that adding a prior's gradient to one
-    parameter's cannot change another's. Other views (a matrix product's transposed result) are
-    kept: copying every gradient cost a small MLP's step 2%.
-    """
-    seen: set[int] = set()
-    own = []
-    for grad in grads:
-        if grad.untyped_storage().data_ptr() in seen or not grad.is_contiguous():
-            grad = grad.clone(memory_format=torch.contiguous_format)
-        seen.add(grad.untyped_storage().data_ptr())
-        own.append(grad)
-    return own
-
-
-@torch.no_grad()
-def _gaussian_cross_entropy(
-    mean: list[Tensor],
-    std: list[Tensor],
-    prior_stds: list[Tensor | float],
-    grad_mean: list[Tensor],
-    grad_std: list[Tensor],
-    scale: float,
-) -> Tensor:
-    r""":math:`\mathbb{E}_q[-\log p(\theta)] = \sum_j \tfrac12\log 2\pi s_j^2 + (\mu_j^2 +
-    \sigma_j^2)/2s_j^2` for the prior :math:`\mathcal{N}(0, s_j^2)`; adds ``scale`` times its
-    gradient (:math:`\mu_j/s_j^2`, :math:`\sigma_j/s_j^2`) to ``grad_mean`` and ``grad_std``."""
-    total = torch.zeros((), dtype=torch.float64, device=mean[0].device)
-    norms = zip(torch._foreach_norm(mean), torch._foreach_norm(std), strict=True)
-    for m, s, prior_std, g_m, g_s, (norm_m, norm_s) in zip(
-        mean, std, prior_stds, grad_mean, grad_std, norms, strict=False
-    ):
-        if isinstance(prior_std, Tensor):
-            precision = prior_std.to(m.dtype).pow(-2)
-            total += 0.5 * (precision * (m.square() + s.square())).sum()
-            total -= 0.5 * (m.numel() // precision.numel()) * precision.log().sum()
-            g_m.addcmul_(m, precision, value=scale)
-            g_s.addcmul_(s, precision, value=scale)
-        else:
-            precision = prior_std**-2
-            total += 0.5 * precision * (norm_m.square() + norm_s.square())
-            total -= 0.5 * m.numel() * math.log(precision)
-            g_m.add_(m, alpha=scale * precision)
-            g_s.add_(s, alpha=scale * precision)
-    size = sum(m.numel() for m in mean)
-    return total + 0.5 * size * math.log(2 * math.pi)
-
-
-@torch.no_grad()
-def _entropy(std: list[Tensor], grad_std: list[Tensor], scale: float) -> Tensor:
-    r""":math:`\mathbb{H}[q] = \sum_j \log\sigma_j + \tfrac12\log 2\pi e`; subtracts ``scale``
-    times its gradient :math:`1/\sigma_j` from ``grad_std``."""
-    one = torch.ones((), dtype=std[0].dtype, device=std[0].device)
-    total = torch.zeros((), dtype=torch.float64, device=std[0].device)
-    for s, g in zip(std, grad_std, strict=True):
-        total += s.log().sum()
-        g.addcdiv_(one, s, value=-scale)
-    size = sum(s.numel() for s in std)
-    return total + 0.5 * size * math.log(2 * math.pi * math.e)

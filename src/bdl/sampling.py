@@ -192,7 +192,7 @@ class Sampling:
         exp, loop = self.experiments[chain], self.loops[chain]
         epoch = loop.epoch
         mean_potential = torch.stack(loop.potentials).double().sum().item() / exp.steps_per_epoch
-        stability.check(exp, loop, mean_potential, self._name(chain))
+        loop.check_stability(exp, mean_potential, self._name(chain))
         if exp.collects(epoch):
             self._collect(chain, epoch)
         accept_rate = loop.accepted.item() / loop.tests if loop.tests else None

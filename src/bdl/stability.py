@@ -42,16 +42,10 @@ room for those. A diverging chain rises by hundreds or millions of limits.
 from __future__ import annotations
 
 import logging
-import math
-from typing import TYPE_CHECKING
 
 import torch
 from scipy.special import gammainccinv
 from torch import Tensor
-
-if TYPE_CHECKING:  # the experiment and loop are built from this module's limits
-    from bdl.experiment import Experiment
-    from bdl.loop import Loop
 
 log = logging.getLogger("bdl")
 
@@ -108,90 +102,6 @@ class DivergedError(RuntimeError):
     limit after burn-in (or exploded, for an optimiser)."""
 
 
-def check(experiment: Experiment, loop: Loop, mean_potential: float, name: str) -> None:
-    """Hold the epoch of the chain ``name``d (its ``experiment`` and ``loop``), whose mean
-    potential was ``mean_potential``, against its level, the lowest mean potential of its last
-    epochs (:mod:`bdl.stability`): during burn-in, a climb or a non-finite state returns the
-    chain to its snapshot and halves the run's step; after burn-in (and for kernels that do
-    not back off), a climb past :data:`DIVERGENCE_LIMITS` limits, or a
-    non-finite state, is a divergence."""
-    exp = experiment
-    finite = torch.stack(torch._foreach_norm(loop.sampler.params)).isfinite().all().item()
-    finite = finite and math.isfinite(mean_potential)
-    level = loop.level
-    # the first epoch sets the yardstick; a non-finite one is an infinite rise
-    rise = math.inf if not finite else 0.0 if level is None else mean_potential - level
-    burning_in = exp.backs_off and loop.epoch < exp.burn_in
-    if burning_in and not rise <= exp.rise_limit:  # True for NaN
-        _back_off(exp, loop, mean_potential, name)
-        return
-    if finite:
-        if burning_in and (level is None or mean_potential <= level):
-            loop.snapshot = loop.epoch_start
-        loop.recent = [*loop.recent, mean_potential][-exp.stability_window :]
-    if burning_in and loop.epoch + 1 < exp.burn_in:
-        loop.epoch_start = snapshot(loop.live_state(exp))
-    else:  # the step is frozen: nothing to return to
-        loop.snapshot = loop.epoch_start = None
-    if exp.sampler.declaration.injects_noise:
-        if finite and loop.epoch >= exp.burn_in:
-            loop.rise_max = max(loop.rise_max, rise / exp.rise_limit)
-        limit = DIVERGENCE_LIMITS * exp.rise_limit
-        diverged = not rise <= limit
-        what = (
-            f"U per step rose {rise:.4g} above its lowest of the last "
-            f"{exp.stability_window} epochs, {_rounded(level)}: more than "
-            f"{DIVERGENCE_LIMITS:g} x {exp.rise_limit:.4g}, the rise a stationary "
-            "chain exceeds once in 10^9 epochs"
-        )
-    else:  # an optimiser's or a variational fit's objective: only an explosion is certain
-        limit = DIVERGENCE_FACTOR * max(abs(loop.initial_potential), exp.data.num_train)
-        diverged = not mean_potential <= limit
-        what = f"U per step = {mean_potential:.4g}, over {DIVERGENCE_FACTOR:.0e} x its start"
-    if finite and not diverged:
-        return
-    if not finite:
-        what = "its parameters or potential are not finite"
-    fix = exp.sampler.divergence_fix(loop.sampler)
-    if loop.step_scale < 1:
-        fix += (
-            f" (burn-in had already taken the step down to {loop.step_scale:.3g} x "
-            f"sampler.lr={exp.lr:g}; try "
-            f"sampler.lr={exp.lr * loop.step_scale / 4:.3g} or a longer burn_in)"
-        )
-    raise DivergedError(f"{name} diverged in epoch {loop.epoch + 1} ({what}). {fix}")
-
-
-def _back_off(exp: Experiment, loop: Loop, mean_potential: float, name: str) -> None:
-    """Return the chain to its snapshot and halve its step (every chain's, at the end of the
-    epoch)."""
-    if loop.step_scale <= 2.0**-MAX_BACKOFFS:
-        lr = exp.lr
-        raise DivergedError(
-            f"{name} still climbs in epoch {loop.epoch + 1} of burn-in after "
-            f"the step was halved {MAX_BACKOFFS} times, to {loop.step_scale:.3g} x "
-            f"sampler.lr={lr:g} (U per step {mean_potential:.4g}, lowest {_rounded(loop.level)}): "
-            f"start from a smaller step, sampler.lr={lr * loop.step_scale / 10:.3g}, and if "
-            "that climbs too, check the model and data with sampler=hmc"
-        )
-    restore(loop.live_state(exp), loop.snapshot)
-    exp.sampler.restart(loop.sampler)
-    loop.epoch_start = loop.snapshot
-    loop.step_scale /= 2
-    log.info(
-        "epoch %d%s: U per step %.4g, above its lowest (%s) by more than %.4g: back to "
-        "that point, step halved to %.3g x sampler.lr (burn-in adapts it; it is frozen from "
-        "epoch %d on)",
-        loop.epoch + 1,
-        "" if name == ONE_CHAIN else f", {name}",
-        mean_potential,
-        _rounded(loop.level),
-        exp.rise_limit,
-        loop.step_scale,
-        exp.burn_in + 1,
-    )
-
-
-def _rounded(value: float | None) -> str:
+def rounded(value: float | None) -> str:
     """A potential for a message: 4 significant digits, or "none" before there is one."""
     return "none" if value is None else f"{value:.4g}"

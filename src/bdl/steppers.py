@@ -50,10 +50,10 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor
 
+from bdl.closures import Closure
 from bdl.data.augment import random_crop_flip
 from bdl.experiment import Experiment
 from bdl.loop import Loop
-from bdl.potential import Closure
 from bdl.samplers.base import Sampler, SamplerState
 
 log = logging.getLogger("bdl")

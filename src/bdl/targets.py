@@ -1,4 +1,4 @@
-r"""Toy targets whose posterior is known, for :mod:`bdl.check`.
+r"""Toy targets whose posterior is known, for ``bdl-check`` (:mod:`bdl.check_targets`).
 
 Each target hands the samplers closures exactly like the runner's: ``closure()`` returns
 ``(U, [∇U])`` at the parameters' current values. Parameters carry a leading chain dimension
@@ -13,15 +13,12 @@ the Metropolis tests of their Fig. 1 use the exact potential.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from bdl.potential import Closure
-
-ClosureFactory = Callable[[], Closure]
+from bdl.closures import Closure, ClosureFactory
 
 
 def _chains(chains: int, *shape: int) -> Tensor:

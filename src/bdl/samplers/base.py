@@ -58,8 +58,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from bdl.closures import Closure
 from bdl.noise import Generator, StandardNormal
-from bdl.potential import Closure, Potential
+from bdl.potential import Potential
 
 #: The training set in order, in chunks: ``batches()`` yields ``(x, y)`` pairs covering all N.
 Batches = Callable[[], Iterator[tuple[Tensor, Tensor]]]

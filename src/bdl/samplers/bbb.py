@@ -23,7 +23,7 @@ with unbiased Monte Carlo gradients through the reparameterisation (eqs. 6-9)
 
 where :math:`f(w, \theta) = \log q(w\mid\theta) - \log P(w)P(\mathcal{D}\mid w)`. The estimate of
 :math:`\mathcal{F}` and its gradient in :math:`(\mu, \sigma)` come from the potential's
-variational closure (:class:`bdl.potential.MeanField`): minibatch likelihood scaled by
+variational closure (:mod:`bdl.variational`): minibatch likelihood scaled by
 :math:`N/n`, KL in closed form when the prior is Gaussian (given its hyperparameters) and by Monte
 Carlo otherwise (Blundell's scale mixture), the local reparameterisation trick on linear layers
 (``local_reparam``); this class owns the rest: :math:`\sigma = \log(1 + e^\rho)` and its chain rule
@@ -62,8 +62,10 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.optim.adam import adam
 
-from bdl.potential import Closure, MeanField
+from bdl.closures import VariationalClosure
+from bdl.noise import StandardNormal
 from bdl.samplers.base import Declaration, Sampler, SamplerState
+from bdl.variational import MeanField
 
 KL_WEIGHTINGS = ("uniform", "blundell")
 ADAM_EPS = 1e-8
@@ -121,6 +123,7 @@ class BBB(Sampler):
         self.local_reparam = local_reparam
         self.init_std = init_std
         self.num_samples = num_samples
+        self._weight_draws = StandardNormal()  # q's, one buffer for every step
 
     def init(self, params: list[Tensor]) -> SamplerState:
         state = super().init(params)
@@ -154,13 +157,19 @@ class BBB(Sampler):
     def step(
         self,
         state: SamplerState,
-        closure: Closure,
+        closure: VariationalClosure[MeanField],
         lr_scale: float = 1.0,
         noise: bool = True,
         tune: bool = False,
     ) -> SamplerState:
         rho = state.buffers["rho"]
-        q = MeanField(state.params, self.std(rho), self.generator, self.local_reparam)
+        q = MeanField(
+            state.params,
+            self.std(rho),
+            self.generator,
+            self.local_reparam,
+            normal=self._weight_draws,
+        )
         value, grads = closure(q)
         for _ in range(self.num_mc - 1):
             more_value, more_grads = closure(q)

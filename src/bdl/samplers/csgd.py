@@ -58,7 +58,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from bdl.potential import Closure
+from bdl.closures import Closure
 from bdl.samplers.base import Declaration, Sampler, SamplerState
 from bdl.samplers.gradient_noise import observing
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from bdl.potential import Closure
+from bdl.closures import Closure
 from bdl.samplers.base import SamplerState
 
 DECAY = 0.99

@@ -29,8 +29,8 @@ import math
 import torch
 from torch import Tensor
 
+from bdl.closures import Closure
 from bdl.noise import Generator
-from bdl.potential import Closure
 from bdl.samplers.base import Declaration
 from bdl.samplers.metropolis import (
     LeapfrogUpdate,

@@ -48,7 +48,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from bdl.potential import Closure, Potential
+from bdl.closures import Closure
+from bdl.potential import Potential
 from bdl.samplers.base import Batches, Declaration, Sampler, SamplerState
 
 HESSIAN_STRUCTURES = ("diag", "kron", "full")

@@ -53,8 +53,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from bdl.closures import Closure
 from bdl.noise import Generator, uniform
-from bdl.potential import Closure
 from bdl.samplers.base import Sampler, SamplerState
 
 

@@ -41,8 +41,8 @@ import math
 import torch
 from torch import Tensor
 
+from bdl.closures import Closure
 from bdl.noise import Generator
-from bdl.potential import Closure
 from bdl.samplers.base import Declaration, Sampler, SamplerState
 from bdl.samplers.gradient_noise import observing
 

@@ -1,0 +1,67 @@
+"""The closures through which every sampler sees its target, as protocols.
+
+A sampler never sees a network: it sees a *closure* that evaluates the potential ``U`` (and its
+gradient) at the parameters' current values, following ``torch.optim``'s closure protocol. The
+potential (:class:`bdl.potential.Potential`) and the toy targets (:mod:`bdl.targets`) make them;
+the samplers (:mod:`bdl.samplers`) call them. This module names their shapes, and makes
+autograd's gradients meet the contract (:func:`writable_gradients`); it depends on nothing in
+bdl, so a sampler can be read, and written, without the potential.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, TypeVar
+
+import torch
+from torch import Tensor
+
+#: ``U`` and its gradients, one tensor per parameter, aligned with the parameters.
+Evaluation = tuple[Tensor, list[Tensor]]
+
+Q = TypeVar("Q", contravariant=True)
+
+
+class Closure(Protocol):
+    """``closure() -> (U, [∇U])`` at the parameters' current values.
+
+    ``U`` is a scalar tensor, or one value per chain, shape ``(K,)``, for ``K`` chains stacked
+    along the parameters' first dimension. The gradients are aligned with the parameters and
+    are the caller's: each its own memory, which the caller may change in place. A closure may be
+    called many times per step (Metropolis-corrected kernels evaluate proposals with it).
+    """
+
+    def __call__(self) -> Evaluation: ...
+
+
+class VariationalClosure(Protocol[Q]):
+    """``closure(q) -> (F, [∇F])``: a Monte Carlo estimate of the negative evidence lower bound
+    ``F`` of the variational distribution ``q`` (for :class:`bdl.variational.MeanField`: the
+    gradients in ``q.mean`` followed by those in ``q.std``). The potential's minibatch closure is
+    both a :class:`Closure` and one of these."""
+
+    def __call__(self, q: Q, /) -> Evaluation: ...
+
+
+class ClosureFactory(Protocol):
+    """``closures() -> Closure``: a fresh closure for each step (a new minibatch, or new gradient
+    noise), as the toy targets of :mod:`bdl.targets` hand them out."""
+
+    def __call__(self) -> Closure: ...
+
+
+def writable_gradients(grads: tuple[Tensor, ...]) -> list[Tensor]:
+    """Autograd's gradients made a closure's: each its own memory, writable in place.
+
+    Autograd may hand back one tensor for several inputs (both terms of ``a + b``) or a broadcast
+    view (the gradient of a sum); those are copied, so that adding a prior's gradient to one
+    parameter's cannot change another's. Other views (a matrix product's transposed result) are
+    kept: copying every gradient cost a small MLP's step 2%.
+    """
+    seen: set[int] = set()
+    own = []
+    for grad in grads:
+        if grad.untyped_storage().data_ptr() in seen or not grad.is_contiguous():
+            grad = grad.clone(memory_format=torch.contiguous_format)
+        seen.add(grad.untyped_storage().data_ptr())
+        own.append(grad)
+    return own

@@ -1,0 +1,7 @@
+"""The error of a config a user can fix, shared by the config's validation (:mod:`bdl.config`) and
+what a config may build (:mod:`bdl.instantiation`), which the validation runs; ``bdl-run``
+prints it as one line (:mod:`bdl.cli`)."""
+
+
+class ConfigError(ValueError):
+    """A config value out of its range; the message names the key and the fix."""

@@ -1,0 +1,254 @@
+r"""Variational expectations of the potential: the negative evidence lower bound of a mean-field
+Gaussian ``q`` (Bayes by Backprop, ``sampler=bbb``; Blundell et al. 2015).
+
+Called with a mean-field Gaussian ``q`` (:class:`MeanField`), the potential's minibatch closure
+(:meth:`bdl.potential.Potential.closure`) returns a Monte Carlo estimate of the negative evidence
+lower bound instead of ``U``, with its gradient in ``q``'s means and standard deviations (Bühler,
+eqs. 3-9), which ``q`` computes (:meth:`MeanField.negative_elbo`):
+
+.. math::
+
+    \mathcal{F}(q) = \frac{1}{T}\mathbb{E}_q\Big[-\frac{N}{n}\sum_{i\in\mathcal{B}}
+        \log p(y_i\mid x_i,\theta) - \kappa\log p(\theta)\Big] - \kappa\,\mathbb{H}[q],
+
+which at :math:`T = 1` is the minibatch's share of :math:`\mathrm{KL}[q\,\|\,p] -
+\mathbb{E}_q\log p(\mathcal{D}\mid\theta)` (eq. 4) and at other :math:`T` the KL to the
+tempered posterior; :math:`\kappa` is the minibatch's prior weight (:mod:`bdl.potential`). The
+scaling by :math:`N/n`, :math:`\kappa` and :math:`T` is the potential's
+(:meth:`bdl.potential.Potential.energy`, :meth:`bdl.potential.Potential.prior_scale`). The prior's
+expectation is in closed form when the prior is Gaussian given its hyperparameters
+(:meth:`bdl.priors.Prior.gaussian_std`), else estimated with the same draw. The likelihood's
+expectation is estimated by the reparameterisation trick, :math:`\theta = \mu +
+\sigma\odot\epsilon` (eq. 7), and for the weights of linear layers by the *local*
+reparameterisation trick (Kingma, Salimans & Welling 2015): a linear map of an input :math:`x`
+under :math:`q` is Gaussian,
+
+.. math::
+
+    x W^\top + b \sim \mathcal{N}\big(x\mu_W^\top + \mu_b,\ x^2 (\sigma_W^2)^\top +
+    \sigma_b^2\big),
+
+so its pre-activations are sampled directly, independently per example: the same expectation
+with much less variance. It trades a draw per weight for batch × width draws and a second
+matrix product per layer (the variance's, forward and backward), so a step costs about twice the
+matrix products of a weight draw's (``scripts/bench_bbb.py``). It assumes that each linear module
+is applied once per forward pass, as in an MLP. The stochastic forward pass runs the potential's
+model, likelihood and prior; the sampler (:mod:`bdl.samplers.bbb`) only owns ``q``'s
+parametrisation and update.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bdl.closures import Evaluation, writable_gradients
+from bdl.noise import StandardNormal
+from bdl.potential import Potential
+
+
+@dataclass
+class MeanField:
+    r"""A mean-field Gaussian :math:`q(\theta) = \prod_j \mathcal{N}(\theta_j;\mu_j,\sigma_j^2)`
+    over a potential's parameters, one ``mean`` and ``std`` tensor per entry of
+    ``Potential.params``.
+
+    Attributes:
+        generator: the source of the reparameterisation noise.
+        local_reparam: sample the pre-activations of linear layers rather than their weights.
+        analytic_kl: take the prior's expectation in closed form where it exists (``False``: always
+            by Monte Carlo, for tests and comparisons).
+        normal: the buffer the weight draws are drawn into; a sampler passes the same one at every
+            step (:class:`bdl.noise.StandardNormal`: a fresh one costs page faults).
+    """
+
+    mean: list[Tensor]
+    std: list[Tensor]
+    generator: torch.Generator | None = None
+    local_reparam: bool = True
+    analytic_kl: bool = True
+    normal: StandardNormal = field(default_factory=StandardNormal, repr=False, compare=False)
+
+    def negative_elbo(
+        self, potential: Potential, x: Tensor, y: Tensor, prior_weight: float
+    ) -> Evaluation:
+        """:math:`\\mathcal{F}(q)` on the minibatch ``(x, y)`` of ``potential``'s training set with
+        prior weight ``prior_weight`` (module docstring), with its gradient: those in ``mean``
+        followed by those in ``std``."""
+        # The likelihood (and a Monte Carlo prior term) go through autograd; the closed-form prior
+        # term and the entropy have gradients simple enough to add directly, which saves several
+        # passes over every weight per step (the cost that matters next to the matrix products).
+        kappa = prior_weight
+        mean = [m.detach().requires_grad_() for m in self.mean]
+        std = [s.detach().requires_grad_() for s in self.std]
+        local = _linear_layers(potential) if self.local_reparam else {}
+        covered = {i for indices in local.values() for i in indices if i is not None}
+        prior_stds = potential.prior_stds() if kappa and self.analytic_kl else None
+        model_size = len(prior_stds) if prior_stds is not None else 0
+        monte_carlo_prior = bool(kappa) and prior_stds is None
+        with torch.enable_grad():
+            # One draw serves the likelihood's sampled weights and, for a Monte Carlo prior term,
+            # the weights the local reparameterisation leaves undrawn.
+            drawn = [i for i in range(len(mean)) if i not in covered or monte_carlo_prior]
+            theta = self._draw(mean, std, drawn)
+            values = {
+                name: mean[i] if i in covered else theta[i]
+                for i, name in enumerate(potential.param_names)
+            }
+            hooks = [
+                module.register_forward_hook(_noise_hook(std, weight, bias, self.generator))
+                for module, (weight, bias) in local.items()
+            ]
+            try:
+                log_lik, log_prior_phi = potential.log_joint(values, x, y)
+            finally:
+                for hook in hooks:
+                    hook.remove()
+            log_priors = [log_prior_phi]
+            if monte_carlo_prior:
+                named = dict(zip(potential.param_names, theta, strict=True))
+                model = {name: named[f"model.{name}"] for name in potential.model_params}
+                log_priors.append(potential.prior.log_prob(model))
+            objective = potential.energy(log_lik, log_priors, x.shape[0], kappa)
+            grads = writable_gradients(
+                torch.autograd.grad(objective, mean + std, materialize_grads=True)
+            )
+        value = objective.detach()
+        if kappa:
+            grad_mean, grad_std = grads[: len(mean)], grads[len(mean) :]
+            if prior_stds is not None:
+                scale = potential.prior_scale(kappa)
+                value = value + scale * _gaussian_cross_entropy(
+                    mean[:model_size], std[:model_size], prior_stds, grad_mean, grad_std, scale
+                )
+            value = value - kappa * _entropy(std, grad_std, kappa)
+        return value, grads
+
+    def _draw(
+        self, mean: list[Tensor], std: list[Tensor], indices: list[int]
+    ) -> list[Tensor | None]:
+        """θ = μ + σ ⊙ ε at ``indices`` (None elsewhere)."""
+        theta: list[Tensor | None] = [None] * len(mean)
+        if not indices:
+            return theta
+        noise = self.normal.like([mean[i] for i in indices], self.generator)
+        for i, eps in zip(indices, noise, strict=True):
+            theta[i] = torch.addcmul(mean[i], std[i], eps)
+        return theta
+
+
+def _linear_layers(potential: Potential) -> dict[nn.Linear, tuple[int, int | None]]:
+    """Indices into ``potential.params`` of each linear layer's weight and bias (None without
+    bias)."""
+    index = {name: i for i, name in enumerate(potential.param_names)}
+    layers = {}
+    for prefix, module in potential.model.named_modules():
+        if isinstance(module, nn.Linear):
+            stem = f"model.{prefix}." if prefix else "model."
+            weight = index.get(stem + "weight")
+            bias = index.get(stem + "bias") if module.bias is not None else None
+            if weight is not None and (module.bias is None or bias is not None):
+                layers[module] = (weight, bias)
+    return layers
+
+
+def _noise_hook(std: list[Tensor], weight: int, bias: int | None, generator):
+    """A forward hook adding the local reparameterisation's noise to a linear layer's output,
+    which the module itself computes at the means."""
+
+    def hook(module: nn.Module, args: tuple[Tensor, ...], output: Tensor) -> Tensor:
+        noise = torch.randn(
+            output.shape, generator=generator, device=output.device, dtype=output.dtype
+        )
+        std_bias = None if bias is None else std[bias]
+        return output + _LocalNoise.apply(args[0], std[weight], std_bias, noise)
+
+    return hook
+
+
+class _LocalNoise(torch.autograd.Function):
+    r""":math:`\sqrt{x^2 (\sigma_W^2)^\top + \sigma_b^2}\odot\zeta`, the zero-mean part of a linear
+    layer's output under :math:`q` (local reparameterisation), with its backward written out:
+    with :math:`\delta` the variance and :math:`h = g\odot\zeta/\sqrt{\delta}` (twice
+    :math:`\partial L/\partial\delta`),
+
+    .. math::
+
+        \frac{\partial L}{\partial x} = x\odot(h\,\sigma_W^2), \qquad
+        \frac{\partial L}{\partial\sigma_W} = \sigma_W\odot(h^\top x^2), \qquad
+        \frac{\partial L}{\partial\sigma_b} = \sigma_b\odot\textstyle\sum_n h_n.
+
+    Autograd would take the same products but several more passes over every weight, to square
+    :math:`\sigma` and to carry :math:`\partial\sigma^2/\partial\sigma = 2\sigma` separately.
+    """
+
+    @staticmethod
+    def forward(
+        ctx, x: Tensor, std_weight: Tensor, std_bias: Tensor | None, noise: Tensor
+    ) -> Tensor:
+        x2 = x.square()
+        var_weight = std_weight.square()
+        variance = F.linear(x2, var_weight, None if std_bias is None else std_bias.square())
+        # clamp: a zero variance (an all-zero input and no bias) would have an infinite slope
+        scale = variance.clamp_min_(torch.finfo(variance.dtype).tiny).sqrt_()
+        ctx.save_for_backward(x, x2, var_weight, std_weight, std_bias, noise, scale)
+        return scale * noise
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, x2, var_weight, std_weight, std_bias, noise, scale = ctx.saved_tensors
+        h = grad * noise / scale
+        grad_x = x * (h @ var_weight) if ctx.needs_input_grad[0] else None
+        grad_std_weight = (h.t() @ x2).mul_(std_weight)
+        grad_std_bias = None if std_bias is None else h.sum(0).mul_(std_bias)
+        return grad_x, grad_std_weight, grad_std_bias, None
+
+
+@torch.no_grad()
+def _gaussian_cross_entropy(
+    mean: list[Tensor],
+    std: list[Tensor],
+    prior_stds: list[Tensor | float],
+    grad_mean: list[Tensor],
+    grad_std: list[Tensor],
+    scale: float,
+) -> Tensor:
+    r""":math:`\mathbb{E}_q[-\log p(\theta)] = \sum_j \tfrac12\log 2\pi s_j^2 + (\mu_j^2 +
+    \sigma_j^2)/2s_j^2` for the prior :math:`\mathcal{N}(0, s_j^2)`; adds ``scale`` times its
+    gradient (:math:`\mu_j/s_j^2`, :math:`\sigma_j/s_j^2`) to ``grad_mean`` and ``grad_std``."""
+    total = torch.zeros((), dtype=torch.float64, device=mean[0].device)
+    norms = zip(torch._foreach_norm(mean), torch._foreach_norm(std), strict=True)
+    for m, s, prior_std, g_m, g_s, (norm_m, norm_s) in zip(
+        mean, std, prior_stds, grad_mean, grad_std, norms, strict=False
+    ):
+        if isinstance(prior_std, Tensor):
+            precision = prior_std.to(m.dtype).pow(-2)
+            total += 0.5 * (precision * (m.square() + s.square())).sum()
+            total -= 0.5 * (m.numel() // precision.numel()) * precision.log().sum()
+            g_m.addcmul_(m, precision, value=scale)
+            g_s.addcmul_(s, precision, value=scale)
+        else:
+            precision = prior_std**-2
+            total += 0.5 * precision * (norm_m.square() + norm_s.square())
+            total -= 0.5 * m.numel() * math.log(precision)
+            g_m.add_(m, alpha=scale * precision)
+            g_s.add_(s, alpha=scale * precision)
+    size = sum(m.numel() for m in mean)
+    return total + 0.5 * size * math.log(2 * math.pi)
+
+
+@torch.no_grad()
+def _entropy(std: list[Tensor], grad_std: list[Tensor], scale: float) -> Tensor:
+    r""":math:`\mathbb{H}[q] = \sum_j \log\sigma_j + \tfrac12\log 2\pi e`; subtracts ``scale``
+    times its gradient :math:`1/\sigma_j` from ``grad_std``."""
+    one = torch.ones((), dtype=std[0].dtype, device=std[0].device)
+    total = torch.zeros((), dtype=torch.float64, device=std[0].device)
+    for s, g in zip(std, grad_std, strict=True):
+        total += s.log().sum()
+        g.addcdiv_(one, s, value=-scale)
+    size = sum(s.numel() for s in std)
+    return total + 0.5 * size * math.log(2 * math.pi * math.e)
