@@ -175,7 +175,7 @@ def _schema_rows(cls: type, prefix: str = "") -> list[tuple[str, ...]]:
         if is_dataclass(kind):
             rows += _schema_rows(kind, f"{prefix}{f.name}.")
             continue
-        if kind is typing.Any:  # a config group: its options are listed below
+        if (CONF / f.name).is_dir():  # a config group: its options are listed below
             rows.append((f"`{prefix}{f.name}`", "group", "", f"[the {f.name} group](#{f.name})"))
             continue
         default = f.default_factory() if f.default_factory is not MISSING else f.default
