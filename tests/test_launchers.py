@@ -67,6 +67,8 @@ def test_a_joblib_sweep_runs_jobs_in_parallel_and_lists_its_failures(env, tmp_pa
     assert "2 job(s) of the sweep failed" in result.stderr
     assert result.stderr.count("sampler.lr") >= 2  # each failure names its key
     assert sorted(statuses(sweep).values()) == ["completed", "completed", "failed", "failed"]
+    for job, status in statuses(sweep).items():  # each failure names its job's directory
+        assert (str(sweep / job) in result.stderr) == (status == "failed"), job
     jobs = {path.parents[1].name for path in sweep.glob("*/.hydra/config.yaml")}
     assert len(jobs) == 4  # one directory each: the jobs did not collide
 
