@@ -163,3 +163,32 @@ def test_tutorial_resume(env, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["status"] == "completed" and metrics["num_samples"] == 4
+
+
+@pytest.mark.slow  # 67 s on a busy core: four runs, each scoring 10 000 test images per sample
+def test_tutorial_hmc_reference(env, data_here, tmp_path):
+    """The reference, one sampler of the sweep and the SGD run, shortened; the page's Python
+    comparison gives the agreement and total variation that bdl wrote into metrics.json."""
+    page = "tutorials/hmc-reference.md"
+    reference, sweep, sgd = page_commands(page, "bdl-run")
+    root = tmp_path / "runs" / "izmailov"
+    # 1 000 training images; HMC needs more than three trajectories to beat guessing
+    short = {"epochs": "3", "burn_in": "1", "thin": "1", "dataset.validation": "59000"}
+    for command, overrides in (
+        (reference, {"chains": "2", "epochs": "20", "burn_in": "10", "sampler.num_steps": "10"}),
+        (sweep.replace("sgld,sghmc,psgld", "sgld"), {}),
+        (sgd, {"burn_in": "0"}),
+    ):
+        args = shortened(command, **{**short, **overrides})
+        result = bdl_run(args, env, tmp_path)
+        assert result.returncode == 0, result.stderr[-2000:]
+    (report,) = page_commands(page, "bdl-report")
+    _, *report_args = shlex.split(report)
+    result = bdl_run(report_args, env, tmp_path, "bdl.report")
+    assert result.returncode == 0 and "agreement" in result.stdout, result.stderr[-2000:]
+    (run_dir,) = [p.parent for p in (root / "sg").glob("*/metrics.json")]
+    namespace = {"bdl": bdl, "run_dir": run_dir, "reference_dir": root / "hmc"}
+    exec(page_python(page), namespace)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert namespace["agreement"] == pytest.approx(metrics["agreement"], abs=1e-6)
+    assert namespace["total_variation"] == pytest.approx(metrics["total_variation"], abs=1e-5)
