@@ -108,3 +108,17 @@ def test_bdl_report_plot_writes_png_and_pdf(sweep: Path, capsys):
     assert image[..., :3].std() > 0.05  # not a blank canvas
     assert (out / "trace_0.pdf").read_bytes().startswith(b"%PDF")
     assert "wrote 8 files" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("label", "stem"),
+    [
+        ("sampler=sgld/seed=0", "sampler=sgld_seed=0"),  # a sweep's job: one file name
+        ("Xavier init, run 1 (2026)", "Xavier_init_run_1_2026"),  # only separators trimmed
+        ("???", "run"),
+    ],
+)
+def test_a_run_label_becomes_a_file_stem(label, stem):
+    from bdl.plots import _slug
+
+    assert _slug(label) == stem

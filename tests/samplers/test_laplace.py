@@ -149,6 +149,12 @@ def test_refuses_priors_and_likelihoods_it_cannot_approximate():
     sampled_noise = Potential(model, likelihoods.Gaussian(), priors.Gaussian(), 10)
     with pytest.raises(ValueError, match="likelihood.noise_std"):
         Laplace().attach(sampled_noise, lambda: iter(()))
+    # sampled prior precisions alone, the noise fixed: still not the fixed hyperparameters it needs
+    hierarchical = Potential(
+        model, likelihoods.Gaussian(noise_std=1.0), priors.GammaHierarchical(), 10
+    )
+    with pytest.raises(ValueError, match="prior=gaussian"):
+        Laplace().attach(hierarchical, lambda: iter(()))
     student = Potential(model, likelihoods.Gaussian(noise_std=1.0), priors.StudentT(), 10)
     with pytest.raises(ValueError, match="prior=gaussian"):
         Laplace().attach(student, lambda: iter(()))
