@@ -280,6 +280,19 @@ FAKE_UCI = {
 }
 
 
+def command_env(data_root: Path, cache: Path) -> dict[str, str]:
+    """The user's environment for a bdl command run as a process: ``data_root`` as BDL_DATA_DIR,
+    every cache in ``cache``, one thread, Hydra's errors in one line."""
+    return {
+        **os.environ,
+        "BDL_DATA_DIR": str(data_root),
+        "BDL_CACHE_DIR": str(cache),
+        "XDG_CACHE_HOME": str(cache),
+        "OMP_NUM_THREADS": "1",
+        "HYDRA_FULL_ERROR": "0",
+    }
+
+
 def write_fake_uci(
     root: Path, name: str, rows: int, columns: int, splits: int, seed: int = 0, noise: float = 0.3
 ):

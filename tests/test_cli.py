@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import command_env
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 from test_outputs import wandb_records
@@ -37,14 +38,7 @@ def env(tmp_path_factory, fake_data_root) -> dict[str, str]:
     """The user's environment with every cache in a temporary folder and the generated data
     (real formats, real MNIST and Boston sizes) as BDL_DATA_DIR."""
     cache = tmp_path_factory.mktemp("cache")
-    return {
-        **os.environ,
-        "BDL_DATA_DIR": str(fake_data_root),
-        "BDL_CACHE_DIR": str(cache),
-        "XDG_CACHE_HOME": str(cache),
-        "OMP_NUM_THREADS": "1",
-        "HYDRA_FULL_ERROR": "0",
-    }
+    return command_env(fake_data_root, cache)
 
 
 def bdl(*args: str, env: dict[str, str], cwd: Path, module: str = "bdl.cli"):

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import command_env
 
 import bdl
 from bdl.evaluate import main as bdl_eval
@@ -73,14 +74,7 @@ def shortened(command: str, **values: str) -> list[str]:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, fake_data_root) -> dict[str, str]:
     cache = tmp_path_factory.mktemp("cache")
-    return {
-        **os.environ,
-        "BDL_DATA_DIR": str(fake_data_root),
-        "BDL_CACHE_DIR": str(cache),
-        "XDG_CACHE_HOME": str(cache),
-        "OMP_NUM_THREADS": "1",
-        "HYDRA_FULL_ERROR": "0",
-    }
+    return command_env(fake_data_root, cache)
 
 
 @pytest.fixture

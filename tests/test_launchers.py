@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import signal
 from pathlib import Path
 
 import pytest
+from conftest import command_env
 from test_cli import bdl
 
 from bdl import cli
@@ -31,14 +31,7 @@ TINY_BOSTON = ["dataset=boston", "epochs=4", "burn_in=1", "thin=1"]
 def env(tmp_path, fake_data_root) -> dict[str, str]:
     """The generated data and a fresh, empty data cache: the sweep's jobs fill it at once."""
     cache = tmp_path / "cache"
-    return {
-        **os.environ,
-        "BDL_DATA_DIR": str(fake_data_root),
-        "BDL_CACHE_DIR": str(cache),
-        "XDG_CACHE_HOME": str(cache),
-        "OMP_NUM_THREADS": "1",
-        "HYDRA_FULL_ERROR": "0",
-    }
+    return command_env(fake_data_root, cache)
 
 
 def statuses(sweep: Path) -> dict[str, str]:
