@@ -229,6 +229,21 @@ def test_nccl_without_gpus_is_refused_before_any_rendezvous(monkeypatch):
         distributed.join("nccl", torch.device("cpu"))
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_bdl_run_joins_with_the_configured_backend(monkeypatch, tmp_path):
+    """The run's own ``distributed.backend`` reaches the join: nccl on a CPU machine under
+    torchrun is refused in one line, and nothing is written."""
+    from test_resume import config, write_tiny_uci
+
+    from bdl.run import run
+
+    root = write_tiny_uci(tmp_path / "data")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match="nccl needs GPUs, and none is visible"):
+        run(config(root, "distributed.backend=nccl"), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
 def test_nccl_on_a_gpu_machine_needs_device_cuda(monkeypatch):
     """nccl reduces GPU tensors: with GPUs visible, a CPU run is refused; a GPU run passes that
     check and stops at the next one (no GPU for its ``LOCAL_RANK``: none here, truly), before

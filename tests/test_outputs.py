@@ -36,6 +36,29 @@ def test_wandb_online_without_an_account_is_refused_before_any_network(tmp_path,
         start_wandb(cfg, tmp_path, None)
 
 
+def test_wandb_online_with_a_key_in_the_environment_starts(tmp_path, monkeypatch):
+    import wandb
+
+    monkeypatch.setenv("WANDB_API_KEY", "a-key")
+    monkeypatch.setenv("HOME", str(tmp_path))  # and no ~/.netrc
+    monkeypatch.setenv("NETRC", str(tmp_path / "none"))
+    started = {}
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: started.update(kwargs) or "a run")
+    wandb_config = {"mode": "online", "project": "bdl", "entity": None, "name": None}
+    wandb_config |= {"group": None, "tags": ["mine"], "job_type": None}
+    cfg = OmegaConf.create(
+        {
+            "seed": 3,
+            "dataset": {"_target_": "bdl.data.uci.load", "name": "yacht"},
+            "sampler": {"_target_": "bdl.samplers.sgld.SGLD"},
+            "wandb": wandb_config,
+        }
+    )
+    assert start_wandb(cfg, tmp_path, None) == "a run"
+    assert (started["mode"], started["name"]) == ("online", "yacht-sgld-seed3")
+    assert started["tags"] == ["yacht", "sgld", "mine"] and started["group"] is None
+
+
 def test_wandb_disabled_starts_nothing(tmp_path):
     cfg = OmegaConf.create({"wandb": {"mode": "disabled"}})
     assert start_wandb(cfg, tmp_path, None) is None

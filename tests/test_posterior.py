@@ -599,3 +599,17 @@ def test_docs_python_example_samples_the_closed_form_posterior(capsys):
     mean = sum(namespace["slopes"]) / len(namespace["slopes"])
     assert abs(mean - slope) < 0.5 * covariance[0, 0].sqrt().item()
     assert f"{mean:.3f}" in capsys.readouterr().out
+
+
+def test_predict_runs_the_networks_on_the_device_it_is_given(uci_run, monkeypatch):
+    posterior = load_run(uci_run)
+    real, devices = type(posterior).average, []
+
+    def recording(self, x, y=None, device=None, chain=None):
+        devices.append(device)
+        return real(self, x, y, device=device, chain=chain)
+
+    monkeypatch.setattr(type(posterior), "average", recording)
+    x = posterior.data.x_test
+    torch.testing.assert_close(posterior.predict(x, device="cpu"), posterior.predict(x))
+    assert devices == ["cpu", None]  # None: x's own device
