@@ -311,3 +311,23 @@ def test_an_interrupted_two_rank_run_resumes_into_the_one_process_chain(env, tmp
     assert metrics_1 == metrics_2 and len(samples_1) == len(samples_2) == 40 - 6
     for a, b in zip(samples_1, samples_2):
         assert all(torch.equal(a[name], b[name]) for name in a)
+
+
+def test_the_ranks_vote_on_the_groups_device(monkeypatch):
+    """nccl reduces only tensors on the rank's GPU: the stop vote (``Group.any``) is made there.
+    No GPU here: the meta device stands in, and the reduction is intercepted."""
+
+    class Reduced(Exception):
+        pass
+
+    devices = []
+
+    def all_reduce(tensor, op):
+        devices.append(tensor.device)
+        raise Reduced
+
+    monkeypatch.setattr(distributed.dist, "all_reduce", all_reduce)
+    group = distributed.Group(rank=1, world_size=2, local_rank=1, device=torch.device("meta"))
+    with pytest.raises(Reduced):
+        group.any(True)
+    assert devices == [torch.device("meta")]
