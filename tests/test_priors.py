@@ -95,13 +95,15 @@ def test_per_layer_scales_and_fan_in_scaling(family):
     check_against(prior, {n: density(float64(s)) for n, s in scales.items()})
 
 
+@pytest.mark.parametrize("num_chains", [1, 3])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_chain_log_prob_is_each_stacked_chains_density(family):
+def test_chain_log_prob_is_each_stacked_chains_density(family, num_chains):
     """Chains stacked along a first dimension (bdl.steppers): one log-density per chain, with its
-    gradient, at the per-layer and fan-in scales that bind() resolved on one chain's shapes."""
+    gradient, at the per-layer and fan-in scales that bind() resolved on one chain's shapes (a
+    stack of one chain included)."""
     prior, density = FAMILIES[family]
     prior = type(prior)(**{**vars_of(prior), "layers": {"*.bias": 3.0}, "fan_in": True})
-    chains = [named_params(seed) for seed in range(3)]
+    chains = [named_params(seed) for seed in range(num_chains)]
     prior.bind(chains[0])
     stacked = {
         name: torch.stack([chain[name] for chain in chains]).detach().requires_grad_()
