@@ -170,20 +170,19 @@ def write_curve(directory: Path, rows: list[dict[str, float]], metric: str) -> P
         for row in rows:
             writer.writerow([row["fraction_removed"], row["weights_kept"], row["score"]])
 
-    import matplotlib
+    from matplotlib.figure import Figure  # imported only to draw
 
-    matplotlib.use("Agg")  # files only: no display on a server
-    import matplotlib.pyplot as plt
+    from bdl.plots import run_title
 
-    figure, axes = plt.subplots(figsize=(5, 3.5))
+    figure = Figure(figsize=(5.5, 3.8), layout="constrained")
+    axes = figure.subplots()
     scale = 100 if metric == "test_error" else 1
     axes.plot([100 * r["fraction_removed"] for r in rows], [scale * r["score"] for r in rows], "o-")
     axes.set_xlabel("weights removed by signal-to-noise ratio (%)")
-    axes.set_ylabel("test error (%)" if metric == "test_error" else metric)
+    axes.set_ylabel("test error (%)" if metric == "test_error" else "test RMSE")
     axes.grid(alpha=0.3)
-    figure.tight_layout()
+    axes.set_title(f"pruning by signal to noise — {run_title(directory)}", fontsize="medium")
     figure.savefig(directory / "pruning.png", dpi=120)
-    plt.close(figure)
     return path
 
 
@@ -205,16 +204,22 @@ def write_signal_to_noise(
         for row in zip(q.tolist(), torch.quantile(sigma, q).tolist(), snr.tolist(), strict=True):
             writer.writerow(row)
 
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # imported only to draw
 
-    figure = Figure(figsize=(9, 3.5), layout="constrained")
+    from bdl.plots import run_title, scale_to_spread
+
+    figure = Figure(figsize=(9, 3.8), layout="constrained")
     left, right = figure.subplots(1, 2)
     positive = sigma[sigma > 0].numpy()
     if positive.size:
-        left.hist(positive, bins=np.geomspace(positive.min(), positive.max() * (1 + 1e-9), 60))
-    left.set(xscale="log", xlabel="σ", ylabel="parameters", title="posterior standard deviations")
+        if scale_to_spread(left, positive, axis="x") == "log":
+            left.hist(positive, bins=np.geomspace(positive.min(), positive.max() * (1 + 1e-9), 60))
+        else:
+            left.hist(positive, bins=60)
+    left.set(xlabel="σ", ylabel="parameters", title="posterior standard deviations")
     right.hist(finite.numpy(), bins=60)
     right.set(xlabel="signal-to-noise ratio |μ|/σ (dB)", title="signal-to-noise ratios")
+    figure.suptitle(f"signal to noise — {run_title(directory)}")
     figure.savefig(directory / "signal_to_noise.png", dpi=120)
     return path
 
