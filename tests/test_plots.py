@@ -174,7 +174,9 @@ def test_a_trace_spanning_decades_is_drawn_on_a_log_axis(tmp_path: Path):
     to mark; a sampler (blank test metric until burn_in) has."""
     epochs = range(1, 21)
     for name, blank in (("sampler", 5), ("optimiser", 0)):
-        rows = [f"{e},{1e5 * 0.7**e},{'' if e <= blank else 1.0 / e},{1 + e / 40}" for e in epochs]
+        rows = [
+            f"{e},{1e5 * 0.7**e},{'' if e <= blank else 1.0 / e**2},{1 + e / 40}" for e in epochs
+        ]
         curve = "epoch,potential,test_metric,noise_precision\n" + "\n".join(rows) + "\n"
         write_run(tmp_path / name, "sghmc", 3, curve, {"test_rmse": 0.1, "epochs": 20}, 5)
     drawn = figures(load_runs([tmp_path]), [])
@@ -184,7 +186,9 @@ def test_a_trace_spanning_decades_is_drawn_on_a_log_axis(tmp_path: Path):
     assert burn_in_lines(potential) == [5.0]
     assert burn_in_lines(drawn["trace_optimiser"].axes[0]) == []
     rmse = drawn["test_rmse"].axes[0]
-    assert rmse.get_yscale() == "linear"  # 1/e over epochs 6-20 (sampler) and 1-20: ratio 20
+    assert rmse.get_yscale() == "log"  # 1/e² from epoch 1 (optimiser) to 20: a ratio of 400
+    means = rmse.lines[0].get_ydata()
+    assert rmse.get_ylim() == pytest.approx((means.min() / 1.5, 1.5 * means.max()))
     for figure in drawn.values():
         assert overlapping_tick_labels(figure) == []
 

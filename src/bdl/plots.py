@@ -206,7 +206,10 @@ def test_error_figure(groups: Sequence[Group], column: str, name: str, title: st
     figure = Figure(figsize=(11, 4.2), layout="constrained")
     by_epoch, by_grads = figure.subplots(1, 2, sharey=True)
     drawn, finals = _metric_lines(groups, column, by_epoch, by_grads)
-    if scale_to_spread(by_epoch, drawn) == "linear" and finals and max(finals) > 0:
+    if scale_to_spread(by_epoch, drawn) == "log":
+        # the lines' range: a band's lower edge near 0 would stretch a log axis by decades
+        by_epoch.set_ylim(min(drawn) / 1.5, 1.5 * max(drawn))
+    elif finals and max(finals) > 0:
         # an optimiser's first epochs (SGD's 88% error) would flatten every line's end: show,
         # as Chen et al.'s Fig. 3 does, the range where the curves end
         by_epoch.set_ylim(0.9 * min(drawn), 3 * max(finals))
