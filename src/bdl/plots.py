@@ -212,11 +212,11 @@ def test_error_figure(groups: Sequence[Group], column: str, name: str, title: st
     elif finals and max(finals) > 0:
         # an optimiser's first epochs (SGD's 88% error) would flatten every line's end: show,
         # as Chen et al.'s Fig. 3 does, the range where the curves end
-        by_epoch.set_ylim(0.9 * min(drawn), 3 * max(finals))
+        by_epoch.set_ylim(0.95 * min(drawn), 1.05 * min(max(drawn), 3 * max(finals)))
     banded = any(len(g.curves) > 1 for g in groups)
     by_epoch.set(xlabel="epoch", ylabel=name, title="against epochs (dashed: end of burn-in)")
     by_grads.set(xlabel="gradient evaluations", title="against cost")
-    by_grads.set_xscale("log")
+    scale_to_spread(by_grads, [x for line in by_grads.lines for x in line.get_xdata()], axis="x")
     by_epoch.legend(fontsize="small", title="band: ± std over seeds" if banded else None)
     figure.suptitle(f"{name} of the model average — {title}")
     return figure
