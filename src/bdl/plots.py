@@ -57,12 +57,14 @@ __all__ = [
     "curve",
     "draw",
     "figures",
+    "group_of",
     "mark_burn_in",
     "rhat_figure",
     "run_label",
     "run_title",
     "save",
     "scale_to_spread",
+    "sweep_title",
     "summary_figure",
     "test_error_figure",
     "trace_figure",
@@ -215,6 +217,7 @@ def test_error_figure(groups: Sequence[Group], column: str, name: str, title: st
         by_epoch.set_ylim(0.95 * min(drawn), 1.05 * min(max(drawn), 3 * max(finals)))
     banded = any(len(g.curves) > 1 for g in groups)
     by_epoch.set(xlabel="epoch", ylabel=name, title="against epochs (dashed: end of burn-in)")
+    by_epoch.xaxis.set_major_locator(MaxNLocator(integer=True))
     by_grads.set(xlabel="gradient evaluations", title="against cost")
     scale_to_spread(by_grads, [x for line in by_grads.lines for x in line.get_xdata()], axis="x")
     by_epoch.legend(fontsize="small", title="band: ± std over seeds" if banded else None)
@@ -229,6 +232,7 @@ def _trace_panel(ax: Axes, frame: pd.DataFrame, column: str, burn_in: int | None
         ax.plot(part["epoch"].to_numpy(), part[column].to_numpy(), label=f"chain {chain}")
     scale_to_spread(ax, frame[column].to_numpy(dtype=float))
     mark_burn_in(ax, burn_in)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set(xlabel="epoch", title="potential per step" if column == "potential" else column)
 
 
@@ -291,7 +295,7 @@ def _rhat(run_dir: str | Path) -> np.ndarray | None:
     return table["rhat"].to_numpy(dtype=float) if "rhat" in table else None
 
 
-def _sweep_title(runs: pd.DataFrame) -> str:
+def sweep_title(runs: pd.DataFrame) -> str:
     """``"yacht, sweep <directory>"``: the datasets of ``runs`` and their common directory."""
     datasets = dict.fromkeys(_value(r, "dataset", "dataset.name") for _, r in runs.iterrows())
     dirs = list(runs["run_dir"])
@@ -303,6 +307,15 @@ def _sweep_title(runs: pd.DataFrame) -> str:
     return ", ".join([*(str(d) for d in datasets if d is not None), where])
 
 
+def group_of(
+    label: str, records: Sequence[Mapping[str, Any]], curves: Mapping[str, pd.DataFrame]
+) -> Group:
+    """The runs ``records`` (:func:`bdl.report.load_runs` rows) drawn as one line: their
+    ``curves`` (by ``run_dir``) and the latest burn-in among them to mark."""
+    marks = {_burn_in(r, curves[r["run_dir"]]) for r in records} - {None}
+    return Group(label, [curves[r["run_dir"]] for r in records], max(marks) if marks else None)
+
+
 def figures(runs: pd.DataFrame, by: Sequence[str]) -> dict[str, Figure]:
     """Every figure of the runs of ``runs`` (a :func:`bdl.report.load_runs` table) grouped by
     ``by``, by file stem."""
@@ -312,7 +325,6 @@ def figures(runs: pd.DataFrame, by: Sequence[str]) -> dict[str, Figure]:
         for d, row in records.items()
     }
     curves = {d: curve(d, metrics[d]) for d in records if (Path(d) / CURVE_FILE).is_file()}
-    burn_ins = {d: _burn_in(records[d], frame) for d, frame in curves.items()}
     out: dict[str, Figure] = {}
     grouped = list(runs.groupby(list(by), sort=True, dropna=False)) if by else [((), runs)]
     for column, name in TASKS.values():
@@ -324,16 +336,14 @@ def figures(runs: pd.DataFrame, by: Sequence[str]) -> dict[str, Figure]:
                 label = ", ".join(f"{k}={v}" for k, v in zip(by, key, strict=True))
                 if not label:
                     label = Path(members[0]).name if len(members) == 1 else f"{len(members)} runs"
-                marks = {burn_ins[d] for d in members} - {None}
-                curves_ = [curves[d] for d in members]
-                groups.append(Group(label, curves_, max(marks) if marks else None))
+                groups.append(group_of(label, [records[d] for d in members], curves))
         if groups:
-            out[column] = test_error_figure(groups, column, name, _sweep_title(runs))
+            out[column] = test_error_figure(groups, column, name, sweep_title(runs))
     common = Path(os.path.commonpath(list(curves))) if len(curves) > 1 else None
     for run_dir, frame in curves.items():
         stem = _slug(str(Path(run_dir).relative_to(common)) if common else Path(run_dir).name)
         label = run_label(records[run_dir], by)
-        out[f"trace_{stem}"] = trace_figure(frame, label, burn_ins[run_dir])
+        out[f"trace_{stem}"] = trace_figure(frame, label, _burn_in(records[run_dir], frame))
         rhat = _rhat(run_dir)
         if rhat is not None:
             out[f"rhat_{stem}"] = rhat_figure(rhat, label)
