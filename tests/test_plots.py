@@ -206,7 +206,7 @@ def test_summary_of_a_run_of_several_chains(tmp_path: Path):
     (run / "diagnostics.csv").write_text("point,rhat\n0,1.0\n1,1.05\n2,1.2\n")
     figure = summary_figure(run)
     metric, potential, histogram = figure.axes
-    assert figure.get_suptitle() == "mnist sgld seed 7 — completed, run run"
+    assert figure.get_suptitle() == "mnist sgld seed 7, 2 chains — completed"
     np.testing.assert_allclose(metric.lines[1].get_ydata(), [0.19] * 7)  # chain 1's error
     assert burn_in_lines(metric) == [3.0] and burn_in_lines(potential) == [3.0]
     assert [round(y, 12) for y in metric.lines[-1].get_ydata()] == [0.15, 0.15]  # pooled

@@ -368,7 +368,7 @@ def _record(run_dir: str | Path) -> dict[str, Any]:
 def summary_figure(run_dir: str | Path) -> Figure:
     """A run's test metric per chain (the pooled model average's final value dotted), its
     potential per chain, and for several chains with ``diagnostics.csv`` the R-hat histogram,
-    in one row, from the files of ``run_dir``."""
+    in one row, from the files of ``run_dir``, titled with its dataset, sampler, seed and status."""
     run_dir = Path(run_dir)
     metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
     record = _record(run_dir)
@@ -399,7 +399,8 @@ def summary_figure(run_dir: str | Path) -> Figure:
         _rhat_panel(axes[2], rhat)
         axes[2].set_title(f"R-hat per test point ({chains} chains)")
     status = metrics.get("status", "completed")
-    figure.suptitle(f"{run_label(record)} — {status}, run {run_dir.name}")
+    chains_text = f", {chains} chains" if chains > 1 else ""
+    figure.suptitle(f"{run_label(record)}{chains_text} — {status}")
     return figure
 
 
