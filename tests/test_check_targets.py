@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from bdl.check_targets import ess
+from bdl.check_targets import double_well, ess, gaussian_2d
 
 
 def test_ess_blank_exactly_where_arviz_returns_its_cap():
@@ -15,3 +15,13 @@ def test_ess_blank_exactly_where_arviz_returns_its_cap():
     many = torch.randn(50, 200, 2, generator=generator, dtype=torch.float64)
     values = ess(many)
     assert not np.isnan(values).any() and (np.abs(values / 10_000 - 1) < 0.2).all()
+
+
+def test_the_figures_of_the_quick_check_are_drawn(tmp_path):
+    """bdl-check --quick's two figures: written, and not blank."""
+    from matplotlib.image import imread
+
+    double_well(quick=True, seed=0, out=tmp_path)
+    gaussian_2d(quick=True, seed=0, out=tmp_path)
+    for name in ("double_well.png", "gaussian_2d.png"):
+        assert imread(tmp_path / name)[..., :3].std() > 0.05, name

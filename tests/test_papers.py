@@ -44,6 +44,7 @@ def uci_runs(tmp_path) -> Path:
 
 def test_uci_table_against_hand_computed_cells(uci_runs):
     table = papers.uci(load_runs([uci_runs]))
+    assert table.figures["uci"].get_suptitle().endswith("boston, concrete, naval, sweep sweep")
     cells = table.cells.set_index("Dataset")
     # boston: mean 2.2, standard error sd/sqrt(2) = 0.2828/1.414 = 0.2; best of the row
     assert cells.loc["boston", "RMSE bdl sghmc_uci"] == "**2.2 ± 0.2**"
@@ -119,6 +120,7 @@ def test_chen_table_and_order(tmp_path):
         "(sghmc 1.75%, sgld 1.90%, sgd 2.20%)."
     )
     assert list(table.figures) == ["chen2014"]
+    assert table.figures["chen2014"].get_suptitle().endswith("Fig. 3, mnist, sweep kept")
     assert r"1.75\%" in table.latex() and "1.75%" not in table.latex()
 
     swapped = _chen_runs(tmp_path / "swapped", {"sgld": (0.017, 0.017), "sghmc": (0.018, 0.018)})

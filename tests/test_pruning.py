@@ -3,9 +3,12 @@ runs of a chain and of Bayes by Backprop."""
 
 import csv
 
+import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_module
+from matplotlib.figure import Figure
+from test_plots import overlapping_tick_labels
 
 import bdl.config  # noqa: F401  (registers the root schema)
 from bdl import report
@@ -13,7 +16,9 @@ from bdl.pruning import (
     FRACTIONS,
     prune_masks,
     pruning_curve,
+    pruning_figure,
     running_moments,
+    signal_to_noise_figure,
     signal_to_noise_order,
     write_signal_to_noise,
 )
@@ -115,6 +120,34 @@ def test_signal_to_noise_quantiles(tmp_path):
     assert float(rows[0.5]["snr_db"]) == pytest.approx(5)  # halfway between 0 and 10 dB
     assert float(rows[0.0]["sigma"]) == 1.0 and float(rows[1.0]["sigma"]) == 2.0
     assert (tmp_path / "signal_to_noise.png").is_file()
+
+
+@pytest.mark.parametrize("low, scale", [(0.0115, "linear"), (1e-4, "log")])
+def test_signal_to_noise_figure_reads(low, scale):
+    """σ between 0.0115 and 0.078 (a yacht run's) on a linear axis, from 10⁻⁴ on a log one; tick
+    labels apart either way (a log axis within a decade labelled 2×10⁻², 3×10⁻², ... into one
+    string, which the check below catches)."""
+    sigma = np.geomspace(low, 0.078, 200)
+    figure = signal_to_noise_figure(sigma, np.linspace(-20, 15, 200), "yacht sghmc seed 0")
+    assert figure.get_suptitle() == "signal to noise — yacht sghmc seed 0"
+    assert figure.axes[0].get_xscale() == scale
+    assert sum(p.get_height() for p in figure.axes[0].patches) == 200
+    assert overlapping_tick_labels(figure) == []
+    as_before = Figure(figsize=(9, 3.5), layout="constrained")
+    ax = as_before.subplots(1, 2)[0]
+    ax.hist(sigma, bins=np.geomspace(sigma.min(), sigma.max() * (1 + 1e-9), 60))
+    ax.set_xscale("log")
+    assert bool(overlapping_tick_labels(as_before)) == (scale == "linear")
+
+
+def test_pruning_figure_plots_the_curve_in_percent():
+    rows = [{"fraction_removed": f, "weights_kept": 0, "score": 0.02 + f / 10} for f in FRACTIONS]
+    figure = pruning_figure(rows, "test_error", "mnist bbb seed 0")
+    (ax,) = figure.axes
+    assert ax.get_title() == "pruning by signal to noise — mnist bbb seed 0"
+    np.testing.assert_allclose(ax.lines[0].get_xdata(), [100 * f for f in FRACTIONS])
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), [2 + 10 * f for f in FRACTIONS])
+    assert overlapping_tick_labels(figure) == []
 
 
 def test_report_prints_the_curve_as_blundells_table_1(tmp_path, capsys):

@@ -15,6 +15,7 @@ from hydra import compose, initialize_config_module
 from safetensors.torch import load_file
 
 import bdl
+from bdl.plots import summary_figure
 from bdl.run import run
 
 # minibatches of 32 and the UCI step size (sampler=sghmc_uci's), which these runs were written for
@@ -112,6 +113,19 @@ def test_an_optimisers_curve_holds_its_current_points_test_metric(run_with):
     values = [float(r["test_metric"]) for r in rows]
     assert len(set(values)) == 3  # a new point each epoch
     assert values[-1] == pytest.approx(metrics["test_rmse"], rel=1e-6)
+
+
+def test_a_run_of_chains_writes_its_summary_figure(run_with):
+    """summary.png: the test RMSE and the potential of each of the 2 chains over the 6 epochs,
+    burn-in (2 epochs) marked, and the R-hat histogram of diagnostics.csv's test points."""
+    metrics, directory = run_with([*UCI, "chains=2", "epochs=6", "burn_in=2", "batch_size=64"])
+    assert (directory / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    metric, potential, rhat = summary_figure(directory).axes
+    assert [len(line.get_xdata()) for line in metric.lines[:2]] == [4, 4]  # after burn-in
+    assert [len(line.get_xdata()) for line in potential.lines[:2]] == [6, 6]
+    assert metric.lines[2].get_xdata()[0] == 2 and potential.lines[2].get_xdata()[0] == 2
+    assert metric.lines[3].get_ydata()[0] == pytest.approx(metrics["test_rmse"])
+    assert sum(p.get_height() for p in rhat.patches) == 51  # boston's generated test points
 
 
 def test_classification_metrics_are_those_of_the_written_predictive(run_with):

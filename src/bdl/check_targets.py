@@ -183,13 +183,24 @@ def double_well(quick: bool, seed: int, out: Path, only: Sequence[str] | None = 
         tv = total_variation(result.draws, target)
         rows.append(make_row(target.name, spec, result, {"tv": tv}, 1.0))
         histograms[spec.label] = result.draws.flatten()
-    _plot_double_well(target, histograms, out / "double_well.png")
+    title = (
+        f"double well (Chen et al. 2014, Fig. 1): {chains} chains × {draws} samples\n"
+        f"after {burn} samples' worth of burn-in each, seed {seed} ({_mode(quick)})"
+    )
+    _plot_double_well(target, histograms, out / "double_well.png", title)
     return rows
 
 
-def _plot_double_well(target: DoubleWell, histograms: dict[str, Tensor], path: Path) -> None:
+def _mode(quick: bool) -> str:
+    return "--quick" if quick else "full"
+
+
+def _plot_double_well(
+    target: DoubleWell, histograms: dict[str, Tensor], path: Path, title: str
+) -> None:
     """Chen et al.'s Fig. 1 (Bühler, Fig. 2)."""
-    plt = _pyplot()
+    from matplotlib.figure import Figure  # imported only to draw
+
     styles = {
         "hmc": ("Standard HMC (with MH)", "c", "v"),
         "hmc, no MH": ("Standard HMC (no MH)", "r", None),
@@ -197,7 +208,8 @@ def _plot_double_well(target: DoubleWell, histograms: dict[str, Tensor], path: P
         "naive_sghmc": ("Naive stochastic gradient HMC (no MH)", "k", None),
         "sghmc": ("SGHMC", "g", None),
     }
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    fig = Figure(figsize=(6.5, 4.8), layout="constrained")
+    ax = fig.subplots()
     grid = torch.linspace(-2.2, 2.2, 441, dtype=torch.float64)
     ax.plot(grid, target.density(grid), "b-", lw=2, label="True distribution")
     edges = torch.linspace(-2.2, 2.2, 45, dtype=torch.float64)
@@ -208,10 +220,9 @@ def _plot_double_well(target: DoubleWell, histograms: dict[str, Tensor], path: P
             density = counts / histograms[label].numel() / (edges[1] - edges[0])
             ax.plot(centres, density, color=colour, marker=marker, ls="-.", lw=1, label=name)
     ax.set(xlabel=r"$\theta$", ylabel="density", xlim=(-2.2, 2.2), ylim=(0, 0.9))
+    ax.set_title(title, fontsize="medium")
     ax.legend(fontsize=8)
-    fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -279,16 +290,23 @@ def _plot_gaussian_sweep(target: CorrelatedGaussian, quick: bool, seed: int, pat
             result = run_chains(target, Spec(name, make, True, steps, steps // 10), chains, seed)
             autocorrelation = result.draws.shape[1] / ess(result.draws).mean() * chains
             sweeps[name].append((autocorrelation, _cov_abs_error(result.draws, target)))
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(5, 4))
+    from matplotlib.figure import Figure  # imported only to draw
+
+    from bdl.plots import scale_to_spread
+
+    fig = Figure(figsize=(5.5, 4.2), layout="constrained")
+    ax = fig.subplots()
     for (name, points), style in zip(sweeps.items(), ["b-x", "r-o"], strict=True):
         ax.plot(*zip(*points, strict=True), style, label=name)
     ax.set(xlabel="autocorrelation time (steps)", ylabel="average absolute error of covariance")
-    ax.set_xscale("log")
+    scale_to_spread(ax, [a for points in sweeps.values() for a, _ in points], axis="x")
+    ax.set_title(
+        f"correlated 2-D Gaussian over {settings} step sizes\n{chains} chains × {steps} steps "
+        f"after {steps // 10} of burn-in, seed {seed} ({_mode(quick)})",
+        fontsize="medium",
+    )
     ax.legend()
-    fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -387,12 +405,3 @@ TARGETS = {
 
 def _select(specs: list[Spec], only: Sequence[str] | None) -> list[Spec]:
     return [spec for spec in specs if only is None or spec.label in only]
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from bdl.plots import curve, save, test_error_figure
+from bdl.plots import curve, group_of, save, sweep_title, test_error_figure
 from bdl.tables import LATEX_SPECIALS, mean_pm, summarize
 
 __all__ = ["CHEN2014_FIG3", "PAPERS", "UCI_PUBLISHED", "UCI_SETS", "chen2014", "uci"]
@@ -178,10 +178,11 @@ def uci(runs: pd.DataFrame) -> PaperTable:
             f"set: {splits}."
         )
     frame = pd.DataFrame(numbers)
-    return PaperTable(frame, pd.DataFrame(cells), notes, {"uci": _uci_figure(frame, methods)})
+    figure = _uci_figure(frame, methods, sweep_title(runs))
+    return PaperTable(frame, pd.DataFrame(cells), notes, {"uci": figure})
 
 
-def _uci_figure(numbers: pd.DataFrame, methods: list[str]) -> Figure:
+def _uci_figure(numbers: pd.DataFrame, methods: list[str], title: str) -> Figure:
     """Each method's RMSE as a ratio to PBP's (log scale) and its test LL minus PBP's, per set:
     the sets' scales differ by three orders of magnitude, so raw values share no axis."""
     figure = Figure(figsize=(11, 4.2), layout="constrained")
@@ -203,6 +204,7 @@ def _uci_figure(numbers: pd.DataFrame, methods: list[str]) -> Figure:
     for ax in (ratio_ax, diff_ax):
         ax.set_xticks(x, numbers["dataset"], rotation=45)
     ratio_ax.legend(fontsize="small")
+    figure.suptitle(f"UCI benchmarks beside PBP (Hernández-Lobato and Adams 2015) — {title}")
     return figure
 
 
@@ -235,8 +237,9 @@ def chen2014(runs: pd.DataFrame) -> PaperTable:
             }
         )
         group = groups[(sampler, prior)]
-        runs_curves = [curve(run["run_dir"], run.to_dict()) for _, run in group.iterrows()]
-        curves.append((f"{sampler}, {prior}" if prior else sampler, runs_curves))
+        records = [run.to_dict() for _, run in group.iterrows()]
+        loaded = {r["run_dir"]: curve(r["run_dir"], r) for r in records}
+        curves.append(group_of(f"{sampler}, {prior}" if prior else sampler, records, loaded))
     notes = [
         "bdl: mean ± standard deviation over seeds. Chen et al. print no final errors; their "
         "column is the end of their Fig. 3's curves, read off the plot."
@@ -251,7 +254,8 @@ def chen2014(runs: pd.DataFrame) -> PaperTable:
             f"Order of the means{f' under {prior}' if prior else ''} ({' < '.join(order)} in the "
             f"paper): {'kept' if kept else 'NOT kept'} ({found})."
         )
-    figure = test_error_figure(curves, "test_error", "test error")
+    title = f"Chen et al. (2014)'s Fig. 3, {sweep_title(runs)}"
+    figure = test_error_figure(curves, "test_error", "test error", title)
     return PaperTable(pd.DataFrame(numbers), pd.DataFrame(cells), notes, {"chen2014": figure}, 2)
 
 

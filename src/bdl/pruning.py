@@ -29,6 +29,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -36,12 +37,17 @@ from torch import Tensor
 
 from bdl.store import SampleStore, load_samples
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 __all__ = [
     "FRACTIONS",
     "curve_from_store",
     "pruning_curve",
     "prune_masks",
+    "pruning_figure",
     "running_moments",
+    "signal_to_noise_figure",
     "signal_to_noise_order",
     "write_curve",
     "write_signal_to_noise",
@@ -170,20 +176,9 @@ def write_curve(directory: Path, rows: list[dict[str, float]], metric: str) -> P
         for row in rows:
             writer.writerow([row["fraction_removed"], row["weights_kept"], row["score"]])
 
-    import matplotlib
+    from bdl.plots import run_title  # matplotlib is imported only to draw
 
-    matplotlib.use("Agg")  # files only: no display on a server
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(5, 3.5))
-    scale = 100 if metric == "test_error" else 1
-    axes.plot([100 * r["fraction_removed"] for r in rows], [scale * r["score"] for r in rows], "o-")
-    axes.set_xlabel("weights removed by signal-to-noise ratio (%)")
-    axes.set_ylabel("test error (%)" if metric == "test_error" else metric)
-    axes.grid(alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(directory / "pruning.png", dpi=120)
-    plt.close(figure)
+    pruning_figure(rows, metric, run_title(directory)).savefig(directory / "pruning.png", dpi=120)
     return path
 
 
@@ -205,18 +200,48 @@ def write_signal_to_noise(
         for row in zip(q.tolist(), torch.quantile(sigma, q).tolist(), snr.tolist(), strict=True):
             writer.writerow(row)
 
-    from matplotlib.figure import Figure
+    from bdl.plots import run_title  # matplotlib is imported only to draw
 
-    figure = Figure(figsize=(9, 3.5), layout="constrained")
-    left, right = figure.subplots(1, 2)
-    positive = sigma[sigma > 0].numpy()
-    if positive.size:
-        left.hist(positive, bins=np.geomspace(positive.min(), positive.max() * (1 + 1e-9), 60))
-    left.set(xscale="log", xlabel="σ", ylabel="parameters", title="posterior standard deviations")
-    right.hist(finite.numpy(), bins=60)
-    right.set(xlabel="signal-to-noise ratio |μ|/σ (dB)", title="signal-to-noise ratios")
+    figure = signal_to_noise_figure(sigma.numpy(), finite.numpy(), run_title(directory))
     figure.savefig(directory / "signal_to_noise.png", dpi=120)
     return path
+
+
+def pruning_figure(rows: Sequence[Mapping[str, float]], metric: str, title: str) -> Figure:
+    """The pruning curve ``rows`` (:func:`pruning_curve`) of ``metric``, titled with the run."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(5.5, 3.8), layout="constrained")
+    axes = figure.subplots()
+    scale = 100 if metric == "test_error" else 1
+    axes.plot([100 * r["fraction_removed"] for r in rows], [scale * r["score"] for r in rows], "o-")
+    axes.set_xlabel("weights removed by signal-to-noise ratio (%)")
+    axes.set_ylabel("test error (%)" if metric == "test_error" else "test RMSE")
+    axes.grid(alpha=0.3)
+    axes.set_title(f"pruning by signal to noise — {title}", fontsize="medium")
+    return figure
+
+
+def signal_to_noise_figure(sigma: np.ndarray, decibels: np.ndarray, title: str) -> Figure:
+    """The histograms of the posterior standard deviations ``sigma`` (on a log axis where they
+    span more than :data:`bdl.plots.SPREAD`) and of the finite ratios ``decibels``."""
+    from matplotlib.figure import Figure
+
+    from bdl.plots import scale_to_spread
+
+    figure = Figure(figsize=(9, 3.8), layout="constrained")
+    left, right = figure.subplots(1, 2)
+    positive = sigma[sigma > 0]
+    if positive.size:
+        if scale_to_spread(left, positive, axis="x") == "log":
+            left.hist(positive, bins=np.geomspace(positive.min(), positive.max() * (1 + 1e-9), 60))
+        else:
+            left.hist(positive, bins=60)
+    left.set(xlabel="σ", ylabel="parameters", title="posterior standard deviations")
+    right.hist(decibels, bins=60)
+    right.set(xlabel="signal-to-noise ratio |μ|/σ (dB)", title="signal-to-noise ratios")
+    figure.suptitle(f"signal to noise — {title}")
+    return figure
 
 
 def curve_from_store(

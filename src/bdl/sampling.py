@@ -321,6 +321,10 @@ class Sampling:
             log.warning("WARNING: %s", warning)
         if self.experiment.pruning_samples is not None and self.stores is not None:
             results.write_pruning(self.experiment, self.loops[0], self.directory)
+        if self.directory.writer:
+            from bdl.plots import write_summary  # matplotlib is imported only to draw
+
+            write_summary(self.directory.path)
         log.info("run directory: %s", self.directory.path)
         return metrics
 

@@ -127,7 +127,7 @@ def _flatten(obj: Any, prefix: str = "", out: dict[str, Any] | None = None) -> d
     return out
 
 
-def _config_values(path: Path) -> dict[str, Any]:
+def config_values(path: Path) -> dict[str, Any]:
     """The flattened config, resolving interpolations that resolve outside of Hydra.
 
     Interpolations such as ``${hydra:runtime.output_dir}`` only resolve inside a Hydra app;
@@ -152,14 +152,14 @@ def _config_values(path: Path) -> dict[str, Any]:
     return flat
 
 
-def _choices(path: Path) -> dict[str, str]:
+def choices(path: Path) -> dict[str, str]:
     """Config-group choices (``{"sampler": "sghmc"}``) from Hydra's own record of the run."""
     if not path.is_file():
         return {}
-    choices = OmegaConf.select(OmegaConf.load(path), "hydra.runtime.choices")
-    if not isinstance(choices, DictConfig):
+    recorded = OmegaConf.select(OmegaConf.load(path), "hydra.runtime.choices")
+    if not isinstance(recorded, DictConfig):
         return {}
-    raw = OmegaConf.to_container(choices, resolve=False)
+    raw = OmegaConf.to_container(recorded, resolve=False)
     return {
         str(k): str(v)
         for k, v in raw.items()
@@ -205,22 +205,22 @@ def read_runs(runs: Sequence[Path], skip: Callable[[str], None]) -> pd.DataFrame
             run_warnings = metrics.pop("warnings", [])
             metrics = _flatten(metrics)
             metrics[WARNINGS] = "; ".join(map(str, run_warnings))
-            config = _config_values(run / CONFIG_FILE)
-            choices = _choices(run / HYDRA_FILE)
+            config = config_values(run / CONFIG_FILE)
+            chosen = choices(run / HYDRA_FILE)
         except Exception as e:  # one broken run must not hide the others
             skip(f"skipped {run}: {type(e).__name__}: {e}")
             continue
-        loaded.append((run, metrics, config, choices))
+        loaded.append((run, metrics, config, chosen))
     # any run's metric names: a run that failed early lacks some, and must name its config
     # columns as the others do
     metric_names = {k for _, metrics, _, _ in loaded for k in metrics}
-    for run, metrics, config, choices in loaded:
+    for run, metrics, config, chosen in loaded:
         row: dict[str, Any] = {}
         for k, v in config.items():
             key = f"config.{k}" if k in metric_names else k  # a metric keeps its plain name
             row[key] = v
             config_cols[key] = None
-        for k, v in choices.items():
+        for k, v in chosen.items():
             if k not in row and k not in metrics:
                 row[k] = v
                 choice_cols[k] = None
