@@ -39,3 +39,10 @@ def test_cyclical_cosine_cycles_exploration_and_collection():
 def test_cyclical_keeps_several_samples_per_cycle():
     schedule = Cyclical(400, 10, cycles=2, exploration=0.5, samples_per_cycle=3)
     assert [e for e in range(40) if schedule.collects(e, 0, 1)] == [17, 18, 19, 37, 38, 39]
+
+
+def test_cyclical_defaults_to_zhang_et_al_s_four_cycles():
+    """Zhang et al. (2020)'s cSG-MCMC: four cycles; the step restarts at its peak at the start of
+    each, steps 0, 25, 50 and 75 of 100."""
+    schedule = Cyclical(total_steps=100, steps_per_epoch=1)
+    assert [t for t in range(100) if schedule(t) == 1.0] == [0, 25, 50, 75]
