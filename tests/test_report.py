@@ -192,3 +192,11 @@ def test_runs_with_warnings_are_counted_and_named_and_unsound_ones_left_out(swee
     assert "n_warned" in out.splitlines()[0]
     assert f"- {jobs / '0'}: {warning}" in out.split("with warnings")[1]
     assert f"- {jobs / '1'}: unsound, epoch 3" in out.split("Not in the table")[1]
+
+
+def test_the_help_names_what_each_option_takes_and_writes():
+    from bdl.report import _parser
+
+    usage = " ".join(_parser().format_help().split())
+    assert "--out DIR" in usage and "PATH [PATH ...]" in usage
+    assert "R-hat histograms (PNG and PDF) in PATH/plots/" in usage
