@@ -157,15 +157,19 @@ def score(rows: list[dict]) -> dict:
     }
 
 
-def judged(row: dict, equivalent: dict[str, str]) -> dict:
+def judged(row: dict, equivalent: dict[str, str], population: set[str]) -> dict:
     """``row`` (its ``measured`` verdict) judged: an argued equivalence applied, and the diff of
-    a mutant no test killed."""
+    a mutant no test killed (as drawn, for a mutant whose function has changed since)."""
+    diff = row.get("diff")
     row = {k: v for k, v in row.items() if k not in ("verdict", "reason", "diff")}
     row["verdict"] = row["measured"]
     if row["measured"] in ("survived", "no tests") and row["mutant"] in equivalent:
         row |= {"verdict": "equivalent", "reason": equivalent[row["mutant"]]}
     if row["verdict"] not in DETECTED:
-        row["diff"] = get_diff_for_mutant(row["mutant"], path=source_path(row["module"]))
+        current = row["mutant"] in population
+        row["diff"] = (
+            get_diff_for_mutant(row["mutant"], path=source_path(row["module"])) if current else diff
+        )
     return row
 
 
@@ -205,12 +209,19 @@ def main() -> None:
     equivalent = json.loads(EQUIVALENT.read_text()) if EQUIVALENT.exists() else {}
 
     population = generate()
+    generated = set(population)
     if args.rerun_survivors:
         previous = json.loads(path.read_text())
         args.sample, rows = str(previous["sample"]), previous["mutants"]
         for row in rows:  # more tests than a killed mutant ran still fail on it
             row["tests"] = test_selection(row["module"])
-        mutants = [row for row in rows if row["measured"] in ("survived", "no tests")]
+        # a survivor whose function has changed since the draw is no longer generated: it keeps
+        # its verdict and its diff as drawn
+        mutants = [
+            row
+            for row in rows
+            if row["measured"] in ("survived", "no tests") and row["mutant"] in generated
+        ]
     else:
         size = sample_size(args.sample, len(population))
         drawn = random.Random(args.seed).sample(population, size)
@@ -222,7 +233,7 @@ def main() -> None:
         mutants = rows
 
     def record() -> dict:
-        done = [judged(row, equivalent) for row in rows if "measured" in row]
+        done = [judged(row, equivalent, generated) for row in rows if "measured" in row]
         return write(path, done, len(population), args)
 
     for row in mutants:
