@@ -83,8 +83,6 @@ class Experiment:
     #: chain's minibatch order
     vectorise: bool = True
     shared_minibatches: bool = False
-    #: torch's CPU threads (bdl.threads), recorded in the checkpoint
-    threads: int = 1
 
     def collects(self, epoch: int) -> bool:
         """Whether the state after (0-based) ``epoch`` is kept as a posterior sample."""
@@ -272,7 +270,7 @@ def build_chains(
     checkpoint recorded, kept under ``threads=auto``)."""
     first = build(cfg, group)
     parameters = sum(p.numel() for p in first.potential.params)
-    count = threads.apply(resumed_threads or cfg.threads, parameters, first.device)
+    threads.apply(resumed_threads or cfg.threads, parameters, first.device)
     if cfg.chains > 1:
         if group is not None:
             raise ConfigError(
@@ -285,10 +283,7 @@ def build_chains(
             )
         _check_memory(first, cfg.chains)
         log.info("%d chains, seeded %d..%d", cfg.chains, cfg.seed, cfg.seed + cfg.chains - 1)
-    experiments = [first, *(build(cfg, group, k, like=first) for k in range(1, cfg.chains))]
-    for experiment in experiments:
-        experiment.threads = count
-    return experiments
+    return [first, *(build(cfg, group, k, like=first) for k in range(1, cfg.chains))]
 
 
 def _check_memory(experiment: Experiment, chains: int) -> None:

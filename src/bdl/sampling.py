@@ -279,7 +279,7 @@ class Sampling:
             self.loops,
             elapsed_s=self.elapsed_before,
             wandb_id=getattr(self.wandb_run, "id", None),
-            threads=self.experiment.threads,
+            threads=torch.get_num_threads(),  # what a resumed run must compute with
         )
 
     def _interrupt(self) -> None:

@@ -44,12 +44,11 @@ def choose(setting: str | int, parameters: int) -> int:
     return 1 if parameters < SMALL_NETWORK or free < 2 else free
 
 
-def apply(setting: str | int, parameters: int, device: torch.device) -> int:
-    """Set torch's thread count for a run on ``device`` (a GPU's runs keep torch's own); returns
-    it. A resumed run passes the count its checkpoint recorded, since sums over threads round
+def apply(setting: str | int, parameters: int, device: torch.device) -> None:
+    """Set torch's thread count for a run on ``device`` (a GPU's runs keep torch's own). A resumed
+    run passes the count its checkpoint recorded, since sums over threads round
     differently with another count and the resumed run would not be the uninterrupted one."""
     if device.type == "cpu":
         threads = choose(setting, parameters)
         torch.set_num_threads(threads)
         log.info("%d CPU thread%s (threads=%s)", threads, "s" * (threads > 1), setting)
-    return torch.get_num_threads()
