@@ -319,6 +319,15 @@ def test_a_run_of_several_chains_resumes_bitwise(uci_root, tmp_path, monkeypatch
         ["sampler=sghmc", "sampler.grad_var=online"],
         ["sampler=sgld", "shared_minibatches=true"],
         ["sampler=hmc", "sampler.num_steps=3"],
+        # stopped in the mass matrix's window, [3, 20) of 22 burn-in iterations
+        [
+            "sampler=hmc",
+            "sampler.num_steps=3",
+            "sampler.mass=diagonal",
+            "sampler.adapt_length=true",
+            "epochs=28",
+            "burn_in=22",
+        ],
     ],
 )
 def test_stacked_chains_resume_bitwise(uci_root, tmp_path, monkeypatch, sampler):

@@ -76,6 +76,7 @@ def run_chains(target, spec: Spec, chains: int, seed: int) -> Chains:
     data_generator = torch.Generator().manual_seed(seed + 1)
     params = target.init(chains)
     sampler = spec.make(generator)
+    sampler.plan_burn_in(spec.burn_in)
     closures = target.closures(params, spec.noisy, data_generator)
     state = sampler.init(params)
     kept: list[Tensor] = []

@@ -221,6 +221,7 @@ def build(
         shared_minibatches=cfg.shared_minibatches,
     )
     sampler.attach(potential, experiment.train_chunks)  # a Laplace fit reads the training set
+    sampler.plan_burn_in(cfg.burn_in * steps_per_epoch)
     if declaration.injects_noise and not any(map(experiment.collects, range(cfg.epochs))):
         raise ConfigError(
             f"no epoch would keep a sample (epochs={cfg.epochs}, burn_in={cfg.burn_in}, "

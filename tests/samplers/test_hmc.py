@@ -127,16 +127,21 @@ def test_dual_averaging_reaches_the_target_and_only_while_tuning(quadratic):
     assert state.adaptation.count == 150
 
 
-@pytest.mark.parametrize("refresh", [0.0, 0.7])
-def test_foreach_equals_loop(assert_foreach_matches_loop, quadratic, refresh):
-    assert_foreach_matches_loop(
-        lambda foreach: HMC(
-            0.01, 4, refresh=refresh, foreach=foreach, generator=torch.Generator().manual_seed(3)
-        ),
-        quadratic,
-        steps=6,
-        step_options=lambda t: {"tune": t < 3},
-    )
+@pytest.mark.parametrize(("refresh", "mass"), [(0.0, "unit"), (0.7, "unit"), (0.7, "diagonal")])
+def test_foreach_equals_loop(assert_foreach_matches_loop, quadratic, refresh, mass):
+    def make(foreach):
+        sampler = HMC(
+            0.01,
+            4,
+            refresh=refresh,
+            mass=mass,
+            foreach=foreach,
+            generator=torch.Generator().manual_seed(3),
+        )
+        sampler.plan_burn_in(20)  # a slow window over iterations 3 to 17
+        return sampler
+
+    assert_foreach_matches_loop(make, quadratic, steps=24, step_options=lambda t: {"tune": t < 20})
 
 
 def test_samples_a_gaussian_per_chain():

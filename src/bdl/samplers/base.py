@@ -191,6 +191,11 @@ class Sampler(ABC):
         """Meet the run's potential and training set, once, before :meth:`init`. Samplers that
         need only the closures ignore them (the default)."""
 
+    def plan_burn_in(self, steps: int) -> None:  # noqa: B027 (optional)
+        """Learn, once before :meth:`init`, that the first ``steps`` steps are burn-in
+        (``tune=True``): a kernel that adapts in stages (HMC's mass matrix) places them in it.
+        Samplers that adapt step by step, or not at all, ignore it (the default)."""
+
     def init(self, params: list[Tensor]) -> SamplerState:
         return SamplerState(params=list(params))
 

@@ -13,6 +13,15 @@ Bühler, §3.3.4. Each iteration
    partial refresh the proposal's momentum flip is undone on acceptance and kept on rejection,
    so that the chain on :math:`(q, p)` stays reversible).
 
+With ``mass="diagonal"`` the kinetic energy is :math:`K(p) = \tfrac12 p^\top M^{-1} p` with a
+diagonal :math:`M^{-1}` learnt from the chain's draws during burn-in in Stan's windows
+(:mod:`bdl.samplers.mass`) and frozen before the first kept sample: the momentum is drawn from
+:math:`\mathcal N(0, M)` and the drift is :math:`q \leftarrow q + \epsilon M^{-1} p`. With
+``adapt_length=True`` each iteration integrates for a jittered time :math:`u_n T` and :math:`T`
+is learnt across stacked chains during burn-in by ChEES (:mod:`bdl.samplers.chees`; Hoffman,
+Radul & Sountsov 2021), starting from ``trajectory_length`` (or ``num_steps`` times the first
+step) and averaged before the first kept sample.
+
 ``lr`` is :math:`\epsilon^2` (see :mod:`bdl.samplers.metropolis`), so the per-datum
 ``sampler.lr`` is :math:`\epsilon^2 N`. ``num_steps`` gives :math:`L`; ``trajectory_length``
 :math:`\tau` gives :math:`L = \lceil\tau/\epsilon\rceil` instead, which keeps the trajectory's
@@ -25,12 +34,15 @@ leapfrog step costs one pass over the data.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from bdl.closures import Closure
 from bdl.noise import Generator
+from bdl.samplers import chees
+from bdl.samplers import mass as windowed
 from bdl.samplers.base import Declaration
 from bdl.samplers.metropolis import (
     LeapfrogUpdate,
@@ -43,6 +55,14 @@ from bdl.samplers.metropolis import (
     select_,
 )
 
+MASSES = ("unit", "diagonal")
+
+
+@dataclass
+class HMCState(MetropolisState):
+    mass_windows: windowed.MassWindows = field(default_factory=windowed.MassWindows)
+    length: chees.ChEES = field(default_factory=chees.ChEES)
+
 
 class HMC(LeapfrogUpdate, MetropolisSampler):
     """HMC with :math:`\\epsilon^2 =` ``lr`` and ``num_steps`` (or ``trajectory_length``).
@@ -54,6 +74,10 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
         refresh: :math:`\\alpha \\in [0, 1)` of the partial momentum refresh (0: resample).
         adapt: dual-averaging adaptation of :math:`\\epsilon` during burn-in.
         target_accept: the acceptance rate the adaptation aims at.
+        mass: ``"unit"`` (:math:`M = I`) or ``"diagonal"``, learnt during burn-in; the runner
+            says how long burn-in is through :meth:`plan_burn_in`.
+        adapt_length: learn the jittered trajectory's length :math:`T` across stacked chains
+            during burn-in (ChEES), from ``trajectory_length`` or ``num_steps`` :math:`\\epsilon`.
     """
 
     declaration = Declaration(step_unit="per datum", full_batch=True, vectorisable=True)
@@ -66,6 +90,8 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
         refresh: float = 0.0,
         adapt: bool = True,
         target_accept: float = 0.8,
+        mass: str = "unit",
+        adapt_length: bool = False,
         *,
         foreach: bool = True,
         generator: Generator = None,
@@ -86,22 +112,48 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
             )
         if not 0 <= refresh < 1:
             raise ValueError(f"sampler.refresh must be in [0, 1), got {refresh}")
+        if mass not in MASSES:
+            raise ValueError(f"sampler.mass must be one of {', '.join(MASSES)}, got {mass!r}")
         self.num_steps = num_steps
         self.trajectory_length = trajectory_length
         self.refresh = refresh
+        self.mass = mass
+        self.adapt_length = adapt_length
+        self.windows: list[tuple[int, int]] = []
 
-    def init(self, params: list[Tensor]) -> MetropolisState:
-        state = super().init(params)
+    def plan_burn_in(self, steps: int) -> None:
+        if self.mass == "unit":
+            return
+        self.windows = windowed.slow_windows(steps)
+        if not self.windows:
+            raise ValueError(
+                f"sampler.mass=diagonal learns the mass from burn-in, and {steps} iterations are "
+                f"too few (Stan's least is {windowed.SHORTEST_BURN_IN}): raise burn_in or set "
+                "sampler.mass=unit"
+            )
+
+    def init(self, params: list[Tensor]) -> HMCState:
+        base = super().init(params)
+        state = HMCState(params=base.params, adaptation=base.adaptation)
         state.buffers["momentum"] = [torch.zeros_like(p) for p in params]
+        if self.mass == "diagonal":
+            state.buffers.update(windowed.init_buffers(params))
         return state
 
-    def _leapfrog_steps(self, epsilon: float) -> int:
+    def _leapfrog_steps(self, state: HMCState, epsilon: float, tune: bool) -> int:
+        if self.adapt_length:
+            length = state.length
+            if length.log_length is None:
+                length.log_length = math.log(self.trajectory_length or self.num_steps * epsilon)
+            return max(1, math.ceil(length.jitter() * length.length(tune) / epsilon))
         if self.num_steps is not None:
             return self.num_steps
         return max(1, math.ceil(self.trajectory_length / epsilon))
 
-    def _refresh_momentum(self, momenta: list[Tensor]) -> None:
+    def _refresh_momentum(self, momenta: list[Tensor], inverse_mass: list[Tensor] | None) -> None:
         draws = self.gaussian_like(momenta)
+        if inverse_mass is not None:  # N(0, M): scaled by M^{1/2}
+            torch._foreach_div_(draws, torch._foreach_sqrt(inverse_mass))
         if self.refresh == 0:
             torch._foreach_copy_(momenta, draws)
         else:
@@ -111,24 +163,24 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
     @torch.no_grad()
     def step(
         self,
-        state: MetropolisState,
+        state: HMCState,
         closure: Closure,
         lr_scale: float = 1.0,
         noise: bool = True,
         tune: bool = False,
-    ) -> MetropolisState:
+    ) -> HMCState:
         epsilon = self._scale(state, lr_scale, tune)
-        num_steps = self._leapfrog_steps(epsilon)
+        num_steps = self._leapfrog_steps(state, epsilon, tune)
         start = self._current(state, closure)
         start_u, grads = start
-        momenta = state.buffers["momentum"]
-        self._refresh_momentum(momenta)
+        momenta, inverse_mass = state.buffers["momentum"], state.buffers.get("inverse_mass")
+        self._refresh_momentum(momenta, inverse_mass)
         start_params = [q.clone() for q in state.params]
         start_momenta = [p.clone() for p in momenta] if self.refresh > 0 else None
-        start_energy = start_u.double() + kinetic_energy(momenta, start_u.shape)
+        start_energy = start_u.double() + kinetic_energy(momenta, start_u.shape, inverse_mass)
 
         kick(momenta, grads, epsilon / 2, self.foreach)
-        drift(state.params, momenta, epsilon, self.foreach)
+        drift(state.params, momenta, epsilon, self.foreach, inverse_mass)
         update = self._update_foreach if self.foreach else self._update_loop
         for _ in range(num_steps - 1):
             _, grads = closure()
@@ -137,12 +189,41 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
         kick(momenta, grads, epsilon / 2, self.foreach)
         state.grad_evals += num_steps
 
-        end_energy = end_u.double() + kinetic_energy(momenta, end_u.shape)
+        end_energy = end_u.double() + kinetic_energy(momenta, end_u.shape, inverse_mass)
         accept = metropolis_test(state, start_energy - end_energy, self.generator)
+        if tune and self.adapt_length:
+            jitter = state.length.jitter()
+            gradient = chees.gradient(
+                start_params, state.params, momenta, state.info["accept_prob"], inverse_mass, jitter
+            )
+            state.length.update(gradient, epsilon)
+        if self.adapt_length:
+            state.info["trajectory_length"] = torch.tensor(state.length.length(tune))
+            state.length.iterations += 1
         select_(accept, state.params, start_params)
         if start_momenta is not None:
             torch._foreach_neg_(start_momenta)
             select_(accept, momenta, start_momenta)
         self._finish(state, accept, start, (end_u, grads), tune)
         state.info["step_size"] = torch.tensor(epsilon)
+        if tune and self.windows:
+            self._learn_mass(state, chain_dims=start_u.dim())
         return state
+
+    def _learn_mass(self, state: HMCState, chain_dims: int) -> None:
+        """Add this burn-in iteration's position to its slow window; at the window's end, set
+        :math:`M^{-1}` from it and restart the step size's adaptation."""
+        windows, index = state.mass_windows, state.mass_windows.tune_steps
+        windows.tune_steps += 1
+        for start, end in self.windows:
+            if start <= index < end:
+                windows.draws += 1
+                windowed.add_draw(state.buffers, state.params, windows.draws)
+                if index + 1 == end:
+                    old_inverse_mass = [v.clone() for v in state.buffers["inverse_mass"]]
+                    windowed.close_window(state.buffers, windows.draws, chain_dims)
+                    windows.draws = 0
+                    state.adaptation = state.adaptation.restarted()
+                    if self.adapt_length:
+                        state.length.remeasure(old_inverse_mass, state.buffers["inverse_mass"])
+                return

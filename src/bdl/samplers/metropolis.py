@@ -58,9 +58,20 @@ from bdl.noise import Generator, uniform
 from bdl.samplers.base import Sampler, SamplerState
 
 
-def kinetic_energy(momenta: list[Tensor], batch_shape: torch.Size) -> Tensor:
-    r""":math:`\tfrac12\lVert p\rVert^2` in float64, one value per chain of ``batch_shape``."""
-    return sum(0.5 * p.double().square().reshape(*batch_shape, -1).sum(-1) for p in momenta)
+def kinetic_energy(
+    momenta: list[Tensor], batch_shape: torch.Size, inverse_mass: list[Tensor] | None = None
+) -> Tensor:
+    r""":math:`\tfrac12 p^\top M^{-1} p` in float64 (:math:`M = I` when ``inverse_mass`` is
+    None, else the diagonal :math:`M^{-1}` shaped like ``momenta``), one value per chain of
+    ``batch_shape``."""
+    scales = inverse_mass or [None] * len(momenta)
+    return sum(
+        0.5
+        * (p.double().square() if v is None else p.double().square() * v)
+        .reshape(*batch_shape, -1)
+        .sum(-1)
+        for p, v in zip(momenta, scales, strict=True)
+    )
 
 
 def broadcast(mask: Tensor, like: Tensor) -> Tensor:
@@ -83,30 +94,40 @@ def kick(momenta: list[Tensor], grads: list[Tensor], scale: float, foreach: bool
             p.add_(g, alpha=-scale)
 
 
-def drift(params: list[Tensor], momenta: list[Tensor], scale: float, foreach: bool) -> None:
-    """:math:`q \\leftarrow q + s\\,p`."""
+def drift(
+    params: list[Tensor],
+    momenta: list[Tensor],
+    scale: float,
+    foreach: bool,
+    inverse_mass: list[Tensor] | None = None,
+) -> None:
+    """:math:`q \\leftarrow q + s\\,M^{-1}p` (:math:`M = I` when ``inverse_mass`` is None)."""
     if foreach:
-        torch._foreach_add_(params, momenta, alpha=scale)
+        velocities = momenta if inverse_mass is None else torch._foreach_mul(momenta, inverse_mass)
+        torch._foreach_add_(params, velocities, alpha=scale)
     else:
-        for q, p in zip(params, momenta, strict=True):
-            q.add_(p, alpha=scale)
+        for i, (q, p) in enumerate(zip(params, momenta, strict=True)):
+            q.add_(p if inverse_mass is None else p * inverse_mass[i], alpha=scale)
 
 
 class LeapfrogUpdate:
     """The interior leapfrog step as a sampler's elementwise update (``_update_foreach`` and its
-    loop twin): kick by ``step_size``, then drift by ``step_size``; ``noise`` plays no part."""
+    loop twin): kick by ``step_size``, then drift by ``step_size`` (through the diagonal
+    ``state.buffers["inverse_mass"]`` where the kernel adapts one); ``noise`` plays no part."""
 
     def _update_foreach(
         self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
     ) -> None:
-        kick(state.buffers["momentum"], grads, step_size, foreach=True)
-        drift(state.params, state.buffers["momentum"], step_size, foreach=True)
+        momenta, inverse_mass = state.buffers["momentum"], state.buffers.get("inverse_mass")
+        kick(momenta, grads, step_size, foreach=True)
+        drift(state.params, momenta, step_size, foreach=True, inverse_mass=inverse_mass)
 
     def _update_loop(
         self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
     ) -> None:
-        kick(state.buffers["momentum"], grads, step_size, foreach=False)
-        drift(state.params, state.buffers["momentum"], step_size, foreach=False)
+        momenta, inverse_mass = state.buffers["momentum"], state.buffers.get("inverse_mass")
+        kick(momenta, grads, step_size, foreach=False)
+        drift(state.params, momenta, step_size, foreach=False, inverse_mass=inverse_mass)
 
 
 def metropolis_test(state: SamplerState, log_ratio: Tensor, generator: Generator) -> Tensor:
@@ -150,6 +171,11 @@ class DualAveraging:
         self.log_x = self.mu - math.sqrt(m) / self.gamma * self.h_bar
         eta = m**-self.kappa
         self.log_x_avg = eta * self.log_x + (1 - eta) * self.log_x_avg
+
+    def restarted(self) -> DualAveraging:
+        """A fresh adaptation around the current step (Stan, after each mass-matrix update):
+        :math:`\\mu = \\log 10 x`, the statistics emptied."""
+        return DualAveraging(target=self.target, mu=math.log(10.0) + self.log_x, log_x=self.log_x)
 
     def multiplier(self, tune: bool) -> float:
         """The current iterate while tuning, the averaged one afterwards."""
