@@ -1,5 +1,6 @@
 """What the benchmark scripts share: a composed bdl config, the runner's sampling loop on it, a
-bare copy of its network and a device-synchronised timer."""
+bare copy of its network with the bare PyTorch loop that trains it, and a device-synchronised
+timer."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 from torch import nn
@@ -46,6 +48,17 @@ def bare_model(run: Experiment) -> nn.Module:
     return model
 
 
+def bare_sgd_epoch(model, optimizer, x_train, y_train, batch_size, generator):
+    """The loop every PyTorch tutorial writes, on tensors already in memory."""
+    order = torch.randperm(x_train.shape[0], generator=generator, device=x_train.device)
+    for start in range(0, x_train.shape[0] - batch_size + 1, batch_size):
+        index = order[start : start + batch_size]
+        loss = F.cross_entropy(model(x_train[index]), y_train[index])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
 def composed(overrides: list[str]) -> DictConfig:
     """The config `bdl-run <overrides>` would run, at torch's thread count of this process
     (OMP_NUM_THREADS) unless the overrides set one: a benchmark states its thread count."""
@@ -69,13 +82,18 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def alternating_medians(fns: Sequence[Callable[[], object]], rounds: int) -> list[float]:
-    """Median seconds of each of ``fns``, run in turn round after round after one warm-up each,
-    so that machine noise hits all alike."""
+def alternating_times(fns: Sequence[Callable[[], object]], rounds: int) -> list[list[float]]:
+    """Seconds of each of ``fns`` in each round, run in turn round after round after one warm-up
+    each, so that machine noise hits all alike."""
     for fn in fns:
         fn()
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(rounds):
         for fn, fn_times in zip(fns, times, strict=True):
             fn_times.append(timed(fn))
-    return [statistics.median(fn_times) for fn_times in times]
+    return times
+
+
+def alternating_medians(fns: Sequence[Callable[[], object]], rounds: int) -> list[float]:
+    """Median seconds of each of ``fns`` over :func:`alternating_times`' rounds."""
+    return [statistics.median(fn_times) for fn_times in alternating_times(fns, rounds)]
