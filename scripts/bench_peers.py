@@ -24,7 +24,7 @@
 
 Rounds are interleaved (each contender in turn, round after round) so that machine noise hits
 all alike; ratios are printed as the median over rounds with the range (min-max). torch runs at
-one thread and XLA single-threaded (its flags set before JAX is imported). The issue's goals:
+one thread and XLA single-threaded (its flags set before JAX is imported). The goals:
 bdl's best yacht setting >= 2x NUTS's ESS per second with warm-up included, its slowest test
 point's ESS within 2x NUTS's, posteriors agreeing within Monte Carlo error; bdl's SGHMC epoch <=
 BlackJAX's.
@@ -54,11 +54,27 @@ os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "")
     + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 )
+try:
+    import blackjax
+    import jax
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.infer import MCMC, NUTS
+except ImportError:
+    print("bench_peers.py needs JAX, NumPyro and BlackJAX: pip install -e .[peers]")
+    raise SystemExit(0) from None
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from bench_ess import BASE as YACHT  # noqa: E402
-from benchtools import alternating_times, bare_model, bare_sgd_epoch, composed, sampling  # noqa: E402
+from benchtools import (  # noqa: E402
+    alternating_times,
+    bare_model,
+    bare_sgd_epoch,
+    composed,
+    sampling,
+)
 from omegaconf import DictConfig  # noqa: E402
 
 from bdl import diagnostics  # noqa: E402
@@ -75,7 +91,7 @@ BDL_YACHT = {
     "bdl 8 chains": ["chains=8"],
     "bdl 8 compiled": ["chains=8", "compile=true"],
 }
-NUTS = "NumPyro NUTS"
+NUMPYRO = "NumPyro NUTS"
 
 
 @dataclass
@@ -161,8 +177,6 @@ def bdl_yacht(cfg: DictConfig, directory: Path) -> Draws:
 def jax_mlp(cfg: DictConfig) -> Callable:
     """bdl's MLP of ``cfg`` as a function of a list of ``(weight, bias)`` pairs, weights
     ``(in, out)``, in JAX."""
-    import jax
-
     activation = getattr(jax.nn, cfg.model.activation)
 
     def forward(layers, x):
@@ -190,17 +204,14 @@ def check_posterior(cfg: DictConfig) -> None:
     }
     wrong = [key for key, matches in expected.items() if not matches]
     if wrong:
-        raise SystemExit(f"bench_peers.py writes another posterior than bdl's {wrong} config")
+        raise SystemExit(
+            f"bench_peers.py: bdl's {', '.join(wrong)} config is no longer the posterior its "
+            "NumPyro model writes (Gaussian prior, sampled noise precision, temperature 1, MLP)"
+        )
 
 
 def nuts_yacht(cfg: DictConfig, data, settings: Settings, seed: int) -> Draws:
     """NumPyro's NUTS on the posterior of ``cfg``, one chain."""
-    import jax
-    import jax.numpy as jnp
-    import numpyro
-    import numpyro.distributions as dist
-    from numpyro.infer import MCMC, NUTS
-
     forward = jax_mlp(cfg)
     sizes = widths(cfg, data)
     scale = float(cfg.prior.scale)
@@ -259,11 +270,12 @@ def yacht(rounds: int, settings: Settings) -> None:
     )
     print(
         f"{'contender':<15}{'round':>6}{'ESS med':>8}{'ESS min':>8}{'seconds':>8}{'after wu':>9}"
-        f"{'med/s':>7}{'min/s':>7}{'med/s wu-':>10}{'rmse':>7}{'ll':>7}{'max|z|':>7}"
+        f"{'med/s':>7}{'min/s':>7}{'med/s aft':>10}{'rmse':>7}{'ll':>7}{'max|z|':>7}"
     )
-    names = [NUTS, *BDL_YACHT]  # NUTS first: each bdl run is compared with its round's
-    # per contender, per round: ESS/s of the median and minimum, whole and after warm-up
-    rates: dict[str, list[tuple[float, float, float]]] = {name: [] for name in names}
+    names = [NUMPYRO, *BDL_YACHT]  # NUTS first: each bdl run is compared with its round's
+    # per contender, per round: ESS/s of the median and minimum, whole, and of the median after
+    # warm-up; the minimum ESS
+    rates: dict[str, list[tuple[float, ...]]] = {name: [] for name in names}
     worst_z: dict[str, float] = {}
     skipped: set[str] = set()
     with tempfile.TemporaryDirectory() as root:
@@ -271,7 +283,7 @@ def yacht(rounds: int, settings: Settings) -> None:
             for name in names:
                 if name in skipped:
                     continue
-                if name == NUTS:
+                if name == NUMPYRO:
                     draws = nuts_yacht(cfg, data, settings, seed=round_)
                 else:
                     overrides = [*common, *BDL_YACHT[name], f"seed={round_}"]
@@ -282,7 +294,7 @@ def yacht(rounds: int, settings: Settings) -> None:
                         skipped.add(name)
                         continue
                 summary = Summary.of(draws, task)
-                if name == NUTS:
+                if name == NUMPYRO:
                     nuts, z = summary, ""
                 else:
                     worst = summary.largest_z(nuts)
@@ -292,6 +304,7 @@ def yacht(rounds: int, settings: Settings) -> None:
                     summary.ess_median / draws.seconds,
                     summary.ess_min / draws.seconds,
                     summary.ess_median / draws.sampling_seconds,
+                    summary.ess_min,
                 )
                 rates[name].append(rate)
                 print(
@@ -300,22 +313,21 @@ def yacht(rounds: int, settings: Settings) -> None:
                     f"{rate[1]:>7.2f}{rate[2]:>10.1f}{summary.rmse:>7.3f}{summary.ll:>7.3f}{z:>7}"
                 )
     print(
-        "ESS per second of the test predictive, bdl / NumPyro NUTS, median (min-max) over rounds:"
+        "bdl / NumPyro NUTS, median (min-max) over rounds: ESS per second of the test predictive "
+        "(median and minimum over the points, the whole run or after warm-up), and the minimum ESS"
     )
     print(
-        f"{'contender':<15}{'med, whole':>18}{'min, whole':>18}{'med, after wu':>18}{'max|z|':>8}"
+        f"{'contender':<15}{'med/s, whole':>20}{'min/s, whole':>20}{'med/s, after wu':>20}"
+        f"{'min ESS':>20}{'max|z|':>8}"
     )
     for name in BDL_YACHT:
         if not rates[name]:
             continue
         ratios = [
-            [ours[k] / theirs[k] for ours, theirs in zip(rates[name], rates[NUTS], strict=True)]
-            for k in range(3)
+            [ours[k] / theirs[k] for ours, theirs in zip(rates[name], rates[NUMPYRO], strict=True)]
+            for k in range(4)
         ]
-        print(
-            f"{name:<15}{spread(ratios[0]):>18}{spread(ratios[1]):>18}{spread(ratios[2]):>18}"
-            f"{worst_z[name]:>8.2f}"
-        )
+        print(f"{name:<15}{''.join(f'{spread(r):>20}' for r in ratios)}{worst_z[name]:>8.2f}")
 
 
 class BlackJAXSGHMC:
@@ -323,10 +335,6 @@ class BlackJAXSGHMC:
     runs one more epoch."""
 
     def __init__(self, cfg: DictConfig, experiment: Experiment) -> None:
-        import blackjax
-        import jax
-        import jax.numpy as jnp
-
         self.forward = jax_mlp(cfg)
         self.x = jnp.asarray(experiment.x_train.flatten(1).numpy())
         self.y = jnp.asarray(experiment.y_train.numpy())
@@ -375,8 +383,6 @@ class BlackJAXSGHMC:
         self.key = keys[0]
 
     def __call__(self) -> None:
-        import jax
-
         self.state, self.key = self.epoch(self.state, self.key, self.x, self.y)
         jax.block_until_ready(self.state)
 
@@ -433,12 +439,6 @@ def main() -> None:
     parser.add_argument("--part", choices=["yacht", "mnist", "all"], default="all")
     parser.add_argument("--quick", action="store_true", help="short runs, for a test")
     args = parser.parse_args()
-    try:
-        import blackjax  # noqa: F401
-        import numpyro  # noqa: F401
-    except ImportError:
-        print("bench_peers.py needs JAX, NumPyro and BlackJAX: pip install -e .[peers]")
-        return
     torch.set_num_threads(1)
     # the runs' own verdicts (short chains that have not converged) are not what is measured
     logging.getLogger("bdl").setLevel(logging.ERROR)

@@ -56,7 +56,9 @@ def test_quick_run_prints_sane_ratios_and_agreeing_posteriors(data_dir):
     z_limit = norm.isf(0.001 / 2 / points)
     contenders = {}
     for line in stdout.splitlines():
-        match = re.fullmatch(rf"(bdl [\w ]+?)\s+{SPREAD}\s*{SPREAD}\s*{SPREAD}\s+(\d+\.\d+)", line)
+        match = re.fullmatch(
+            rf"(bdl [\w ]+?)\s+{SPREAD}\s*{SPREAD}\s*{SPREAD}\s*{SPREAD}\s+(\d+\.\d+)", line
+        )
         if match:
             contenders[match.group(1)] = [float(v) for v in match.groups()[1:]]
     assert set(contenders) == {"bdl 1 chain", "bdl 8 chains", "bdl 8 compiled"}
