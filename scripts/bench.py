@@ -29,7 +29,6 @@ from pathlib import Path
 import torch
 from benchtools import (
     alternating_medians,
-    bare_model,
     bare_sgd_epoch,
     composed,
     sampling,
@@ -58,15 +57,11 @@ def main() -> None:
             }.items()
         }
         sghmc = loops["sghmc"].experiment
-        baseline = bare_model(sghmc)
-        optimizer = torch.optim.SGD(baseline.parameters(), lr=0.1, momentum=0.99)
+        bare_epoch = bare_sgd_epoch(sghmc)
         generator = torch.Generator(sghmc.device).manual_seed(0)
-        noise = torch.empty(sum(p.numel() for p in baseline.parameters()), device=sghmc.device)
-
-        def bare_epoch() -> None:
-            bare_sgd_epoch(
-                baseline, optimizer, sghmc.x_train, sghmc.y_train, sghmc.batch_size, generator
-            )
+        noise = torch.empty(
+            sum(p.numel() for p in sghmc.potential.model.parameters()), device=sghmc.device
+        )
 
         def draws() -> None:
             for _ in range(sghmc.steps_per_epoch):

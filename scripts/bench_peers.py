@@ -73,7 +73,6 @@ import torch  # noqa: E402
 from bench_ess import BASE as YACHT  # noqa: E402
 from benchtools import (  # noqa: E402
     alternating_times,
-    bare_model,
     bare_sgd_epoch,
     composed,
     sampling,
@@ -400,17 +399,10 @@ def mnist(rounds: int) -> None:
         cfg = composed(["dataset=mnist", "sampler=sghmc", "device=cpu"])
         loop = sampling(cfg, Path(directory) / "sghmc")  # burn-in: steps only
         sghmc = loop.experiment
-        baseline = bare_model(sghmc)
-        optimizer = torch.optim.SGD(baseline.parameters(), lr=0.1, momentum=0.99)
-        generator = torch.Generator().manual_seed(0)
-
-        def bare_epoch() -> None:
-            bare_sgd_epoch(
-                baseline, optimizer, sghmc.x_train, sghmc.y_train, sghmc.batch_size, generator
-            )
-
         blackjax = BlackJAXSGHMC(cfg, sghmc)
-        bare, ours, theirs = alternating_times([bare_epoch, loop.step_epoch, blackjax], rounds)
+        bare, ours, theirs = alternating_times(
+            [bare_sgd_epoch(sghmc), loop.step_epoch, blackjax], rounds
+        )
         with torch.no_grad():
             logits = sghmc.potential.model(sghmc.x_test)
     y_test = sghmc.task.y_test

@@ -48,15 +48,26 @@ def bare_model(run: Experiment) -> nn.Module:
     return model
 
 
-def bare_sgd_epoch(model, optimizer, x_train, y_train, batch_size, generator):
-    """The loop every PyTorch tutorial writes, on tensors already in memory."""
-    order = torch.randperm(x_train.shape[0], generator=generator, device=x_train.device)
-    for start in range(0, x_train.shape[0] - batch_size + 1, batch_size):
-        index = order[start : start + batch_size]
-        loss = F.cross_entropy(model(x_train[index]), y_train[index])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+def bare_sgd_epoch(run: Experiment) -> Callable[[], None]:
+    """An epoch of the loop every PyTorch tutorial writes, on a bare copy of ``run``'s network
+    and its training tensors already in memory, minibatches of its size: SGD with momentum 0.99
+    at learning rate 0.1, Chen et al. (2014)'s SGHMC setting without its noise. Each call runs
+    one more epoch."""
+    model = bare_model(run)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.99)
+    generator = torch.Generator(run.device).manual_seed(0)
+    x_train, y_train, batch_size = run.x_train, run.y_train, run.batch_size
+
+    def epoch() -> None:
+        order = torch.randperm(x_train.shape[0], generator=generator, device=x_train.device)
+        for start in range(0, x_train.shape[0] - batch_size + 1, batch_size):
+            index = order[start : start + batch_size]
+            loss = F.cross_entropy(model(x_train[index]), y_train[index])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+    return epoch
 
 
 def composed(overrides: list[str]) -> DictConfig:
