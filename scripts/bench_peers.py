@@ -99,6 +99,8 @@ NUMPYRO = "NumPyro NUTS"
 
 @dataclass
 class Settings:
+    """Run lengths on yacht."""
+
     epochs: int  # bdl's HMC iterations per chain (50 leapfrog steps each)
     burn_in: int
     warmup: int  # NUTS's
@@ -121,6 +123,10 @@ class Draws:
 
 @dataclass
 class Summary:
+    """What one run's draws say of the test points: bulk ESS of the log predictive density, the
+    posterior mean of the network's output with its Monte Carlo error, the model average's test
+    RMSE and log-likelihood."""
+
     ess_median: float
     ess_min: float
     mean: np.ndarray  # posterior mean of the network's output on each test point, original units
