@@ -59,7 +59,7 @@ docs: install ## the documentation site into site/ (mkdocs build --strict: offli
 docs-serve: install ## serve the documentation site at http://127.0.0.1:8000, rebuilt on each edit
 	$(BIN)/mkdocs serve
 
-bench: install ## bdl vs bare PyTorch, same process: SGHMC vs SGD-momentum epoch; BBB vs SGD step; stacked chains; compile=true vs eager
+bench: install ## bdl vs bare PyTorch, same process: SGHMC vs SGD-momentum epoch; BBB vs SGD step; stacked chains; compile=true vs eager; vs NumPyro and BlackJAX (extra peers)
 	$(BIN)/python scripts/bench.py
 	$(BIN)/python scripts/bench_bbb.py
 	$(BIN)/python scripts/bench_hmc.py
@@ -70,6 +70,7 @@ bench: install ## bdl vs bare PyTorch, same process: SGHMC vs SGD-momentum epoch
 	$(BIN)/python scripts/bench_ess.py
 	$(BIN)/python scripts/bench_ess.py compile=true
 	$(BIN)/python scripts/bench_compile.py
+	$(BIN)/python scripts/bench_peers.py
 
 CHEN := multirun/chen2014_mnist
 CHEN_SEEDS ?= 0,1,2,3,4

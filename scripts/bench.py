@@ -27,22 +27,16 @@ import tempfile
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from benchtools import alternating_medians, bare_model, composed, sampling, timed
+from benchtools import (
+    alternating_medians,
+    bare_sgd_epoch,
+    composed,
+    sampling,
+    timed,
+)
 
 from bdl import stability
 from bdl.sampling import CHECKPOINT_SECONDS
-
-
-def bare_sgd_epoch(model, optimizer, x_train, y_train, batch_size, generator):
-    """The loop every PyTorch tutorial writes, on tensors already in memory."""
-    order = torch.randperm(x_train.shape[0], generator=generator, device=x_train.device)
-    for start in range(0, x_train.shape[0] - batch_size + 1, batch_size):
-        index = order[start : start + batch_size]
-        loss = F.cross_entropy(model(x_train[index]), y_train[index])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
 
 
 def main() -> None:
@@ -63,15 +57,11 @@ def main() -> None:
             }.items()
         }
         sghmc = loops["sghmc"].experiment
-        baseline = bare_model(sghmc)
-        optimizer = torch.optim.SGD(baseline.parameters(), lr=0.1, momentum=0.99)
+        bare_epoch = bare_sgd_epoch(sghmc)
         generator = torch.Generator(sghmc.device).manual_seed(0)
-        noise = torch.empty(sum(p.numel() for p in baseline.parameters()), device=sghmc.device)
-
-        def bare_epoch() -> None:
-            bare_sgd_epoch(
-                baseline, optimizer, sghmc.x_train, sghmc.y_train, sghmc.batch_size, generator
-            )
+        noise = torch.empty(
+            sum(p.numel() for p in sghmc.potential.model.parameters()), device=sghmc.device
+        )
 
         def draws() -> None:
             for _ in range(sghmc.steps_per_epoch):

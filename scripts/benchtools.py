@@ -1,5 +1,6 @@
 """What the benchmark scripts share: a composed bdl config, the runner's sampling loop on it, a
-bare copy of its network and a device-synchronised timer."""
+bare copy of its network with the bare PyTorch loop that trains it, and a device-synchronised
+timer."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 from torch import nn
@@ -46,6 +48,28 @@ def bare_model(run: Experiment) -> nn.Module:
     return model
 
 
+def bare_sgd_epoch(run: Experiment) -> Callable[[], None]:
+    """An epoch of the loop every PyTorch tutorial writes, on a bare copy of ``run``'s network
+    and its training tensors already in memory, minibatches of its size: SGD with momentum 0.99
+    at learning rate 0.1, Chen et al. (2014)'s SGHMC setting without its noise. Each call runs
+    one more epoch."""
+    model = bare_model(run)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.99)
+    generator = torch.Generator(run.device).manual_seed(0)
+    x_train, y_train, batch_size = run.x_train, run.y_train, run.batch_size
+
+    def epoch() -> None:
+        order = torch.randperm(x_train.shape[0], generator=generator, device=x_train.device)
+        for start in range(0, x_train.shape[0] - batch_size + 1, batch_size):
+            index = order[start : start + batch_size]
+            loss = F.cross_entropy(model(x_train[index]), y_train[index])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+    return epoch
+
+
 def composed(overrides: list[str]) -> DictConfig:
     """The config `bdl-run <overrides>` would run, at torch's thread count of this process
     (OMP_NUM_THREADS) unless the overrides set one: a benchmark states its thread count."""
@@ -69,13 +93,18 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def alternating_medians(fns: Sequence[Callable[[], object]], rounds: int) -> list[float]:
-    """Median seconds of each of ``fns``, run in turn round after round after one warm-up each,
-    so that machine noise hits all alike."""
+def alternating_times(fns: Sequence[Callable[[], object]], rounds: int) -> list[list[float]]:
+    """Seconds of each of ``fns`` in each round, run in turn round after round after one warm-up
+    each, so that machine noise hits all alike."""
     for fn in fns:
         fn()
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(rounds):
         for fn, fn_times in zip(fns, times, strict=True):
             fn_times.append(timed(fn))
-    return [statistics.median(fn_times) for fn_times in times]
+    return times
+
+
+def alternating_medians(fns: Sequence[Callable[[], object]], rounds: int) -> list[float]:
+    """Median seconds of each of ``fns`` over :func:`alternating_times`' rounds."""
+    return [statistics.median(fn_times) for fn_times in alternating_times(fns, rounds)]
