@@ -23,12 +23,13 @@ closed-form KL divergence.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from fnmatch import fnmatch
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
+
+from bdl.numerics import softplus
 
 __all__ = [
     "ARD",
@@ -63,6 +64,19 @@ def conjugate_precision(
     return torch._standard_gamma(concentration, generator=generator) / rate
 
 
+def _value_and_grad(
+    function: Callable[..., Tensor], tensors: list[Tensor]
+) -> tuple[Tensor, list[Tensor]]:
+    """``function(*tensors)`` and its gradient in ``tensors``, both detached."""
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_() for t in tensors]
+        value = function(*leaves)
+        if not value.requires_grad:  # a prior that does not depend on the tensors
+            return value.detach(), [torch.zeros_like(t) for t in tensors]
+        grads = torch.autograd.grad(value, leaves, materialize_grads=True)
+    return value.detach(), list(grads)
+
+
 class Prior:
     """Base class: ``log_prob`` of a dict of named parameters, up to an additive constant.
 
@@ -79,6 +93,15 @@ class Prior:
 
     def log_prob(self, params: Mapping[str, Tensor]) -> Tensor:
         raise NotImplementedError
+
+    def log_prob_grad(self, params: Mapping[str, Tensor]) -> tuple[Tensor, list[Tensor]]:
+        """``log_prob(params)`` and its gradient in each of ``params``' tensors (in their order),
+        outside any autograd graph: by autograd here, in closed form where a prior writes it."""
+        names = list(params)
+        return _value_and_grad(
+            lambda *tensors: self.log_prob(dict(zip(names, tensors, strict=True))),
+            list(params.values()),
+        )
 
     def chain_log_prob(self, params: Mapping[str, Tensor]) -> Tensor:
         """``log_prob`` of parameters stacked along a leading chain dimension: one value per
@@ -174,6 +197,19 @@ class ElementwisePrior(Prior):
     def log_density(self, theta: Tensor, scale: float) -> Tensor:
         """Elementwise :math:`\\log p(\\theta_j)` at scale ``scale``."""
         raise NotImplementedError
+
+    def log_prob_grad(self, params: Mapping[str, Tensor]) -> tuple[Tensor, list[Tensor]]:
+        values, grads = zip(
+            *(self.log_density_grad(p, self.scale_of(name, p)) for name, p in params.items()),
+            strict=True,
+        )
+        return torch.stack(values).sum(), list(grads)
+
+    def log_density_grad(self, theta: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+        """:math:`\\sum_j \\log p(\\theta_j)` at scale ``scale`` and its gradient in ``theta``
+        (by autograd unless a prior writes it out)."""
+        value, (grad,) = _value_and_grad(lambda t: self.log_density(t, scale).sum(), [theta])
+        return value, grad
 
 
 class Gaussian(ElementwisePrior):
@@ -316,9 +352,27 @@ class ScaleMixture(ElementwisePrior):
         self.sigma2 = math.exp(-neg_log_sigma2)
 
     def log_density(self, theta: Tensor, scale: float) -> Tensor:
-        # log p = log c2 N2 + softplus(log c1 N1 - log c2 N2): the log-sum-exp of the two
-        # components in one softplus of a quadratic in θ, the cheapest form to differentiate
-        # (the Monte Carlo KL of Bayes by Backprop evaluates it on every weight at every step).
+        square, difference, (_, half_prec2), (_, log_c2) = self._quadratic(theta, scale)
+        return softplus(difference).add_(square.mul_(-half_prec2)).add_(log_c2)
+
+    def log_density_grad(self, theta: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+        # ∂/∂θ of softplus(d) - θ²/2σ2²: the wide component's responsibility sigmoid(d) weighs
+        # the two precisions
+        square, difference, (half_prec1, half_prec2), (_, log_c2) = self._quadratic(theta, scale)
+        value = softplus(difference).add_(square, alpha=-half_prec2).sum() + theta.numel() * log_c2
+        slope = 2 * (half_prec2 - half_prec1)
+        grad = torch.sigmoid(difference).mul_(slope).sub_(2 * half_prec2).mul_(theta)
+        return value, grad
+
+    def _quadratic(
+        self, theta: Tensor, scale: float
+    ) -> tuple[Tensor, Tensor, tuple[float, float], tuple[float, float]]:
+        """θ², ``d`` with log p = log c2 N2 + softplus(d), and the components' ``1/2σ²`` and
+        ``log c`` (weight times normaliser).
+
+        ``d = log c1 N1 - log c2 N2``, a quadratic in θ, makes the log-sum-exp of the two
+        components one softplus, the cheapest form to evaluate and differentiate (the Monte Carlo
+        KL of Bayes by Backprop takes both on every weight at every step)."""
         (log_c1, half_prec1), (log_c2, half_prec2) = (
             (
                 math.log(weight) - 0.5 * math.log(2 * math.pi * (scale * sigma) ** 2),
@@ -328,7 +382,7 @@ class ScaleMixture(ElementwisePrior):
         )
         square = theta.square()
         difference = square.mul(half_prec2 - half_prec1).add_(log_c1 - log_c2)
-        return F.softplus(difference).add_(square.mul_(-half_prec2)).add_(log_c2)
+        return square, difference, (half_prec1, half_prec2), (log_c1, log_c2)
 
 
 class GammaHierarchical(Prior):
