@@ -68,6 +68,9 @@ class MeanField:
         scratch: memory shaped like ``std`` for the intermediate values (the variances of the
             local reparameterisation, then the entropy's logarithms); a sampler passes the same
             one at every step, as ``normal``.
+        gradients: memory for the gradients in the locally reparameterised weights' ``std``,
+            which each evaluation then overwrites (None: fresh memory); a sampler that keeps no
+            gradient past the next evaluation passes the same one at every step.
     """
 
     mean: list[Tensor]
@@ -77,6 +80,7 @@ class MeanField:
     analytic_kl: bool = True
     normal: StandardNormal = field(default_factory=StandardNormal, repr=False, compare=False)
     scratch: Buffer = field(default_factory=Buffer, repr=False, compare=False)
+    gradients: Buffer | None = field(default=None, repr=False, compare=False)
 
     def negative_elbo(
         self, potential: Potential, x: Tensor, y: Tensor, prior_weight: float
@@ -102,6 +106,11 @@ class MeanField:
             weight: torch.mul(std[weight].detach(), std[weight].detach(), out=scratch[weight])
             for weight, _ in local.values()
         }
+        std_grads = (
+            dict(zip(variances, self.gradients.like([std[i] for i in variances]), strict=True))
+            if self.gradients is not None
+            else {}
+        )
         with torch.enable_grad():
             # One draw serves the likelihood's sampled weights and, for a Monte Carlo prior term,
             # the weights the local reparameterisation leaves undrawn.
@@ -113,7 +122,9 @@ class MeanField:
             }
             hooks = [
                 module.register_forward_hook(
-                    _noise_hook(std, weight, bias, self.generator, variances[weight])
+                    _noise_hook(
+                        std, weight, bias, self.generator, variances[weight], std_grads.get(weight)
+                    )
                 )
                 for module, (weight, bias) in local.items()
             ]
@@ -171,16 +182,25 @@ def _linear_layers(potential: Potential) -> dict[nn.Linear, tuple[int, int | Non
     return layers
 
 
-def _noise_hook(std: list[Tensor], weight: int, bias: int | None, generator, variance: Tensor):
+def _noise_hook(
+    std: list[Tensor],
+    weight: int,
+    bias: int | None,
+    generator,
+    variance: Tensor,
+    grad_std: Tensor | None,
+):
     """A forward hook adding the local reparameterisation's noise to a linear layer's output,
-    which the module itself computes at the means; ``variance`` is the weights' σ²."""
+    which the module itself computes at the means; ``variance`` is the weights' σ², ``grad_std``
+    memory for the gradient in their σ (None: fresh)."""
 
     def hook(module: nn.Module, args: tuple[Tensor, ...], output: Tensor) -> Tensor:
         noise = torch.randn(
             output.shape, generator=generator, device=output.device, dtype=output.dtype
         )
         std_bias = None if bias is None else std[bias]
-        return output + _LocalNoise.apply(args[0], std[weight], std_bias, noise, variance)
+        local_noise = _LocalNoise.apply(args[0], std[weight], std_bias, noise, variance, grad_std)
+        return output + local_noise
 
     return hook
 
@@ -209,10 +229,15 @@ class _LocalNoise(torch.autograd.Function):
         std_bias: Tensor | None,
         noise: Tensor,
         var_weight: Tensor | None = None,
+        grad_std_weight: Tensor | None = None,
     ) -> Tensor:
-        """``var_weight``: :math:`\\sigma_W^2` where the caller has it."""
+        """``var_weight``: :math:`\\sigma_W^2` where the caller has it; ``grad_std_weight``:
+        memory for the gradient in :math:`\\sigma_W` (None: fresh)."""
         x2 = x.square()
         var_weight = std_weight.square() if var_weight is None else var_weight
+        # kept out of save_for_backward: it is written, not read, and autograd's version check
+        # would trip on the writes of other layers' gradients into the same buffer
+        ctx.grad_std_weight = grad_std_weight
         variance = F.linear(x2, var_weight, None if std_bias is None else std_bias.square())
         # clamp: a zero variance (an all-zero input and no bias) would have an infinite slope
         scale = variance.clamp_min_(torch.finfo(variance.dtype).tiny).sqrt_()
@@ -224,9 +249,9 @@ class _LocalNoise(torch.autograd.Function):
         x, x2, var_weight, std_weight, std_bias, noise, scale = ctx.saved_tensors
         h = grad * noise / scale
         grad_x = x * (h @ var_weight) if ctx.needs_input_grad[0] else None
-        grad_std_weight = (h.t() @ x2).mul_(std_weight)
+        grad_std_weight = torch.mm(h.t(), x2, out=ctx.grad_std_weight).mul_(std_weight)
         grad_std_bias = None if std_bias is None else h.sum(0).mul_(std_bias)
-        return grad_x, grad_std_weight, grad_std_bias, None, None
+        return grad_x, grad_std_weight, grad_std_bias, None, None, None
 
 
 @torch.no_grad()

@@ -126,6 +126,8 @@ class BBB(Sampler):
         self._weight_draws = StandardNormal()  # q's, one buffer for every step
         # σ and ∂σ/∂ρ at each step, in memory kept from step to step
         self._std, self._std_slope, self._scratch = Buffer(), Buffer(), Buffer()
+        # the closure's gradients in σ, except where a step sums several draws' gradients
+        self._std_grads = Buffer() if num_mc == 1 else None
 
     def init(self, params: list[Tensor]) -> SamplerState:
         state = super().init(params)
@@ -176,6 +178,7 @@ class BBB(Sampler):
             self.local_reparam,
             normal=self._weight_draws,
             scratch=self._scratch,
+            gradients=self._std_grads,
         )
         value, grads = closure(q)
         for _ in range(self.num_mc - 1):
