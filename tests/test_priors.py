@@ -291,3 +291,22 @@ def test_gaussian_terms_live_on_the_parameters_device():
     assert prior.log_prob(params).device.type == "meta"
     chains = {name: torch.zeros(2, *p.shape, device="meta") for name, p in params.items()}
     assert prior.chain_log_prob(chains).shape == (2,)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_log_prob_grad_matches_torch_distributions(family):
+    """The value and gradient outside autograd (the scale mixture's in closed form) equal
+    torch.distributions' density and its autograd gradient, from weights well inside the narrow
+    component to far outside the wide one."""
+    prior, density = FAMILIES[family]
+    params = {
+        name: p.detach() * torch.logspace(-4, 1, p.numel(), dtype=torch.float64).view_as(p)
+        for name, p in named_params().items()
+    }
+    prior.bind(params)
+    value, grads = prior.log_prob_grad(params)
+    leaves = [p.clone().requires_grad_() for p in params.values()]
+    theirs = sum(density(float64(0.7)).log_prob(p).sum() for p in leaves)
+    assert value.item() == pytest.approx(theirs.item(), rel=1e-9)
+    for ours, expected in zip(grads, torch.autograd.grad(theirs, leaves)):
+        torch.testing.assert_close(ours, expected)

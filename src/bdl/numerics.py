@@ -76,13 +76,16 @@ class Buffer:
         """The flat tensor, as long as ``tensors`` together, of the first one's dtype and device."""
         total, first = sum(t.numel() for t in tensors), tensors[0]
         flat = self._flat
-        if flat is None or flat.numel() != total or flat.device != first.device or flat.dtype != (
-            first.dtype
+        if (
+            flat is None
+            or flat.numel() != total
+            or flat.device != first.device
+            or flat.dtype != (first.dtype)
         ):
             flat = self._flat = torch.empty(total, device=first.device, dtype=first.dtype)
         return flat
 
     def like(self, tensors: list[Tensor]) -> list[Tensor]:
         """Views of the flat tensor shaped like ``tensors``, end to end."""
-        numels = [t.numel() for t in tensors]
-        return [z.view_as(t) for z, t in zip(self.flat(tensors).split(numels), tensors, strict=True)]
+        parts = self.flat(tensors).split([t.numel() for t in tensors])
+        return [z.view_as(t) for z, t in zip(parts, tensors, strict=True)]

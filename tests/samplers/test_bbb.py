@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from hydra import compose, initialize_config_module
+from test_potential import mlp_potential
 
 import bdl.config  # noqa: F401  (registers the root schema)
 from bdl.experiment import build
@@ -17,6 +18,7 @@ from bdl.priors import Gaussian as GaussianPrior
 from bdl.run import run
 from bdl.samplers.bbb import BBB, BBBSGD
 from bdl.store import StoreError, load_samples
+from bdl.variational import MeanField
 
 
 def quadratic_closure(target_mean=1.0, target_std=0.5):
@@ -191,3 +193,25 @@ def test_mfvi_starts_from_the_last_sample_of_an_sgd_run(fake_data_root, isolated
         elsewhere = compose("config", overrides=["sampler=mfvi", f"init_from={tmp_path}", *common])
     with pytest.raises(StoreError, match="manifest"):
         build(elsewhere)
+
+
+def test_several_draws_a_step_average_their_gradients():
+    """num_mc = 2 on a network with the local reparameterisation: one SGD step moves (μ, ρ) by
+    the mean of two evaluations of the closure at q, drawn one after the other from q's
+    generator (ρ through ∂σ/∂ρ = 1 / (1 + e^-ρ))."""
+    potential = mlp_potential(GaussianPrior(0.8))
+    x, y = torch.randn(6, 4, dtype=torch.float64), torch.randint(0, 3, (6,))
+    start = [p.detach().clone() for p in potential.params]
+    generator = torch.Generator().manual_seed(3)
+    rho = [torch.full_like(p, math.log(math.expm1(0.2))) for p in start]
+    std = [F.softplus(r) for r in rho]
+    evaluations = [potential.closure(x, y)(MeanField(start, std, generator))[1] for _ in range(2)]
+    sampler = BBBSGD(lr=0.01, num_mc=2, init_std=0.2, generator=generator.manual_seed(3))
+    state = sampler.init(potential.params)
+    sampler.step(state, potential.closure(x, y))
+    slopes = [torch.sigmoid(r) for r in rho]
+    moved = state.params + state.buffers["rho"]
+    for theta, theta0, slope, g1, g2 in zip(
+        moved, start + rho, [1.0] * len(start) + slopes, *evaluations
+    ):
+        torch.testing.assert_close(theta, theta0 - 0.01 * slope * (g1 + g2) / 2)
