@@ -169,22 +169,26 @@ def test_variational_closure_keeps_the_noise_precisions_prior():
         torch.testing.assert_close(g, p)
 
 
-def test_monte_carlo_prior_term_is_the_density_at_the_draw_with_its_gradient():
-    """Prior weight 1 minus prior weight 0 (same draws θ = μ + σ ε) is −log p(θ) − H[q], with
-    its gradient in (μ, σ) through θ; p the scale mixture as torch.distributions has it."""
+@pytest.mark.parametrize("local_reparam", [False, True])
+def test_monte_carlo_prior_term_is_the_density_at_the_draw_with_its_gradient(local_reparam):
+    """Prior weight 1 minus prior weight 0 (same draws θ = μ + σ ε, and the same local noise) is
+    −log p(θ) − H[q], with its gradient in (μ, σ) through θ; p the scale mixture as
+    torch.distributions has it."""
     potential = mlp_potential(ScaleMixture(pi=0.25, neg_log_sigma1=1.0, neg_log_sigma2=3.0))
     x, y = torch.randn(6, 4, dtype=torch.float64), torch.randint(0, 3, (6,))
     q = mean_field(potential, seed=1)
+    size = sum(m.numel() for m in q.mean)
+    flat = torch.empty(size, dtype=torch.float64)
+    generators = [torch.Generator().manual_seed(5) for _ in range(3)]
+    flat.normal_(generator=generators[2])  # q's draw of θ: one flat buffer
+    if local_reparam:  # without the prior term no weight is drawn: the local noise comes first
+        torch.empty(size, dtype=torch.float64).normal_(generator=generators[1])
     (with_prior, grads), (without, grads_0) = (
-        potential.closure(x, y, weight)(
-            MeanField(q.mean, q.std, torch.Generator().manual_seed(5), local_reparam=False)
-        )
-        for weight in (1.0, 0.0)
+        potential.closure(x, y, weight)(MeanField(q.mean, q.std, generator, local_reparam))
+        for weight, generator in zip((1.0, 0.0), generators)
     )
     mean = [m.clone().requires_grad_() for m in q.mean]
     std = [s.clone().requires_grad_() for s in q.std]
-    flat = torch.empty(sum(m.numel() for m in mean), dtype=torch.float64)
-    flat.normal_(generator=torch.Generator().manual_seed(5))  # q's draw: one flat buffer
     noise = flat.split([m.numel() for m in mean])
     mixture = torch.distributions.MixtureSameFamily(
         torch.distributions.Categorical(torch.tensor([0.25, 0.75], dtype=torch.float64)),

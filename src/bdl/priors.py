@@ -64,6 +64,13 @@ def conjugate_precision(
     return torch._standard_gamma(concentration, generator=generator) / rate
 
 
+#: Elements per part of :meth:`ElementwisePrior.log_prob_grad` (a megabyte in float32)
+ELEMENTWISE_CHUNK = 2**18
+
+#: Where the logistic function is 0 or 1 to within 2e-35 (``exp(-80)``)
+SIGMOID_SATURATION = 80.0
+
+
 def _value_and_grad(
     function: Callable[..., Tensor], tensors: list[Tensor]
 ) -> tuple[Tensor, list[Tensor]]:
@@ -94,14 +101,20 @@ class Prior:
     def log_prob(self, params: Mapping[str, Tensor]) -> Tensor:
         raise NotImplementedError
 
-    def log_prob_grad(self, params: Mapping[str, Tensor]) -> tuple[Tensor, list[Tensor]]:
+    def log_prob_grad(
+        self, params: Mapping[str, Tensor], out: list[Tensor] | None = None
+    ) -> tuple[Tensor, list[Tensor]]:
         """``log_prob(params)`` and its gradient in each of ``params``' tensors (in their order),
-        outside any autograd graph: by autograd here, in closed form where a prior writes it."""
+        outside any autograd graph: by autograd here, in closed form where a prior writes it.
+        ``out``: memory for the gradients (None: fresh), which may be ``params``' own."""
         names = list(params)
-        return _value_and_grad(
+        value, grads = _value_and_grad(
             lambda *tensors: self.log_prob(dict(zip(names, tensors, strict=True))),
             list(params.values()),
         )
+        if out is not None:
+            grads = [o.copy_(g) for o, g in zip(out, grads, strict=True)]
+        return value, grads
 
     def chain_log_prob(self, params: Mapping[str, Tensor]) -> Tensor:
         """``log_prob`` of parameters stacked along a leading chain dimension: one value per
@@ -198,12 +211,24 @@ class ElementwisePrior(Prior):
         """Elementwise :math:`\\log p(\\theta_j)` at scale ``scale``."""
         raise NotImplementedError
 
-    def log_prob_grad(self, params: Mapping[str, Tensor]) -> tuple[Tensor, list[Tensor]]:
-        values, grads = zip(
-            *(self.log_density_grad(p, self.scale_of(name, p)) for name, p in params.items()),
-            strict=True,
-        )
-        return torch.stack(values).sum(), list(grads)
+    def log_prob_grad(
+        self, params: Mapping[str, Tensor], out: list[Tensor] | None = None
+    ) -> tuple[Tensor, list[Tensor]]:
+        # A tensor at a time in parts of ELEMENTWISE_CHUNK elements: the intermediate values
+        # of a network's largest layers, taken whole, cost the allocator page faults at every
+        # step (Bayes by Backprop's Monte Carlo KL) that took longer than the arithmetic. A part
+        # is read whole before its gradient is written, so `out` may be `params`' memory.
+        values, grads = [], []
+        for i, (name, p) in enumerate(params.items()):
+            scale = self.scale_of(name, p)
+            grad = torch.empty_like(p) if out is None else out[i]
+            parts = p.reshape(-1).split(ELEMENTWISE_CHUNK)
+            for part, grad_part in zip(parts, grad.view(-1).split(ELEMENTWISE_CHUNK), strict=True):
+                value, part_grad = self.log_density_grad(part, scale)
+                values.append(value)
+                grad_part.copy_(part_grad)
+            grads.append(grad)
+        return torch.stack(values).sum(), grads
 
     def log_density_grad(self, theta: Tensor, scale: float) -> tuple[Tensor, Tensor]:
         """:math:`\\sum_j \\log p(\\theta_j)` at scale ``scale`` and its gradient in ``theta``
@@ -305,9 +330,6 @@ class StudentT(ElementwisePrior):
         constant = normaliser - 0.5 * math.log(nu * math.pi * scale**2)
         return constant - 0.5 * (nu + 1) * torch.log1p((theta / scale).square() / nu)
 
-
-#: Where the logistic function is 0 or 1 to within 2e-35 (``exp(-80)``)
-SIGMOID_SATURATION = 80.0
 
 #: The largest |-ln σ| of a scale-mixture component: σ² (times any sensible prior.scale²) stays a
 #: finite, non-zero double.

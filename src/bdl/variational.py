@@ -115,7 +115,7 @@ class MeanField:
             # One draw serves the likelihood's sampled weights and, for a Monte Carlo prior term,
             # the weights the local reparameterisation leaves undrawn.
             drawn = [i for i in range(len(mean)) if i not in covered or monte_carlo_prior]
-            theta, noise = self._draw(mean, std, drawn)
+            theta, noise = self._draw(mean, std, drawn, covered)
             values = {
                 name: mean[i] if i in covered else theta[i]
                 for i, name in enumerate(potential.param_names)
@@ -142,6 +142,10 @@ class MeanField:
             grad_mean, grad_std = grads[: len(mean)], grads[len(mean) :]
             scale = potential.prior_scale(kappa)
             if prior_stds is None:
+                # the weights only the prior term needs, drawn into memory the pass has done with
+                for i in covered:
+                    mu, sigma = mean[i].detach(), std[i].detach()
+                    theta[i] = torch.addcmul(mu, sigma, noise[i], out=scratch[i])
                 value = value - scale * _monte_carlo_log_prior(
                     potential, theta, noise, grad_mean, grad_std, scale
                 )
@@ -154,16 +158,19 @@ class MeanField:
         return value, grads
 
     def _draw(
-        self, mean: list[Tensor], std: list[Tensor], indices: list[int]
+        self, mean: list[Tensor], std: list[Tensor], indices: list[int], covered: set[int]
     ) -> tuple[list[Tensor | None], list[Tensor | None]]:
-        """θ = μ + σ ⊙ ε and ε at ``indices`` (None elsewhere)."""
+        """ε at ``indices`` and θ = μ + σ ⊙ ε at those not ``covered`` by the local
+        reparameterisation (None elsewhere)."""
         theta: list[Tensor | None] = [None] * len(mean)
         noise: list[Tensor | None] = [None] * len(mean)
         if not indices:
             return theta, noise
         draws = self.normal.like([mean[i] for i in indices], self.generator)
         for i, eps in zip(indices, draws, strict=True):
-            theta[i], noise[i] = torch.addcmul(mean[i], std[i], eps), eps
+            noise[i] = eps
+            if i not in covered:
+                theta[i] = torch.addcmul(mean[i], std[i], eps)
         return theta, noise
 
 
@@ -267,9 +274,10 @@ def _monte_carlo_log_prior(
     parameters; subtracts ``scale`` times its gradient, :math:`g = \partial\log p/\partial\theta`
     in :math:`\mu` and :math:`g\odot\epsilon` in :math:`\sigma`, from ``grad_mean`` and
     ``grad_std``."""
-    names = potential.model_params
+    draws = [t.detach() for t in theta[: len(potential.model_params)]]
+    # the gradient takes the draw's memory, which nothing reads after it
     log_prior, prior_grads = potential.prior.log_prob_grad(
-        {name: t.detach() for name, t in zip(names, theta, strict=False)}
+        dict(zip(potential.model_params, draws, strict=True)), out=draws
     )
     for g, g_mean, g_std, eps in zip(prior_grads, grad_mean, grad_std, noise, strict=False):
         g_mean.sub_(g, alpha=scale)
