@@ -80,12 +80,14 @@ class Buffer:
             flat is None
             or flat.numel() != total
             or flat.device != first.device
-            or flat.dtype != (first.dtype)
+            or flat.dtype != first.dtype
         ):
             flat = self._flat = torch.empty(total, device=first.device, dtype=first.dtype)
         return flat
 
     def like(self, tensors: list[Tensor]) -> list[Tensor]:
         """Views of the flat tensor shaped like ``tensors``, end to end."""
+        if not tensors:
+            return []
         parts = self.flat(tensors).split([t.numel() for t in tensors])
         return [z.view_as(t) for z, t in zip(parts, tensors, strict=True)]

@@ -78,8 +78,6 @@ def _value_and_grad(
     with torch.enable_grad():
         leaves = [t.detach().requires_grad_() for t in tensors]
         value = function(*leaves)
-        if not value.requires_grad:  # a prior that does not depend on the tensors
-            return value.detach(), [torch.zeros_like(t) for t in tensors]
         grads = torch.autograd.grad(value, leaves, materialize_grads=True)
     return value.detach(), list(grads)
 
