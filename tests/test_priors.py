@@ -348,3 +348,14 @@ def test_log_prob_grad_into_the_parameters_own_memory(family):
     for ours, expected, memory in zip(in_place, grads, copies):
         assert ours.data_ptr() == memory.data_ptr()
         torch.testing.assert_close(ours, expected, rtol=0, atol=0)
+
+
+def test_log_prob_grad_of_a_transposed_tensor():
+    prior, density = FAMILIES["scale_mixture"]
+    theta = 0.05 * named_params()["layers.0.weight"].detach().t()  # not contiguous
+    prior.bind({"w": theta})
+    value, (grad,) = prior.log_prob_grad({"w": theta})
+    leaf = theta.clone().requires_grad_()
+    expected = density(float64(0.7)).log_prob(leaf).sum()
+    assert value.item() == pytest.approx(expected.item(), rel=1e-9)
+    torch.testing.assert_close(grad, torch.autograd.grad(expected, leaf)[0])

@@ -219,7 +219,11 @@ class ElementwisePrior(Prior):
         values, grads = [], []
         for i, (name, p) in enumerate(params.items()):
             scale = self.scale_of(name, p)
-            grad = torch.empty_like(p) if out is None else out[i]
+            grad = (
+                torch.empty_like(p, memory_format=torch.contiguous_format)
+                if out is None
+                else out[i]
+            )
             parts = p.reshape(-1).split(ELEMENTWISE_CHUNK)
             for part, grad_part in zip(parts, grad.view(-1).split(ELEMENTWISE_CHUNK), strict=True):
                 value, part_grad = self.log_density_grad(part, scale)
