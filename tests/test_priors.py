@@ -9,7 +9,15 @@ import torch
 from torch import distributions as D
 
 from bdl.likelihoods import Gaussian as GaussianLikelihood
-from bdl.priors import ARD, GammaHierarchical, Gaussian, Laplace, ScaleMixture, StudentT
+from bdl.priors import (
+    ARD,
+    ELEMENTWISE_CHUNK,
+    GammaHierarchical,
+    Gaussian,
+    Laplace,
+    ScaleMixture,
+    StudentT,
+)
 
 
 def test_gaussian_prior_matches_torch_distributions():
@@ -291,3 +299,63 @@ def test_gaussian_terms_live_on_the_parameters_device():
     assert prior.log_prob(params).device.type == "meta"
     chains = {name: torch.zeros(2, *p.shape, device="meta") for name, p in params.items()}
     assert prior.chain_log_prob(chains).shape == (2,)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_log_prob_grad_matches_torch_distributions(family):
+    """The value and gradient outside autograd (the scale mixture's in closed form) equal
+    torch.distributions' density and its autograd gradient, from weights well inside the narrow
+    component to far outside the wide one."""
+    prior, density = FAMILIES[family]
+    params = {
+        name: p.detach() * torch.logspace(-4, 1, p.numel(), dtype=torch.float64).view_as(p)
+        for name, p in named_params().items()
+    }
+    prior.bind(params)
+    value, grads = prior.log_prob_grad(params)
+    leaves = [p.clone().requires_grad_() for p in params.values()]
+    theirs = sum(density(float64(0.7)).log_prob(p).sum() for p in leaves)
+    assert value.item() == pytest.approx(theirs.item(), rel=1e-9)
+    for ours, expected in zip(grads, torch.autograd.grad(theirs, leaves)):
+        torch.testing.assert_close(ours, expected)
+
+
+def test_log_prob_grad_of_a_tensor_longer_than_a_part():
+    """A tensor split into several parts (ELEMENTWISE_CHUNK) has the whole tensor's value and
+    gradient, as torch.distributions has them."""
+    prior, density = FAMILIES["scale_mixture"]
+    generator = torch.Generator().manual_seed(0)
+    theta = 0.05 * torch.randn(2 * ELEMENTWISE_CHUNK + 3, generator=generator, dtype=torch.float64)
+    prior.bind({"w": theta})
+    value, (grad,) = prior.log_prob_grad({"w": theta})
+    leaf = theta.clone().requires_grad_()
+    expected = density(float64(0.7)).log_prob(leaf).sum()
+    assert value.item() == pytest.approx(expected.item(), rel=1e-9)
+    torch.testing.assert_close(grad, torch.autograd.grad(expected, leaf)[0])
+
+
+@pytest.mark.parametrize("family", [*FAMILIES, "gamma_hierarchical"])
+def test_log_prob_grad_into_the_parameters_own_memory(family):
+    """``out`` may be the parameters' memory: the same value and gradient as in fresh memory
+    (by autograd for a prior that is not elementwise)."""
+    prior = GammaHierarchical() if family == "gamma_hierarchical" else FAMILIES[family][0]
+    params = {name: 0.3 * p.detach() for name, p in named_params().items()}
+    prior.bind(params)
+    value, grads = prior.log_prob_grad(params)
+    copies = [p.clone() for p in params.values()]
+    value_in_place, in_place = prior.log_prob_grad(dict(zip(params, copies)), out=copies)
+    assert value_in_place.item() == value.item()
+    for ours, expected, memory in zip(in_place, grads, copies):
+        assert ours.data_ptr() == memory.data_ptr()
+        torch.testing.assert_close(ours, expected, rtol=0, atol=0)
+
+
+def test_log_prob_grad_of_a_transposed_tensor():
+    prior, density = FAMILIES["scale_mixture"]
+    theta = 0.05 * named_params()["layers.0.weight"].detach().t()  # not contiguous
+    prior.bind({"w": theta})
+    value, (grad,) = prior.log_prob_grad({"w": theta})
+    leaf = theta.clone().requires_grad_()
+    expected = density(float64(0.7)).log_prob(leaf).sum()
+    assert value.item() == pytest.approx(expected.item(), rel=1e-9)
+    torch.testing.assert_close(grad, torch.autograd.grad(expected, leaf)[0])

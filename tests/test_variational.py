@@ -4,6 +4,7 @@ import pytest
 import torch
 from test_potential import mlp_potential, regression_potential
 
+from bdl.numerics import Buffer
 from bdl.priors import Gaussian as GaussianPrior
 from bdl.priors import ScaleMixture
 from bdl.variational import MeanField, _LocalNoise
@@ -166,3 +167,61 @@ def test_variational_closure_keeps_the_noise_precisions_prior():
     _, grads = potential.closure(x, y)(q)
     for g, p in zip(grads[: len(plain_grads)], plain_grads):
         torch.testing.assert_close(g, p)
+
+
+@pytest.mark.parametrize("local_reparam", [False, True])
+def test_monte_carlo_prior_term_is_the_density_at_the_draw_with_its_gradient(local_reparam):
+    """Prior weight 1 minus prior weight 0 (same draws θ = μ + σ ε, and the same local noise) is
+    −log p(θ) − H[q], with its gradient in (μ, σ) through θ; p the scale mixture as
+    torch.distributions has it."""
+    potential = mlp_potential(ScaleMixture(pi=0.25, neg_log_sigma1=1.0, neg_log_sigma2=3.0))
+    x, y = torch.randn(6, 4, dtype=torch.float64), torch.randint(0, 3, (6,))
+    q = mean_field(potential, seed=1)
+    size = sum(m.numel() for m in q.mean)
+    flat = torch.empty(size, dtype=torch.float64)
+    generators = [torch.Generator().manual_seed(5) for _ in range(3)]
+    flat.normal_(generator=generators[2])  # q's draw of θ: one flat buffer
+    if local_reparam:  # without the prior term no weight is drawn: the local noise comes first
+        torch.empty(size, dtype=torch.float64).normal_(generator=generators[1])
+    (with_prior, grads), (without, grads_0) = (
+        potential.closure(x, y, weight)(MeanField(q.mean, q.std, generator, local_reparam))
+        for weight, generator in zip((1.0, 0.0), generators)
+    )
+    mean = [m.clone().requires_grad_() for m in q.mean]
+    std = [s.clone().requires_grad_() for s in q.std]
+    noise = flat.split([m.numel() for m in mean])
+    mixture = torch.distributions.MixtureSameFamily(
+        torch.distributions.Categorical(torch.tensor([0.25, 0.75], dtype=torch.float64)),
+        torch.distributions.Normal(
+            torch.zeros(2, dtype=torch.float64),
+            torch.tensor([torch.e**-1.0, torch.e**-3.0], dtype=torch.float64),
+        ),
+    )
+    expected = sum(
+        -mixture.log_prob(m + s * eps.view_as(m)).sum()
+        - torch.distributions.Normal(m, s).entropy().sum()
+        for m, s, eps in zip(mean, std, noise)
+    )
+    assert (with_prior - without).item() == pytest.approx(expected.item(), rel=1e-9)
+    for g, g0, e in zip(grads, grads_0, torch.autograd.grad(expected, mean + std)):
+        torch.testing.assert_close(g - g0, e)
+
+
+def test_gradients_kept_in_a_buffer_are_those_in_fresh_memory():
+    potential = mlp_potential(GaussianPrior(0.8))
+    x, y = torch.randn(6, 4, dtype=torch.float64), torch.randint(0, 3, (6,))
+    q = mean_field(potential, seed=1)
+    buffer = Buffer()
+    results = [
+        potential.closure(x, y)(
+            MeanField(q.mean, q.std, torch.Generator().manual_seed(5), gradients=gradients)
+        )
+        for gradients in (None, buffer, buffer)
+    ]
+    (value, fresh), *kept = results
+    for kept_value, kept_grads in kept:
+        assert kept_value.item() == value.item()
+        for a, b in zip(fresh, kept_grads):
+            assert torch.equal(a, b)
+    # the buffer's memory, reused: each evaluation overwrites the last one's gradients in σ
+    assert any(a.data_ptr() == b.data_ptr() for a, b in zip(kept[0][1], kept[1][1]))

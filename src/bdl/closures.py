@@ -54,14 +54,20 @@ def writable_gradients(grads: tuple[Tensor, ...]) -> list[Tensor]:
 
     Autograd may hand back one tensor for several inputs (both terms of ``a + b``) or a broadcast
     view (the gradient of a sum); those are copied, so that adding a prior's gradient to one
-    parameter's cannot change another's. Other views (a matrix product's transposed result) are
-    kept: copying every gradient cost a small MLP's step 2%.
+    parameter's cannot change another's. Other views (a matrix product's transposed result, or
+    disjoint parts of one buffer) are kept: copying every gradient cost a small MLP's step 2%.
     """
-    seen: set[int] = set()
+    spans: dict[int, list[tuple[int, int]]] = {}  # the memory handed out, by storage
     own = []
     for grad in grads:
-        if grad.untyped_storage().data_ptr() in seen or not grad.is_contiguous():
+        storage, start = grad.untyped_storage().data_ptr(), grad.storage_offset()
+        end = start + grad.numel()
+        if not grad.is_contiguous() or any(
+            start < other_end and other_start < end
+            for other_start, other_end in spans.get(storage, ())
+        ):
             grad = grad.clone(memory_format=torch.contiguous_format)
-        seen.add(grad.untyped_storage().data_ptr())
+            storage, start, end = grad.untyped_storage().data_ptr(), 0, grad.numel()
+        spans.setdefault(storage, []).append((start, end))
         own.append(grad)
     return own

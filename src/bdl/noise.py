@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from bdl.numerics import Buffer
+
 Generator = torch.Generator | list[torch.Generator] | None
 
 
@@ -20,32 +22,23 @@ class StandardNormal:
 
     One flat draw split into views costs a single kernel launch however many tensors there are,
     and gives a foreach update and its loop twin the very same noise. The buffer is kept across
-    calls: a fresh allocation of a network's size costs the allocator page faults that took
-    longer than drawing the numbers. Each call overwrites the previous call's draws.
+    calls (:class:`bdl.numerics.Buffer`: a fresh allocation of a network's size costs the
+    allocator page faults that took longer than drawing the numbers). Each call overwrites the
+    previous call's draws.
     """
 
     def __init__(self) -> None:
-        self._buffer: Tensor | None = None
+        self._buffer = Buffer()
 
     def like(self, tensors: list[Tensor], generator: Generator) -> list[Tensor]:
-        numels = [t.numel() for t in tensors]
-        total, first = sum(numels), tensors[0]
-        buffer = self._buffer
-        if (
-            buffer is None
-            or buffer.numel() != total
-            or buffer.device != first.device
-            or buffer.dtype != first.dtype
-        ):
-            buffer = self._buffer = torch.empty(total, device=first.device, dtype=first.dtype)
         if not isinstance(generator, list):
-            buffer.normal_(generator=generator)
-            return [z.view_as(t) for z, t in zip(buffer.split(numels), tensors, strict=True)]
+            self._buffer.flat(tensors).normal_(generator=generator)
+            return self._buffer.like(tensors)
         # one row per chain, laid out as that chain's own flat draw
-        rows = buffer.view(len(generator), -1)
+        rows = self._buffer.flat(tensors).view(len(generator), -1)
         for row, chain_generator in zip(rows, generator, strict=True):
             row.normal_(generator=chain_generator)
-        per_chain = [n // len(generator) for n in numels]
+        per_chain = [t.numel() // len(generator) for t in tensors]
         return [z.view_as(t) for z, t in zip(rows.split(per_chain, dim=1), tensors, strict=True)]
 
 

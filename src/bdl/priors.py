@@ -23,12 +23,13 @@ closed-form KL divergence.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from fnmatch import fnmatch
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
+
+from bdl.numerics import softplus
 
 __all__ = [
     "ARD",
@@ -63,6 +64,24 @@ def conjugate_precision(
     return torch._standard_gamma(concentration, generator=generator) / rate
 
 
+#: Elements per part of :meth:`ElementwisePrior.log_prob_grad` (a megabyte in float32)
+ELEMENTWISE_CHUNK = 2**18
+
+#: Where the logistic function is 0 or 1 to within 2e-35 (``exp(-80)``)
+SIGMOID_SATURATION = 80.0
+
+
+def _value_and_grad(
+    function: Callable[..., Tensor], tensors: list[Tensor]
+) -> tuple[Tensor, list[Tensor]]:
+    """``function(*tensors)`` and its gradient in ``tensors``, both detached."""
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_() for t in tensors]
+        value = function(*leaves)
+        grads = torch.autograd.grad(value, leaves, materialize_grads=True)
+    return value.detach(), list(grads)
+
+
 class Prior:
     """Base class: ``log_prob`` of a dict of named parameters, up to an additive constant.
 
@@ -79,6 +98,21 @@ class Prior:
 
     def log_prob(self, params: Mapping[str, Tensor]) -> Tensor:
         raise NotImplementedError
+
+    def log_prob_grad(
+        self, params: Mapping[str, Tensor], out: list[Tensor] | None = None
+    ) -> tuple[Tensor, list[Tensor]]:
+        """``log_prob(params)`` and its gradient in each of ``params``' tensors (in their order),
+        outside any autograd graph: by autograd here, in closed form where a prior writes it.
+        ``out``: memory for the gradients (None: fresh), which may be ``params``' own."""
+        names = list(params)
+        value, grads = _value_and_grad(
+            lambda *tensors: self.log_prob(dict(zip(names, tensors, strict=True))),
+            list(params.values()),
+        )
+        if out is not None:
+            grads = [o.copy_(g) for o, g in zip(out, grads, strict=True)]
+        return value, grads
 
     def chain_log_prob(self, params: Mapping[str, Tensor]) -> Tensor:
         """``log_prob`` of parameters stacked along a leading chain dimension: one value per
@@ -174,6 +208,35 @@ class ElementwisePrior(Prior):
     def log_density(self, theta: Tensor, scale: float) -> Tensor:
         """Elementwise :math:`\\log p(\\theta_j)` at scale ``scale``."""
         raise NotImplementedError
+
+    def log_prob_grad(
+        self, params: Mapping[str, Tensor], out: list[Tensor] | None = None
+    ) -> tuple[Tensor, list[Tensor]]:
+        # A tensor at a time in parts of ELEMENTWISE_CHUNK elements: the intermediate values
+        # of a network's largest layers, taken whole, cost the allocator page faults at every
+        # step (Bayes by Backprop's Monte Carlo KL) that took longer than the arithmetic. A part
+        # is read whole before its gradient is written, so `out` may be `params`' memory.
+        values, grads = [], []
+        for i, (name, p) in enumerate(params.items()):
+            scale = self.scale_of(name, p)
+            grad = (
+                torch.empty_like(p, memory_format=torch.contiguous_format)
+                if out is None
+                else out[i]
+            )
+            parts = p.reshape(-1).split(ELEMENTWISE_CHUNK)
+            for part, grad_part in zip(parts, grad.view(-1).split(ELEMENTWISE_CHUNK), strict=True):
+                value, part_grad = self.log_density_grad(part, scale)
+                values.append(value)
+                grad_part.copy_(part_grad)
+            grads.append(grad)
+        return torch.stack(values).sum(), grads
+
+    def log_density_grad(self, theta: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+        """:math:`\\sum_j \\log p(\\theta_j)` at scale ``scale`` and its gradient in ``theta``
+        (by autograd unless a prior writes it out)."""
+        value, (grad,) = _value_and_grad(lambda t: self.log_density(t, scale).sum(), [theta])
+        return value, grad
 
 
 class Gaussian(ElementwisePrior):
@@ -316,9 +379,29 @@ class ScaleMixture(ElementwisePrior):
         self.sigma2 = math.exp(-neg_log_sigma2)
 
     def log_density(self, theta: Tensor, scale: float) -> Tensor:
-        # log p = log c2 N2 + softplus(log c1 N1 - log c2 N2): the log-sum-exp of the two
-        # components in one softplus of a quadratic in θ, the cheapest form to differentiate
-        # (the Monte Carlo KL of Bayes by Backprop evaluates it on every weight at every step).
+        square, difference, (_, half_prec2), (_, log_c2) = self._quadratic(theta, scale)
+        return softplus(difference).add_(square.mul_(-half_prec2)).add_(log_c2)
+
+    def log_density_grad(self, theta: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+        # ∂/∂θ of softplus(d) - θ²/2σ2²: the wide component's responsibility sigmoid(d) weighs
+        # the two precisions
+        square, difference, (half_prec1, half_prec2), (_, log_c2) = self._quadratic(theta, scale)
+        value = softplus(difference).add_(square, alpha=-half_prec2).sum() + theta.numel() * log_c2
+        slope = 2 * (half_prec2 - half_prec1)
+        # sigmoid(±80) is 0 or 1 to within 2e-35, and the CPU's sigmoid is slower past it
+        responsibility = torch.sigmoid(difference.clamp_(-SIGMOID_SATURATION, SIGMOID_SATURATION))
+        grad = responsibility.mul_(slope).sub_(2 * half_prec2).mul_(theta)
+        return value, grad
+
+    def _quadratic(
+        self, theta: Tensor, scale: float
+    ) -> tuple[Tensor, Tensor, tuple[float, float], tuple[float, float]]:
+        """θ², ``d`` with log p = log c2 N2 + softplus(d), and the components' ``1/2σ²`` and
+        ``log c`` (weight times normaliser).
+
+        ``d = log c1 N1 - log c2 N2``, a quadratic in θ, makes the log-sum-exp of the two
+        components one softplus, the cheapest form to evaluate and differentiate (the Monte Carlo
+        KL of Bayes by Backprop takes both on every weight at every step)."""
         (log_c1, half_prec1), (log_c2, half_prec2) = (
             (
                 math.log(weight) - 0.5 * math.log(2 * math.pi * (scale * sigma) ** 2),
@@ -328,7 +411,7 @@ class ScaleMixture(ElementwisePrior):
         )
         square = theta.square()
         difference = square.mul(half_prec2 - half_prec1).add_(log_c1 - log_c2)
-        return F.softplus(difference).add_(square.mul_(-half_prec2)).add_(log_c2)
+        return square, difference, (half_prec1, half_prec2), (log_c1, log_c2)
 
 
 class GammaHierarchical(Prior):

@@ -48,6 +48,7 @@ from torch import Tensor, nn
 
 from bdl.closures import Evaluation, writable_gradients
 from bdl.noise import StandardNormal
+from bdl.numerics import Buffer
 from bdl.potential import Potential
 
 
@@ -64,6 +65,12 @@ class MeanField:
             by Monte Carlo, for tests and comparisons).
         normal: the buffer the weight draws are drawn into; a sampler passes the same one at every
             step (:class:`bdl.noise.StandardNormal`: a fresh one costs page faults).
+        scratch: memory shaped like ``std`` for the intermediate values (the variances of the
+            local reparameterisation, then the entropy's logarithms); a sampler passes the same
+            one at every step, as ``normal``.
+        gradients: memory for the gradients in the locally reparameterised weights' ``std``,
+            which each evaluation then overwrites (None: fresh memory); a sampler that keeps no
+            gradient past the next evaluation passes the same one at every step.
     """
 
     mean: list[Tensor]
@@ -72,6 +79,8 @@ class MeanField:
     local_reparam: bool = True
     analytic_kl: bool = True
     normal: StandardNormal = field(default_factory=StandardNormal, repr=False, compare=False)
+    scratch: Buffer = field(default_factory=Buffer, repr=False, compare=False)
+    gradients: Buffer | None = field(default=None, repr=False, compare=False)
 
     def negative_elbo(
         self, potential: Potential, x: Tensor, y: Tensor, prior_weight: float
@@ -79,28 +88,44 @@ class MeanField:
         """:math:`\\mathcal{F}(q)` on the minibatch ``(x, y)`` of ``potential``'s training set with
         prior weight ``prior_weight`` (module docstring), with its gradient: those in ``mean``
         followed by those in ``std``."""
-        # The likelihood (and a Monte Carlo prior term) go through autograd; the closed-form prior
-        # term and the entropy have gradients simple enough to add directly, which saves several
-        # passes over every weight per step (the cost that matters next to the matrix products).
+        # The likelihood goes through autograd; the prior term (in closed form, or by Monte Carlo
+        # from the prior's own gradient) and the entropy have gradients simple enough to add
+        # directly, which saves several passes over every weight per step (the cost that matters
+        # next to the matrix products).
         kappa = prior_weight
         mean = [m.detach().requires_grad_() for m in self.mean]
         std = [s.detach().requires_grad_() for s in self.std]
         local = _linear_layers(potential) if self.local_reparam else {}
         covered = {i for indices in local.values() for i in indices if i is not None}
         prior_stds = potential.prior_stds() if kappa and self.analytic_kl else None
-        model_size = len(prior_stds) if prior_stds is not None else 0
         monte_carlo_prior = bool(kappa) and prior_stds is None
+        # σ² of the locally reparameterised weights, all written before the forward pass saves any
+        # (views of one buffer share a version counter, which autograd checks)
+        scratch = self.scratch.like(std)
+        variances = {
+            weight: torch.mul(std[weight].detach(), std[weight].detach(), out=scratch[weight])
+            for weight, _ in local.values()
+        }
+        std_grads = (
+            dict(zip(variances, self.gradients.like([std[i] for i in variances]), strict=True))
+            if self.gradients is not None
+            else {}
+        )
         with torch.enable_grad():
             # One draw serves the likelihood's sampled weights and, for a Monte Carlo prior term,
             # the weights the local reparameterisation leaves undrawn.
             drawn = [i for i in range(len(mean)) if i not in covered or monte_carlo_prior]
-            theta = self._draw(mean, std, drawn)
+            theta, noise = self._draw(mean, std, drawn, covered)
             values = {
                 name: mean[i] if i in covered else theta[i]
                 for i, name in enumerate(potential.param_names)
             }
             hooks = [
-                module.register_forward_hook(_noise_hook(std, weight, bias, self.generator))
+                module.register_forward_hook(
+                    _noise_hook(
+                        std, weight, bias, self.generator, variances[weight], std_grads.get(weight)
+                    )
+                )
                 for module, (weight, bias) in local.items()
             ]
             try:
@@ -108,37 +133,45 @@ class MeanField:
             finally:
                 for hook in hooks:
                     hook.remove()
-            log_priors = [log_prior_phi]
-            if monte_carlo_prior:
-                named = dict(zip(potential.param_names, theta, strict=True))
-                model = {name: named[f"model.{name}"] for name in potential.model_params}
-                log_priors.append(potential.prior.log_prob(model))
-            objective = potential.energy(log_lik, log_priors, x.shape[0], kappa)
+            objective = potential.energy(log_lik, [log_prior_phi], x.shape[0], kappa)
             grads = writable_gradients(
                 torch.autograd.grad(objective, mean + std, materialize_grads=True)
             )
         value = objective.detach()
         if kappa:
             grad_mean, grad_std = grads[: len(mean)], grads[len(mean) :]
-            if prior_stds is not None:
-                scale = potential.prior_scale(kappa)
+            scale = potential.prior_scale(kappa)
+            if prior_stds is None:
+                # the weights only the prior term needs, drawn into memory the pass has done with
+                for i in covered:
+                    mu, sigma = mean[i].detach(), std[i].detach()
+                    theta[i] = torch.addcmul(mu, sigma, noise[i], out=scratch[i])
+                value = value - scale * _monte_carlo_log_prior(
+                    potential, theta, noise, grad_mean, grad_std, scale
+                )
+            else:
+                model_size = len(prior_stds)
                 value = value + scale * _gaussian_cross_entropy(
                     mean[:model_size], std[:model_size], prior_stds, grad_mean, grad_std, scale
                 )
-            value = value - kappa * _entropy(std, grad_std, kappa)
+            value = value - kappa * _entropy(std, grad_std, kappa, scratch)
         return value, grads
 
     def _draw(
-        self, mean: list[Tensor], std: list[Tensor], indices: list[int]
-    ) -> list[Tensor | None]:
-        """θ = μ + σ ⊙ ε at ``indices`` (None elsewhere)."""
+        self, mean: list[Tensor], std: list[Tensor], indices: list[int], covered: set[int]
+    ) -> tuple[list[Tensor | None], list[Tensor | None]]:
+        """ε at ``indices`` and θ = μ + σ ⊙ ε at those not ``covered`` by the local
+        reparameterisation (None elsewhere)."""
         theta: list[Tensor | None] = [None] * len(mean)
+        noise: list[Tensor | None] = [None] * len(mean)
         if not indices:
-            return theta
-        noise = self.normal.like([mean[i] for i in indices], self.generator)
-        for i, eps in zip(indices, noise, strict=True):
-            theta[i] = torch.addcmul(mean[i], std[i], eps)
-        return theta
+            return theta, noise
+        draws = self.normal.like([mean[i] for i in indices], self.generator)
+        for i, eps in zip(indices, draws, strict=True):
+            noise[i] = eps
+            if i not in covered:
+                theta[i] = torch.addcmul(mean[i], std[i], eps)
+        return theta, noise
 
 
 def _linear_layers(potential: Potential) -> dict[nn.Linear, tuple[int, int | None]]:
@@ -156,16 +189,25 @@ def _linear_layers(potential: Potential) -> dict[nn.Linear, tuple[int, int | Non
     return layers
 
 
-def _noise_hook(std: list[Tensor], weight: int, bias: int | None, generator):
+def _noise_hook(
+    std: list[Tensor],
+    weight: int,
+    bias: int | None,
+    generator,
+    variance: Tensor,
+    grad_std: Tensor | None,
+):
     """A forward hook adding the local reparameterisation's noise to a linear layer's output,
-    which the module itself computes at the means."""
+    which the module itself computes at the means; ``variance`` is the weights' σ², ``grad_std``
+    memory for the gradient in their σ (None: fresh)."""
 
     def hook(module: nn.Module, args: tuple[Tensor, ...], output: Tensor) -> Tensor:
         noise = torch.randn(
             output.shape, generator=generator, device=output.device, dtype=output.dtype
         )
         std_bias = None if bias is None else std[bias]
-        return output + _LocalNoise.apply(args[0], std[weight], std_bias, noise)
+        local_noise = _LocalNoise.apply(args[0], std[weight], std_bias, noise, variance, grad_std)
+        return output + local_noise
 
     return hook
 
@@ -188,10 +230,21 @@ class _LocalNoise(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx, x: Tensor, std_weight: Tensor, std_bias: Tensor | None, noise: Tensor
+        ctx,
+        x: Tensor,
+        std_weight: Tensor,
+        std_bias: Tensor | None,
+        noise: Tensor,
+        var_weight: Tensor | None = None,
+        grad_std_weight: Tensor | None = None,
     ) -> Tensor:
+        """``var_weight``: :math:`\\sigma_W^2` where the caller has it; ``grad_std_weight``:
+        memory for the gradient in :math:`\\sigma_W` (None: fresh)."""
         x2 = x.square()
-        var_weight = std_weight.square()
+        var_weight = std_weight.square() if var_weight is None else var_weight
+        # kept out of save_for_backward: it is written, not read, and autograd's version check
+        # would trip on the writes of other layers' gradients into the same buffer
+        ctx.grad_std_weight = grad_std_weight
         variance = F.linear(x2, var_weight, None if std_bias is None else std_bias.square())
         # clamp: a zero variance (an all-zero input and no bias) would have an infinite slope
         scale = variance.clamp_min_(torch.finfo(variance.dtype).tiny).sqrt_()
@@ -203,9 +256,33 @@ class _LocalNoise(torch.autograd.Function):
         x, x2, var_weight, std_weight, std_bias, noise, scale = ctx.saved_tensors
         h = grad * noise / scale
         grad_x = x * (h @ var_weight) if ctx.needs_input_grad[0] else None
-        grad_std_weight = (h.t() @ x2).mul_(std_weight)
+        grad_std_weight = torch.mm(h.t(), x2, out=ctx.grad_std_weight).mul_(std_weight)
         grad_std_bias = None if std_bias is None else h.sum(0).mul_(std_bias)
-        return grad_x, grad_std_weight, grad_std_bias, None
+        return grad_x, grad_std_weight, grad_std_bias, None, None, None
+
+
+@torch.no_grad()
+def _monte_carlo_log_prior(
+    potential: Potential,
+    theta: list[Tensor],
+    noise: list[Tensor],
+    grad_mean: list[Tensor],
+    grad_std: list[Tensor],
+    scale: float,
+) -> Tensor:
+    r""":math:`\log p(\theta)` at the draw :math:`\theta = \mu + \sigma\odot\epsilon` of the model's
+    parameters; subtracts ``scale`` times its gradient, :math:`g = \partial\log p/\partial\theta`
+    in :math:`\mu` and :math:`g\odot\epsilon` in :math:`\sigma`, from ``grad_mean`` and
+    ``grad_std``."""
+    draws = [t.detach() for t in theta[: len(potential.model_params)]]
+    # the gradient takes the draw's memory, which nothing reads after it
+    log_prior, prior_grads = potential.prior.log_prob_grad(
+        dict(zip(potential.model_params, draws, strict=True)), out=draws
+    )
+    for g, g_mean, g_std, eps in zip(prior_grads, grad_mean, grad_std, noise, strict=False):
+        g_mean.sub_(g, alpha=scale)
+        g_std.addcmul_(g, eps, value=-scale)
+    return log_prior
 
 
 @torch.no_grad()
@@ -242,13 +319,16 @@ def _gaussian_cross_entropy(
 
 
 @torch.no_grad()
-def _entropy(std: list[Tensor], grad_std: list[Tensor], scale: float) -> Tensor:
-    r""":math:`\mathbb{H}[q] = \sum_j \log\sigma_j + \tfrac12\log 2\pi e`; subtracts ``scale``
-    times its gradient :math:`1/\sigma_j` from ``grad_std``."""
+def _entropy(
+    std: list[Tensor], grad_std: list[Tensor], scale: float, scratch: list[Tensor]
+) -> Tensor:
+    r""":math:`\mathbb{H}[q] = \sum_j \log\sigma_j + \tfrac12\log 2\pi e`, the logarithms taken
+    in ``scratch``; subtracts ``scale`` times its gradient :math:`1/\sigma_j` from
+    ``grad_std``."""
     one = torch.ones((), dtype=std[0].dtype, device=std[0].device)
     total = torch.zeros((), dtype=torch.float64, device=std[0].device)
-    for s, g in zip(std, grad_std, strict=True):
-        total += s.log().sum()
+    for s, g, log in zip(std, grad_std, scratch, strict=True):
+        total += torch.log(s, out=log).sum()
         g.addcdiv_(one, s, value=-scale)
     size = sum(s.numel() for s in std)
     return total + 0.5 * size * math.log(2 * math.pi * math.e)

@@ -8,15 +8,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 from hydra import compose, initialize_config_module
+from test_potential import mlp_potential
 
 import bdl.config  # noqa: F401  (registers the root schema)
 from bdl.experiment import build
 from bdl.likelihoods import Gaussian as GaussianLikelihood
 from bdl.potential import Potential
 from bdl.priors import Gaussian as GaussianPrior
+from bdl.priors import ScaleMixture
 from bdl.run import run
 from bdl.samplers.bbb import BBB, BBBSGD
 from bdl.store import StoreError, load_samples
+from bdl.variational import MeanField
 
 
 def quadratic_closure(target_mean=1.0, target_std=0.5):
@@ -191,3 +194,37 @@ def test_mfvi_starts_from_the_last_sample_of_an_sgd_run(fake_data_root, isolated
         elsewhere = compose("config", overrides=["sampler=mfvi", f"init_from={tmp_path}", *common])
     with pytest.raises(StoreError, match="manifest"):
         build(elsewhere)
+
+
+@pytest.mark.parametrize("prior", [GaussianPrior(0.8), ScaleMixture()], ids=["closed", "mc"])
+@pytest.mark.parametrize("local_reparam", [True, False])
+@pytest.mark.parametrize("num_mc", [1, 2])
+def test_a_step_moves_by_the_mean_of_the_closures_gradients(num_mc, local_reparam, prior):
+    """One SGD step moves (μ, ρ) by the mean of ``num_mc`` evaluations of the closure at q,
+    drawn one after the other from q's generator (ρ through ∂σ/∂ρ = 1 / (1 + e^-ρ)), whatever
+    memory the sampler keeps across steps."""
+    potential = mlp_potential(prior)
+    x, y = torch.randn(6, 4, dtype=torch.float64), torch.randint(0, 3, (6,))
+    start = [p.detach().clone() for p in potential.params]
+    generator = torch.Generator().manual_seed(3)
+    rho = [torch.full_like(p, math.log(math.expm1(0.2))) for p in start]
+    std = [F.softplus(r) for r in rho]
+    evaluations = [
+        potential.closure(x, y)(MeanField(start, std, generator, local_reparam))[1]
+        for _ in range(num_mc)
+    ]
+    sampler = BBBSGD(
+        lr=0.01,
+        num_mc=num_mc,
+        local_reparam=local_reparam,
+        init_std=0.2,
+        generator=generator.manual_seed(3),
+    )
+    state = sampler.init(potential.params)
+    sampler.step(state, potential.closure(x, y))
+    slopes = [torch.sigmoid(r) for r in rho]
+    moved = state.params + state.buffers["rho"]
+    for theta, theta0, slope, *grads in zip(
+        moved, start + rho, [1.0] * len(start) + slopes, *evaluations
+    ):
+        torch.testing.assert_close(theta, theta0 - 0.01 * slope * sum(grads) / num_mc)

@@ -58,12 +58,12 @@ import math
 from collections.abc import Iterator
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch.optim.adam import adam
 
 from bdl.closures import VariationalClosure
 from bdl.noise import StandardNormal
+from bdl.numerics import Buffer, softplus
 from bdl.samplers.base import Declaration, Sampler, SamplerState
 from bdl.variational import MeanField
 
@@ -124,6 +124,10 @@ class BBB(Sampler):
         self.init_std = init_std
         self.num_samples = num_samples
         self._weight_draws = StandardNormal()  # q's, one buffer for every step
+        # σ and ∂σ/∂ρ at each step, in memory kept from step to step
+        self._std, self._std_slope, self._scratch = Buffer(), Buffer(), Buffer()
+        # the closure's gradients in σ, except where a step sums several draws' gradients
+        self._std_grads = Buffer() if num_mc == 1 else None
 
     def init(self, params: list[Tensor]) -> SamplerState:
         state = super().init(params)
@@ -151,7 +155,7 @@ class BBB(Sampler):
     @staticmethod
     def std(rho: list[Tensor]) -> list[Tensor]:
         """:math:`\\sigma = \\log(1 + e^\\rho)`."""
-        return [F.softplus(r) for r in rho]
+        return [softplus(r) for r in rho]
 
     @torch.no_grad()
     def step(
@@ -163,12 +167,18 @@ class BBB(Sampler):
         tune: bool = False,
     ) -> SamplerState:
         rho = state.buffers["rho"]
+        std, slope = self._std.like(rho), self._std_slope.like(rho)
+        for r, s, ds in zip(rho, std, slope, strict=True):
+            softplus(r, out=s, scratch=ds)
+            torch.sigmoid(r, out=ds)  # ∂σ/∂ρ = 1 / (1 + e^-ρ), for the chain rule
         q = MeanField(
             state.params,
-            self.std(rho),
+            std,
             self.generator,
             self.local_reparam,
             normal=self._weight_draws,
+            scratch=self._scratch,
+            gradients=self._std_grads,
         )
         value, grads = closure(q)
         for _ in range(self.num_mc - 1):
@@ -178,11 +188,9 @@ class BBB(Sampler):
         if self.num_mc > 1:
             value = value / self.num_mc
             torch._foreach_div_(grads, self.num_mc)
-        # the chain rule through σ = log(1 + e^ρ): ∂σ/∂ρ = 1 / (1 + e^-ρ)
-        grad_rho = list(torch._foreach_sigmoid(rho))
-        torch._foreach_mul_(grad_rho, grads[len(rho) :])
+        torch._foreach_mul_(grads[len(rho) :], slope)  # now in ρ
         update = self._update_foreach if self.foreach else self._update_loop
-        update(state, grads[: len(rho)] + grad_rho, self.lr * lr_scale, noise)
+        update(state, grads, self.lr * lr_scale, noise)
         state.step += 1
         state.grad_evals += self.num_mc
         state.info["potential"] = value
