@@ -5,8 +5,9 @@
   read from bdl's composed config (one hidden layer of 50 ReLU units, N(0, 0.3^2) on every weight
   and bias, a Gaussian likelihood whose noise precision has a Gamma(1, 1) prior and is sampled with
   the weights) and written again in NumPyro, on the same standardised tensors from bdl's loader. bdl
-  runs full-batch HMC as one chain, as 8 stacked chains and as 8 stacked chains under
-  ``torch.compile``; NumPyro runs one chain of NUTS. The figure is ESS per second of the test
+  runs full-batch HMC as one chain, as 8 stacked chains, as 8 stacked chains under
+  ``torch.compile`` and as 8 stacked chains that learn a diagonal mass and the trajectory's
+  length during burn-in (``sampler.mass=diagonal sampler.adapt_length=true``); NumPyro runs one chain of NUTS. The figure is ESS per second of the test
   predictive: arviz's bulk ESS of each test point's log predictive density over all draws (median
   and minimum over the points), over the whole run (warm-up and compilation included) and over the
   sampling after warm-up alone. Every run pays its own compilation, as a fresh process on a new
@@ -93,6 +94,8 @@ BDL_YACHT = {
     "bdl 1 chain": ["chains=1"],
     "bdl 8 chains": ["chains=8"],
     "bdl 8 compiled": ["chains=8", "compile=true"],
+    # the mass in Stan's windows and the trajectory's length by ChEES, learnt in burn-in
+    "bdl 8 adapted": ["chains=8", "sampler.mass=diagonal", "sampler.adapt_length=true"],
 }
 NUMPYRO = "NumPyro NUTS"
 
