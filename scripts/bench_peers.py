@@ -7,8 +7,8 @@
   the weights) and written again in NumPyro, on the same standardised tensors from bdl's loader. bdl
   runs full-batch HMC as one chain, as 8 stacked chains, as 8 stacked chains under
   ``torch.compile`` and as 8 stacked chains that learn a diagonal mass and the trajectory's
-  length during burn-in (``sampler.mass=diagonal sampler.adapt_length=true``); NumPyro runs one chain of NUTS. The figure is ESS per second of the test
-  predictive: arviz's bulk ESS of each test point's log predictive density over all draws (median
+  length during burn-in (``sampler.mass=diagonal sampler.adapt_length=true``); NumPyro runs one
+  chain of NUTS. The figure is ESS per second of the test predictive: arviz's bulk ESS of each test point's log predictive density over all draws (median
   and minimum over the points), over the whole run (warm-up and compilation included) and over the
   sampling after warm-up alone. Every run pays its own compilation, as a fresh process on a new
   machine would: torch's graphs are dropped and Inductor's on-disk cache starts empty before each

@@ -86,16 +86,15 @@ class ChEES:
 
     def remeasure(self, old_inverse_mass: list[Tensor], inverse_mass: list[Tensor]) -> None:
         r"""Carry :math:`T` over a change of the mass matrix, which changes what a unit of time
-                means, and restart the average and the gradient's scale.
+        means, and restart the average and the gradient's scale.
 
-                Under :math:`M^{-1} = v` a direction of variance :math:`\sigma_i^2` turns with period
-                :math:`\propto \sigma_i / \sqrt{v_i}`; with :math:`\sigma_i^2 pprox v_i'`, the new
-                estimate, the periods shrink by :math:`\sqrt{r_i}`, :math:`r_i = v_i'/v_i`. The criterion
-                is dominated by the directions of largest :math:`\mathbb E\lVert x
-        Vert^4`, weight
-                :math:`r_i^2` under the old metric, so :math:`T` is divided by
-                :math:`(\sum r_i^3 / \sum r_i^2)^{1/2}`, the dominant directions' factor; a posterior
-                whose scales span :math:`10^2` then keeps its :math:`T` at the optimum found before.
+        Under :math:`M^{-1} = v` a direction of variance :math:`\sigma_i^2` turns with period
+        :math:`\propto \sigma_i / \sqrt{v_i}`; with :math:`\sigma_i^2 \approx v_i'`, the new
+        estimate, the periods shrink by :math:`\sqrt{r_i}`, :math:`r_i = v_i'/v_i`. The
+        criterion is dominated by the directions of largest :math:`\mathbb E\lVert x\rVert^4`,
+        weight :math:`r_i^2` under the old metric, so :math:`T` is divided by
+        :math:`(\sum r_i^3 / \sum r_i^2)^{1/2}`, the dominant directions' factor; a posterior
+        whose scales span :math:`10^2` then keeps its :math:`T` at the optimum found before.
         """
         cubes = squares = 0.0
         for before, after in zip(old_inverse_mass, inverse_mass, strict=True):
