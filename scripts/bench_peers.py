@@ -5,17 +5,17 @@
   read from bdl's composed config (one hidden layer of 50 ReLU units, N(0, 0.3^2) on every weight
   and bias, a Gaussian likelihood whose noise precision has a Gamma(1, 1) prior and is sampled with
   the weights) and written again in NumPyro, on the same standardised tensors from bdl's loader. bdl
-  runs full-batch HMC as one chain, as 8 stacked chains, as 8 stacked chains under
-  ``torch.compile`` and as 8 stacked chains that learn a diagonal mass and the trajectory's
-  length during burn-in (``sampler.mass=diagonal sampler.adapt_length=true``); NumPyro runs one
-  chain of NUTS. The figure is ESS per second of the test predictive: arviz's bulk ESS of each test point's log predictive density over all draws (median
-  and minimum over the points), over the whole run (warm-up and compilation included) and over the
-  sampling after warm-up alone. Every run pays its own compilation, as a fresh process on a new
-  machine would: torch's graphs are dropped and Inductor's on-disk cache starts empty before each
-  bdl run; NumPyro compiles for each new MCMC. The posteriors are compared point by point: the
-  difference of the two posterior means of the network's output over its Monte Carlo standard error
-  (each side's standard deviation over the root of its ESS of the mean), and the test RMSE and
-  log-likelihood of each model average by bdl's metrics.
+  runs full-batch HMC as one chain, as 8 stacked chains, as 8 stacked chains under ``torch.compile``
+  and as 8 stacked chains that learn a diagonal mass and the trajectory's length during burn-in
+  (``sampler.mass=diagonal sampler.adapt_length=true``); NumPyro runs one chain of NUTS. The figure
+  is ESS per second of the test predictive: arviz's bulk ESS of each test point's log predictive
+  density over all draws (median and minimum over the points), over the whole run (warm-up and
+  compilation included) and over the sampling after warm-up alone. Every run pays its own
+  compilation, as a fresh process on a new machine would: torch's graphs are dropped and Inductor's
+  on-disk cache starts empty before each bdl run; NumPyro compiles for each new MCMC. The posteriors
+  are compared point by point: the difference of the two posterior means of the network's output
+  over its Monte Carlo standard error (each side's standard deviation over the root of its ESS of
+  the mean), and the test RMSE and log-likelihood of each model average by bdl's metrics.
 - **SGHMC on MNIST's MLP against BlackJAX's SGHMC** (Chen et al. 2014; Cabezas et al. 2024): an
   epoch of bdl's SGHMC (burn-in: steps only), of BlackJAX's SGHMC dynamics (its
   ``sgmcmc.diffusions.sghmc`` and ``sgmcmc.gradients.grad_estimator``, with bdl's step size and
