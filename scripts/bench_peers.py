@@ -17,10 +17,10 @@
   over its Monte Carlo standard error (each side's standard deviation over the root of its ESS of
   the mean), and the test RMSE and log-likelihood of each model average by bdl's metrics.
 - **SGHMC on MNIST's MLP against BlackJAX's SGHMC** (Chen et al. 2014; Cabezas et al. 2024): an
-  epoch of bdl's SGHMC (burn-in: steps only), of BlackJAX's SGHMC dynamics (its
-  ``sgmcmc.diffusions.sghmc`` and ``sgmcmc.gradients.grad_estimator``, with bdl's step size and
-  friction mapped onto its parameterisation, momentum kept across the epoch, one jitted scan
-  over the epoch's minibatches) and of the bare PyTorch SGD-with-momentum loop that is the
+  epoch of bdl's SGHMC (burn-in: steps only; eager and with ``compile=true``), of BlackJAX's SGHMC
+  dynamics (its ``sgmcmc.diffusions.sghmc`` and ``sgmcmc.gradients.grad_estimator``, with bdl's step
+  size and friction mapped onto its parameterisation, momentum kept across the epoch, one jitted
+  scan over the epoch's minibatches) and of the bare PyTorch SGD-with-momentum loop that is the
   yardstick of both, on the same real MNIST tensors from bdl's loader, minibatch and steps.
 
 Rounds are interleaved (each contender in turn, round after round) so that machine noise hits
@@ -98,6 +98,7 @@ BDL_YACHT = {
     "bdl 8 adapted": ["chains=8", "sampler.mass=diagonal", "sampler.adapt_length=true"],
 }
 NUMPYRO = "NumPyro NUTS"
+MNIST = ["dataset=mnist", "sampler=sghmc", "device=cpu"]
 
 
 @dataclass
@@ -409,12 +410,14 @@ class BlackJAXSGHMC:
 
 def mnist(rounds: int) -> None:
     with tempfile.TemporaryDirectory() as directory:
-        cfg = composed(["dataset=mnist", "sampler=sghmc", "device=cpu"])
+        cfg = composed(MNIST)
         loop = sampling(cfg, Path(directory) / "sghmc")  # burn-in: steps only
+        compiled = sampling(composed([*MNIST, "compile=true"]), Path(directory) / "compiled")
         sghmc = loop.experiment
         blackjax = BlackJAXSGHMC(cfg, sghmc)
-        bare, ours, theirs = alternating_times(
-            [bare_sgd_epoch(sghmc), loop.step_epoch, blackjax], rounds
+        # the warm-up epoch of each holds torch.compile's compilation
+        bare, ours, ours_compiled, theirs = alternating_times(
+            [bare_sgd_epoch(sghmc), loop.step_epoch, compiled.step_epoch, blackjax], rounds
         )
         with torch.no_grad():
             logits = sghmc.potential.model(sghmc.x_test)
@@ -427,14 +430,20 @@ def mnist(rounds: int) -> None:
         f"{torch.get_num_threads()}, XLA single-threaded"
     )
     print(f"bare PyTorch SGD-momentum epoch: {statistics.median(bare) * 1e3:8.1f} ms (median)")
-    for name, times in (("bdl SGHMC", ours), ("BlackJAX SGHMC", theirs)):
+    contenders = (
+        ("bdl SGHMC", ours),
+        ("bdl compiled SGHMC", ours_compiled),
+        ("BlackJAX SGHMC", theirs),
+    )
+    for name, times in contenders:
         ratios = [t / b for t, b in zip(times, bare, strict=True)]
         print(
             f"{name + ' epoch:':<32} {statistics.median(times) * 1e3:8.1f} ms   / bare "
             f"{spread(ratios)}"
         )
-    ratios = [o / t for o, t in zip(ours, theirs, strict=True)]
-    print(f"bdl / BlackJAX epoch: {spread(ratios)}  (goal <= 1)")
+    for name, times in (("bdl", ours), ("bdl compile=true", ours_compiled)):
+        ratios = [o / t for o, t in zip(times, theirs, strict=True)]
+        print(f"{name} / BlackJAX epoch: {spread(ratios)}  (goal <= 1)")
     print(
         f"test accuracy of the last state, {rounds + 1} epochs: bdl {accuracy:.3f}, BlackJAX "
         f"{blackjax.accuracy(sghmc.x_test, y_test):.3f}"

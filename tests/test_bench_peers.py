@@ -61,7 +61,7 @@ def test_quick_run_prints_sane_ratios_and_agreeing_posteriors(data_dir):
         )
         if match:
             contenders[match.group(1)] = [float(v) for v in match.groups()[1:]]
-    assert set(contenders) == {"bdl 1 chain", "bdl 8 chains", "bdl 8 compiled"}
+    assert set(contenders) == {"bdl 1 chain", "bdl 8 chains", "bdl 8 compiled", "bdl 8 adapted"}
     for name, values in contenders.items():
         *ratios, z = values
         assert all(math.isfinite(r) and r > 0 for r in ratios), name
@@ -70,8 +70,10 @@ def test_quick_run_prints_sane_ratios_and_agreeing_posteriors(data_dir):
         if name != "bdl 1 chain":  # one chain's 30 draws give no usable standard error
             assert z < z_limit, f"{name}: max |z| {z} over {points} test points"
 
-    epochs = re.findall(r"(bdl|BlackJAX) SGHMC epoch:\s+[\d.]+ ms\s+/ bare (\d+\.\d+)", stdout)
-    assert [name for name, _ in epochs] == ["bdl", "BlackJAX"]
+    epochs = re.findall(
+        r"(bdl|bdl compiled|BlackJAX) SGHMC epoch:\s+[\d.]+ ms\s+/ bare (\d+\.\d+)", stdout
+    )
+    assert [name for name, _ in epochs] == ["bdl", "bdl compiled", "BlackJAX"]
     for _, ratio in epochs:
         # every loop does the same forward and backward passes: within 5x of the bare loop
         assert 0.2 < float(ratio) < 5
