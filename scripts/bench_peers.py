@@ -47,17 +47,21 @@ import logging
 import math
 import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-# XLA reads its thread settings once, when JAX starts: one thread, as torch's
-os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "")
-    + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-)
+#: every contender at its own default thread count instead of one (read before argparse runs:
+#: XLA reads its thread settings once, when JAX starts)
+DEFAULT_THREADS = "--default-threads" in sys.argv
+if not DEFAULT_THREADS:  # one thread, as torch's
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "")
+        + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+    )
 try:
     import blackjax
     import jax
@@ -99,6 +103,8 @@ BDL_YACHT = {
 }
 NUMPYRO = "NumPyro NUTS"
 MNIST = ["dataset=mnist", "sampler=sghmc", "device=cpu"]
+#: bdl's own default thread count under --default-threads; otherwise this process's one thread
+BDL_THREADS = ["threads=auto"] if DEFAULT_THREADS else []
 
 
 @dataclass
@@ -273,8 +279,15 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
+def threads() -> str:
+    """The thread counts the contenders run at, for the printed header."""
+    if DEFAULT_THREADS:
+        return f"default threads (bdl threads=auto; torch {torch.get_num_threads()}; XLA its own)"
+    return f"torch threads {torch.get_num_threads()}, XLA single-threaded"
+
+
 def yacht(rounds: int, settings: Settings) -> None:
-    common = [*YACHT, f"epochs={settings.epochs}", f"burn_in={settings.burn_in}"]
+    common = [*YACHT, f"epochs={settings.epochs}", f"burn_in={settings.burn_in}", *BDL_THREADS]
     cfg = composed(common)
     check_posterior(cfg)
     data = load_data(cfg)
@@ -282,7 +295,7 @@ def yacht(rounds: int, settings: Settings) -> None:
     print(
         f"yacht: bdl {' '.join(common)} (HMC, 50 leapfrog steps an iteration); NumPyro NUTS, one "
         f"chain, {settings.warmup} warm-up + {settings.samples} draws; {len(data.x_test)} test "
-        f"points, {rounds} rounds, torch threads {torch.get_num_threads()}, XLA single-threaded"
+        f"points, {rounds} rounds, {threads()}"
     )
     print(
         f"{'contender':<15}{'round':>6}{'ESS med':>8}{'ESS min':>8}{'seconds':>8}{'after wu':>9}"
@@ -410,9 +423,10 @@ class BlackJAXSGHMC:
 
 def mnist(rounds: int) -> None:
     with tempfile.TemporaryDirectory() as directory:
-        cfg = composed(MNIST)
+        cfg = composed([*MNIST, *BDL_THREADS])
         loop = sampling(cfg, Path(directory) / "sghmc")  # burn-in: steps only
-        compiled = sampling(composed([*MNIST, "compile=true"]), Path(directory) / "compiled")
+        compiled_cfg = composed([*MNIST, *BDL_THREADS, "compile=true"])
+        compiled = sampling(compiled_cfg, Path(directory) / "compiled")
         sghmc = loop.experiment
         blackjax = BlackJAXSGHMC(cfg, sghmc)
         # the warm-up epoch of each holds torch.compile's compilation
@@ -426,8 +440,7 @@ def mnist(rounds: int) -> None:
     print(
         f"MNIST {sghmc.x_train.shape[0]} images (real, bdl's loader), MLP "
         f"{'-'.join(map(str, widths(cfg, sghmc.data)))}, batch {sghmc.batch_size}, "
-        f"{sghmc.steps_per_epoch} steps an epoch, {rounds} rounds after a warm-up, torch threads "
-        f"{torch.get_num_threads()}, XLA single-threaded"
+        f"{sghmc.steps_per_epoch} steps an epoch, {rounds} rounds after a warm-up, {threads()}"
     )
     print(f"bare PyTorch SGD-momentum epoch: {statistics.median(bare) * 1e3:8.1f} ms (median)")
     contenders = (
@@ -455,8 +468,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--part", choices=["yacht", "mnist", "all"], default="all")
     parser.add_argument("--quick", action="store_true", help="short yacht runs, for a test")
+    parser.add_argument(
+        "--default-threads",
+        action="store_true",
+        help="each contender at its default thread count (bdl: threads=auto), not one thread",
+    )
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    if not DEFAULT_THREADS:
+        torch.set_num_threads(1)
     # the runs' own verdicts (short chains that have not converged) are not what is measured
     logging.getLogger("bdl").setLevel(logging.ERROR)
     if args.part in ("yacht", "all"):
