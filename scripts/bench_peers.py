@@ -34,9 +34,13 @@ Needs the ``peers`` extra (``pip install -e .[peers]``: JAX, NumPyro, BlackJAX) 
 data (BDL_DATA_DIR).
 
     python scripts/bench_peers.py [--rounds 3] [--part {yacht,mnist,all}] [--quick]
+        [--default-threads]
 
 ``--quick`` shortens the yacht runs (80 HMC iterations of which 20 burn-in; NUTS 100 warm-up
 iterations and 100 draws) for a test to run the whole script in well under a minute.
+``--default-threads`` runs every contender as a user would, at its own default thread count
+(bdl at ``threads=auto``, torch's and XLA's own elsewhere): run it beside other work to see
+which thrashes.
 """
 
 from __future__ import annotations
