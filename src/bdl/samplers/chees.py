@@ -96,12 +96,12 @@ class ChEES:
         :math:`(\sum r_i^3 / \sum r_i^2)^{1/2}`, the dominant directions' factor; a posterior
         whose scales span :math:`10^2` then keeps its :math:`T` at the optimum found before.
         """
-        cubes = squares = 0.0
-        for before, after in zip(old_inverse_mass, inverse_mass, strict=True):
-            ratio = after.double() / before.double()
-            cubes += ratio.pow(3).sum().item()
-            squares += ratio.square().sum().item()
-        self.log_length -= 0.5 * math.log(cubes / squares)
+        ratios = [
+            a.double() / b.double() for a, b in zip(inverse_mass, old_inverse_mass, strict=True)
+        ]
+        cubes = sum(r.pow(3).sum() for r in ratios)
+        squares = sum(r.square().sum() for r in ratios)
+        self.log_length -= 0.5 * math.log((cubes / squares).item())  # one synchronisation
         self.log_length_avg, self.squared_gradient, self.updates = 0.0, 0.0, 0
 
 

@@ -220,10 +220,11 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
                 windows.draws += 1
                 windowed.add_draw(state.buffers, state.params, windows.draws)
                 if index + 1 == end:
-                    old_inverse_mass = [v.clone() for v in state.buffers["inverse_mass"]]
+                    inverse_mass = state.buffers["inverse_mass"]
+                    before = [v.clone() for v in inverse_mass] if self.adapt_length else None
                     windowed.close_window(state.buffers, windows.draws, chain_dims)
                     windows.draws = 0
                     state.adaptation = state.adaptation.restarted()
-                    if self.adapt_length:
-                        state.length.remeasure(old_inverse_mass, state.buffers["inverse_mass"])
+                    if before is not None:
+                        state.length.remeasure(before, inverse_mass)
                 return

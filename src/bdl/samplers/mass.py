@@ -78,10 +78,10 @@ def init_buffers(params: list[Tensor]) -> dict[str, list[Tensor]]:
 
 def add_draw(buffers: dict[str, list[Tensor]], params: list[Tensor], draws: int) -> None:
     """Welford's update of the window's mean and squared deviations by the ``draws``-th draw."""
-    for x, mean, m2 in zip(params, buffers["window_mean"], buffers["window_m2"], strict=True):
-        delta = x - mean
-        mean.add_(delta, alpha=1 / draws)
-        m2.addcmul_(delta, x - mean)
+    means, squares = buffers["window_mean"], buffers["window_m2"]
+    deltas = torch._foreach_sub(params, means)
+    torch._foreach_add_(means, deltas, alpha=1 / draws)
+    torch._foreach_addcmul_(squares, deltas, torch._foreach_sub(params, means))
 
 
 def close_window(buffers: dict[str, list[Tensor]], draws: int, chain_dims: int) -> None:
