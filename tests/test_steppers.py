@@ -142,16 +142,25 @@ def test_stacked_chains_follow_the_single_chain_runs(uci_root, tmp_path, name):
                 )
 
 
-@pytest.mark.parametrize("name", ["sgld", "hmc"])
+#: compile=true's cases: a minibatch sampler, HMC on chunks (its gradient compiled), and HMC on
+#: the training set in one chunk (its trajectory compiled as one program)
+COMPILED = {
+    "sgld": STACKED["sgld"],
+    "hmc": STACKED["hmc"],
+    "hmc one chunk": [*STACKED["hmc"], "batch_size=100000"],
+}
+
+
+@pytest.mark.parametrize("name", COMPILED)
 def test_compiled_runs_follow_the_eager_ones(uci_root, tmp_path, name, compiler):
-    """``compile=true`` changes how the data term's gradient is computed, not what: a run of one
+    """``compile=true`` changes how the potential's gradient is computed, not what: a run of one
     chain and a run of two stacked chains keep the eager runs' samples (same minibatches, noise
     and Metropolis decisions) to the stacking tolerance."""
     for chains in (1, 2):
         runs = {}
         for compiled in ("false", "true"):
             directory = tmp_path / f"{chains}-{compiled}"
-            overrides = [*STACKED[name], f"chains={chains}", f"compile={compiled}"]
+            overrides = [*COMPILED[name], f"chains={chains}", f"compile={compiled}"]
             runner.run(config(uci_root, *overrides), directory)
             runs[compiled] = bdl.load_run(directory)
         for k in range(chains):

@@ -10,7 +10,8 @@ bdl, so a sampler can be read, and written, without the potential.
 
 from __future__ import annotations
 
-from typing import Protocol, TypeVar
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 import torch
 from torch import Tensor
@@ -19,6 +20,7 @@ from torch import Tensor
 Evaluation = tuple[Tensor, list[Tensor]]
 
 Q = TypeVar("Q", contravariant=True)
+R = TypeVar("R")
 
 
 class Closure(Protocol):
@@ -31,6 +33,22 @@ class Closure(Protocol):
     """
 
     def __call__(self) -> Evaluation: ...
+
+
+class Program(Protocol):
+    """``program(fn, *args)``: ``fn(evaluate, *args)`` run as one compiled program, where
+    ``evaluate(params) -> (U, [∇U])`` is the closure's potential at the values ``params`` instead
+    of the parameters' own, a pure function that ``torch.compile`` traces into ``fn``; ``fn``
+    returns new tensors. Returns None where the program could not be compiled (after one
+    warning): the caller then computes step by step through the closure.
+
+    A full-data closure of a run with ``compile=true`` offers one as its attribute ``program``
+    where its potential can be traced whole (:meth:`bdl.potential.Potential.full_closure`), so
+    that a kernel runs a whole trajectory without Python between its steps (HMC's leapfrog,
+    :func:`bdl.samplers.metropolis.leapfrog_program`); other closures have none.
+    """
+
+    def __call__(self, fn: Callable[..., R], /, *args: Any) -> R | None: ...
 
 
 class VariationalClosure(Protocol[Q]):

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from bdl.closures import Closure, Evaluation, writable_gradients
+from bdl.closures import Closure, Evaluation, Program, writable_gradients
 from bdl.likelihoods import Likelihood
 from bdl.priors import Prior
 
@@ -92,10 +92,12 @@ class Potential:
             ``torch.func.grad_and_value`` (:meth:`_log_likelihood_grad`) instead of eager
             autograd: the forward and backward passes become one fused function per input shape,
             compiled at its first call (seconds), which removes most of a small network's
-            per-operation cost; the prior's term is compiled too (:meth:`_add_prior`).
-            Gradients agree with autograd's to float rounding. The variational closure (a
-            ``MeanField`` ``q``) stays eager. Without a working compiler (Inductor needs a C++
-            compiler on the CPU) the run warns and goes on eagerly.
+            per-operation cost; the prior's term is compiled too (:meth:`_add_prior`). A
+            full-data closure on one chunk also offers a sampler's program
+            (:class:`~bdl.closures.Program`, :meth:`_program`): HMC's whole trajectory as one
+            compiled loop. Gradients agree with autograd's to float rounding. The variational
+            closure (a ``MeanField`` ``q``) stays eager. Without a working compiler (Inductor
+            needs a C++ compiler on the CPU) the run warns and goes on eagerly.
     """
 
     def __init__(
@@ -130,6 +132,7 @@ class Potential:
         # compile=true: the compiled functions, one per kind of closure and one for the prior
         # (torch.compile keys each on its input shapes); None: eager autograd
         self._compiled: dict[Hashable, Callable] | None = {} if compile else None
+        self._programs_failed = False  # a sampler's program failed to compile: closures only
 
     def step_size(self, lr_per_datum: float) -> float:
         """The step size on the scale of ``U`` for a per-datum learning rate: ``lr / N``.
@@ -191,6 +194,10 @@ class Potential:
         the same chunks summed in another order or on other processes (``reduce``: ``batches``
         is this process's shard, and the data term is summed over the processes before the
         prior term is added) give the same ``U`` and, rounded back, the same gradient.
+
+        With ``compile``, a training set of one chunk (a UCI set at ``batch_size`` beyond its
+        size) on one process and a prior in closed form, the closure has a ``program``
+        (:class:`~bdl.closures.Program`, :meth:`_program`); otherwise that attribute is None.
         """
 
         return self._chunked_closure(self.params, batches, stacked=False)
@@ -229,6 +236,82 @@ class Potential:
 
         return self._chunked_closure(params, batches, stacked=True)
 
+    def _program(
+        self, batches: Callable[[], Iterator[tuple[Tensor, Tensor]]], stacked: bool
+    ) -> Program | None:
+        """The full-data closures' :class:`~bdl.closures.Program` with ``compile``: where the
+        potential can be traced whole, a training set in one chunk on one process and a prior in
+        closed form (:meth:`_evaluation_at`); None otherwise."""
+        if self._compiled is None or self._programs_failed or self.reduce is not None:
+            return None
+        if not self._closed_form_prior:
+            return None
+        chunks = iter(batches())
+        x, y = next(chunks)
+        if next(chunks, None) is not None:
+            return None
+
+        def run(fn: Callable, *args: Any) -> Any:
+            if self._programs_failed:
+                return None
+            build = functools.partial(self._bound_program, fn, stacked, x, y, args[0])
+            try:
+                return self._compiled_call(("program", fn, stacked), build, x, y, *args)
+            except torch._dynamo.exc.TorchDynamoException as error:
+                log.warning(
+                    "compile=true: the sampler's trajectory does not compile as one program "
+                    "(%s); its steps are computed one by one",
+                    str(error).splitlines()[0],
+                )
+                self._programs_failed = True
+                return None
+
+        return run
+
+    def _bound_program(
+        self, fn: Callable, stacked: bool, x: Tensor, y: Tensor, params: list[Tensor]
+    ) -> Callable:
+        """``fn`` of :meth:`_program` as a function of the training set and ``fn``'s arguments,
+        for ``torch.compile``: its ``evaluate`` is :meth:`_evaluation_at` on that set. The
+        priors keep constants of each layout from their first use, which a traced loop's body
+        may not do: that first use is an eager evaluation here, at ``params``."""
+        with torch.no_grad():
+            self._potential_at(list(params), x, y, stacked)
+
+        def program(x: Tensor, y: Tensor, *args: Any) -> Any:
+            return fn(functools.partial(self._evaluation_at, x=x, y=y, stacked=stacked), *args)
+
+        return program
+
+    def _evaluation_at(
+        self, params: list[Tensor], x: Tensor, y: Tensor, stacked: bool
+    ) -> Evaluation:
+        """``U_T`` (float64, one value per chain when ``stacked``) and its gradient at the values
+        ``params``, aligned with :attr:`params`, on the whole training set ``(x, y)``: the
+        full-data closures' evaluation as a pure function of its arguments, differentiated by
+        ``torch.func``, which ``torch.compile`` traces into a sampler's program
+        (:meth:`_program`)."""
+        potential = functools.partial(self._potential_at, x=x, y=y, stacked=stacked)
+        grads, value = torch.func.grad(potential, has_aux=True)(list(params))
+        return value, grads
+
+    def _potential_at(
+        self, values: list[Tensor], x: Tensor, y: Tensor, stacked: bool
+    ) -> tuple[Tensor, Tensor]:
+        """:meth:`_evaluation_at`'s ``U_T`` at ``values``: summed over the chains, to be
+        differentiated, and each chain's in float64."""
+        model = dict(zip(self.model_params, values, strict=False))  # the model's come first
+        if stacked:
+            log_lik = self._chain_log_likelihood(values, x, y, None)
+            log_prior = self.prior.chain_log_prob(model)
+        else:
+            log_lik, _ = self.log_joint(dict(zip(self.param_names, values, strict=True)), x, y)
+            log_prior = self.prior.log_prob(model)
+        if self._samples_likelihood:
+            log_prior = log_prior + self.likelihood.log_prior_grad(values[len(model) :])[0]
+        value = -(log_lik.double() + log_prior.double()) / self.temperature
+        return (-(log_lik + log_prior) / self.temperature).sum(), value
+
     def _chunked_closure(
         self,
         params: list[Tensor],
@@ -261,6 +344,7 @@ class Potential:
             grads = [s.to(p.dtype) for s, p in zip(sums, params, strict=True)]
             return self._add_prior(total, grads, 1.0, prior_leaves)
 
+        evaluate.program = self._program(batches, stacked)
         return evaluate
 
     def _chain_log_likelihood(
@@ -319,7 +403,8 @@ class Potential:
     def _compiled_call(self, key: Hashable, build: Callable[[], Callable], *args: Any) -> Any:
         """``build()``'s function, compiled at the first call with ``key``, called on ``args``;
         None with ``compile`` off or failed on this machine (after one warning), for the caller
-        to compute eagerly instead."""
+        to compute eagerly instead; Dynamo's other errors (a function it cannot trace) are the
+        caller's."""
         if self._compiled is None:
             return None
         if key not in self._compiled:

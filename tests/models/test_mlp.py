@@ -73,17 +73,27 @@ def test_mlp_init_std_draws_gaussian_weights_and_zero_biases():
         MLP(input_shape=(3,), out_features=2, init_std=0.0)
 
 
+@pytest.mark.parametrize("inputs", [(2, 3), (3,)], ids=["narrowing", "widening"])
 @pytest.mark.parametrize("shared", [True, False])
-def test_chain_forward_is_each_chains_forward(shared):
-    """With K stacked parameter sets, chain_forward gives each chain's own forward pass, on one
-    input for all chains or one per chain."""
+def test_chain_forward_is_each_chains_forward(shared, inputs):
+    """With K stacked parameter sets, chain_forward gives each chain's own forward pass and its
+    gradients, on one input for all chains or one per chain; a shared input into a first layer
+    that widens it takes the one product for all chains."""
     torch.manual_seed(0)
-    mlp = MLP(input_shape=(2, 3), out_features=4, hidden=[5, 7], activation="tanh")
+    mlp = MLP(input_shape=inputs, out_features=4, hidden=[5, 7], activation="tanh")
     chains = 3
-    stacked = {name: torch.randn(chains, *p.shape) for name, p in mlp.named_parameters()}
-    x = torch.randn(6, 2, 3) if shared else torch.randn(chains, 6, 2, 3)
+    stacked = {
+        name: torch.randn(chains, *p.shape, requires_grad=True)
+        for name, p in mlp.named_parameters()
+    }
+    x = torch.randn(6, *inputs) if shared else torch.randn(chains, 6, *inputs)
     out = mlp.chain_forward(stacked, x, shared)
+    weights = torch.randn(out.shape)
+    grads = torch.autograd.grad((out * weights).sum(), list(stacked.values()))
     for k in range(chains):
-        alone = {name: value[k] for name, value in stacked.items()}
+        alone = {name: value[k].detach().requires_grad_() for name, value in stacked.items()}
         expected = torch.func.functional_call(mlp, alone, (x if shared else x[k],))
         torch.testing.assert_close(out[k], expected)
+        expected_grads = torch.autograd.grad((expected * weights[k]).sum(), list(alone.values()))
+        for grad, expected_grad in zip(grads, expected_grads, strict=True):
+            torch.testing.assert_close(grad[k], expected_grad)

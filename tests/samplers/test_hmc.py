@@ -1,11 +1,16 @@
 """HMC: the leapfrog and the test by hand, the cache, partial refresh, adaptation, foreach = loop,
-errors, and a Gaussian's variance with one test per chain."""
+errors, a Gaussian's variance with one test per chain, and the trajectory compiled as one program
+against the steps through the closure."""
 
 import math
 
 import pytest
 import torch
 
+from bdl.likelihoods import Gaussian
+from bdl.models.mlp import MLP
+from bdl.potential import Potential
+from bdl.priors import Gaussian as GaussianPrior
 from bdl.samplers import HMC
 
 
@@ -177,3 +182,109 @@ def test_samples_a_gaussian_per_chain():
 def test_bad_hyperparameters_name_the_key(kwargs, key):
     with pytest.raises(ValueError, match=key):
         HMC(**{"lr": 0.01, **kwargs})
+
+
+def small_potential(compile: bool) -> Potential:
+    """A float64 regression network with a sampled noise precision on 40 points: a full-data
+    closure of one chunk, which compile=true runs a trajectory of as one program."""
+    torch.manual_seed(4)
+    model = MLP(input_shape=(4,), out_features=1, hidden=[8], activation="tanh").double()
+    return Potential(model, Gaussian().double(), GaussianPrior(0.8), 40, compile=compile)
+
+
+@pytest.mark.parametrize(
+    ("chains", "mass", "adapt_length"),
+    [(None, "unit", False), (3, "unit", False), (3, "diagonal", True)],
+    ids=["one chain", "stacked", "stacked, mass and ChEES"],
+)
+def test_compiled_trajectory_follows_the_closures(chains, mass, adapt_length, compiler):
+    """The leapfrog's interior as one compiled program (``compile=true``, a full-data closure's
+    ``program``) moves the chains as the steps through the closure do: the same positions and
+    Metropolis decisions, iteration after iteration, to float64 rounding."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 4, dtype=torch.float64, generator=generator)
+    y = torch.randn(40, dtype=torch.float64, generator=generator)
+    runs = []
+    for compile in (False, True):
+        potential = small_potential(compile)
+        sampler = HMC(0.004, 6, adapt=False, mass=mass, adapt_length=adapt_length)
+        if chains is None:
+            params = potential.params
+            sampler.generator = torch.Generator().manual_seed(1)
+        else:
+            spread = torch.Generator().manual_seed(2)
+            params = [
+                p.detach() + 0.1 * torch.randn(chains, *p.shape, dtype=p.dtype, generator=spread)
+                for p in potential.params
+            ]
+            sampler = sampler.for_chains([torch.Generator().manual_seed(k) for k in range(chains)])
+        state = sampler.init(params)
+        for k, v in enumerate(state.buffers.get("inverse_mass", [])):
+            v.copy_(torch.rand(v.shape, dtype=v.dtype, generator=generator.manual_seed(k)) + 0.5)
+
+        def closure(potential=potential, params=params):
+            chunks = lambda: iter([(x, y)])  # noqa: E731
+            if chains is None:
+                return potential.full_closure(chunks)
+            return potential.chain_full_closure(params, chunks)
+
+        assert (closure().program is not None) == compile
+        trace = []
+        for _ in range(4):
+            sampler.step(state, closure())
+            trace.append(([p.clone() for p in params], state.info["accepted"].clone()))
+        runs.append(trace)
+    for (eager, accepted), (compiled, compiled_accepted) in zip(*runs, strict=True):
+        assert torch.equal(accepted, compiled_accepted)
+        for mine, theirs in zip(compiled, eager, strict=True):
+            torch.testing.assert_close(mine, theirs, rtol=1e-9, atol=1e-12)
+    assert any(bool(accepted.any()) for _, accepted in runs[0])
+
+
+def test_a_trajectory_that_does_not_compile_is_stepped_through_the_closure(compiler, caplog):
+    """A sampler's program that torch.compile cannot trace whole (here a Python number read
+    inside the loop) is refused with one warning, and the closures offer none from then on: the
+    kernel steps through the closure instead."""
+
+    def untraceable(evaluate, params):
+        def body(step, *point):
+            float(point[0].sum())  # a value Python must see: no program
+            return (step + 1, *point)
+
+        return torch.while_loop(lambda step, *point: step < 2, body, (torch.tensor(0), *params))
+
+    potential = small_potential(compile=True)
+    x, y = torch.randn(40, 4, dtype=torch.float64), torch.randn(40, dtype=torch.float64)
+    closure = potential.full_closure(lambda: iter([(x, y)]))
+    params = [p.detach().clone() for p in potential.params]
+    with caplog.at_level("WARNING", logger="bdl"):
+        assert closure.program(untraceable, params) is None
+    assert potential.full_closure(lambda: iter([(x, y)])).program is None
+    warnings = [r.getMessage() for r in caplog.records if r.name == "bdl"]
+    assert len(warnings) == 1 and "one by one" in warnings[0], warnings
+    caplog.clear()  # the warning was this test's point, not a fallback of the compiler fixture's
+
+
+def test_without_a_compiler_the_trajectory_is_stepped_eagerly_after_one_warning(caplog):
+    """On a machine where Inductor finds no C++ compiler, an HMC iteration under
+    ``compile=true`` warns once, naming the fix, and moves the chain as the eager one does."""
+    x, y = torch.randn(40, 4, dtype=torch.float64), torch.randn(40, dtype=torch.float64)
+    ends = []
+    torch._dynamo.reset()  # nothing compiled earlier may stand in, nor Inductor's caches below
+    no_compiler = {"cpp.cxx": ("no-such-compiler",), "fx_graph_cache": False}
+    for compile in (False, True):
+        potential = small_potential(compile)
+        sampler = HMC(0.004, 4, adapt=False, generator=torch.Generator().manual_seed(1))
+        state = sampler.init(potential.params)
+        with (
+            torch._inductor.config.patch(no_compiler),
+            torch._functorch.config.patch(enable_autograd_cache=False),
+            caplog.at_level("WARNING", logger="bdl"),
+        ):
+            for _ in range(2):
+                sampler.step(state, potential.full_closure(lambda: iter([(x, y)])))
+        ends.append([p.detach().clone() for p in potential.params])
+    for eager, compiled in zip(*ends, strict=True):
+        torch.testing.assert_close(compiled, eager, rtol=1e-12, atol=1e-14)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "bdl"]
+    assert len(warnings) == 1 and "compile=false" in warnings[0], warnings

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from bdl.closures import Closure
+from bdl.closures import Closure, Evaluation
 from bdl.noise import Generator
 from bdl.samplers import chees
 from bdl.samplers import mass as windowed
@@ -51,6 +51,7 @@ from bdl.samplers.metropolis import (
     drift,
     kick,
     kinetic_energy,
+    leapfrog_program,
     metropolis_test,
     select_,
 )
@@ -180,13 +181,7 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
         start_energy = start_u.double() + kinetic_energy(momenta, start_u.shape, inverse_mass)
 
         kick(momenta, grads, epsilon / 2, self.foreach)
-        drift(state.params, momenta, epsilon, self.foreach, inverse_mass)
-        update = self._update_foreach if self.foreach else self._update_loop
-        for _ in range(num_steps - 1):
-            _, grads = closure()
-            update(state, grads, epsilon, noise)
-        end_u, grads = closure()
-        kick(momenta, grads, epsilon / 2, self.foreach)
+        end_u, grads = self._trajectory(state, closure, start, epsilon, num_steps, noise)
         state.grad_evals += num_steps
 
         end_energy = end_u.double() + kinetic_energy(momenta, end_u.shape, inverse_mass)
@@ -209,6 +204,71 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
         if tune and self.windows:
             self._learn_mass(state, chain_dims=start_u.dim())
         return state
+
+    def _current(self, state: HMCState, closure: Closure) -> Evaluation:
+        """``(U, ∇U)`` at the current position; where nothing is cached and the closure offers a
+        program, by the trajectories' own program, one step of size 0, which spares a second
+        compilation (of the closure's gradient) its seconds."""
+        if "grad" not in state.buffers:
+            like = state.params
+            shape = (len(self.generator),) if isinstance(self.generator, list) else ()
+            placeholder = torch.zeros(shape, dtype=torch.float64, device=like[0].device)
+            zeros = [torch.zeros_like(p) for p in like]
+            start = self._leapfrog_program(state, closure, (placeholder, zeros), 0.0, 1)
+            if start is not None:
+                state.grad_evals += 1
+                return start[2], list(start[3])
+        return super()._current(state, closure)
+
+    def _trajectory(
+        self,
+        state: HMCState,
+        closure: Closure,
+        start: Evaluation,
+        epsilon: float,
+        num_steps: int,
+        noise: bool,
+    ) -> Evaluation:
+        """The rest of the trajectory after its first half kick, in place: ``num_steps`` drifts,
+        and kicks between them, then the closing half kick; returns ``U`` and its gradient at
+        the end point. As one compiled program where the closure offers one (``compile=true``),
+        else step by step through the closure."""
+        momenta, inverse_mass = state.buffers["momentum"], state.buffers.get("inverse_mass")
+        end = self._leapfrog_program(state, closure, start, epsilon, num_steps)
+        if end is not None:
+            params, end_momenta, value, grads = end
+            torch._foreach_copy_(state.params, params)
+            torch._foreach_copy_(momenta, end_momenta)
+            grads = list(grads)
+            kick(momenta, grads, -epsilon / 2, self.foreach)  # its last kick was a whole one
+            return value, grads
+        drift(state.params, momenta, epsilon, self.foreach, inverse_mass)
+        update = self._update_foreach if self.foreach else self._update_loop
+        for _ in range(num_steps - 1):
+            _, grads = closure()
+            update(state, grads, epsilon, noise)
+        value, grads = closure()
+        kick(momenta, grads, epsilon / 2, self.foreach)
+        return value, grads
+
+    def _leapfrog_program(
+        self, state: HMCState, closure: Closure, start: Evaluation, epsilon: float, count: int
+    ) -> tuple[list[Tensor], list[Tensor], Tensor, list[Tensor]] | None:
+        """:func:`leapfrog_program` from the state's position and momenta, run by the closure's
+        :class:`~bdl.closures.Program`; None where it has none or it failed to compile."""
+        program = getattr(closure, "program", None)
+        if program is None:
+            return None
+        like = state.params[0]
+        return program(
+            leapfrog_program,
+            state.params,
+            state.buffers["momentum"],
+            start,
+            torch.tensor(epsilon, dtype=like.dtype, device=like.device),
+            torch.tensor(count, device=like.device),
+            state.buffers.get("inverse_mass"),
+        )
 
     def _learn_mass(self, state: HMCState, chain_dims: int) -> None:
         """Add this burn-in iteration's position to its slow window; at the window's end, set

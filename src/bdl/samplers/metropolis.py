@@ -48,12 +48,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-from bdl.closures import Closure
+from bdl.closures import Closure, Evaluation
 from bdl.noise import Generator, uniform
 from bdl.samplers.base import Sampler, SamplerState
 
@@ -108,6 +109,43 @@ def drift(
     else:
         for i, (q, p) in enumerate(zip(params, momenta, strict=True)):
             q.add_(p if inverse_mass is None else p * inverse_mass[i], alpha=scale)
+
+
+def leapfrog_program(
+    evaluate: Callable[[list[Tensor]], Evaluation],
+    params: list[Tensor],
+    momenta: list[Tensor],
+    start: Evaluation,
+    step_size: Tensor,
+    count: Tensor,
+    inverse_mass: list[Tensor] | None,
+) -> tuple[list[Tensor], list[Tensor], Tensor, list[Tensor]]:
+    r"""``count`` leapfrog steps, each a drift and a whole kick,
+    :math:`q \leftarrow q + \epsilon M^{-1}p,\ p \leftarrow p - \epsilon\nabla U(q)`, from
+    ``params`` and ``momenta`` with ``start`` the :math:`(U, \nabla U)` there: a trajectory as
+    one program for ``torch.compile`` (a :class:`bdl.closures.Program`), its loop a
+    ``torch.while_loop``, so that no Python runs between the steps, and ``count`` and
+    :math:`\epsilon` (0-dim tensors) change without a recompilation. ``evaluate(q)`` returns
+    :math:`(U, \nabla U)` at ``q``, called at one place, inside the loop, so that its code is
+    generated and compiled once (one step of :math:`\epsilon = 0` evaluates the start). Returns
+    the end point's positions, momenta, :math:`U` and gradient, as new tensors."""
+    size = len(params)
+
+    def proceed(step: Tensor, *carried: Tensor) -> Tensor:
+        return step < count
+
+    def leapfrog(step: Tensor, *carried: Tensor) -> tuple[Tensor, ...]:
+        q, p = list(carried[:size]), list(carried[size : 2 * size])
+        velocities = p if inverse_mass is None else torch._foreach_mul(p, inverse_mass)
+        q = torch._foreach_add(q, torch._foreach_mul(velocities, step_size))
+        value, grads = evaluate(q)
+        p = torch._foreach_sub(p, torch._foreach_mul(grads, step_size))
+        return (step + 1, *q, *p, value, *grads)
+
+    value, grads = start
+    first = torch.zeros((), dtype=torch.long, device=count.device)
+    _, *carried = torch.while_loop(proceed, leapfrog, (first, *params, *momenta, value, *grads))
+    return carried[:size], carried[size : 2 * size], carried[2 * size], carried[2 * size + 1 :]
 
 
 class LeapfrogUpdate:
