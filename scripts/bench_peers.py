@@ -5,9 +5,10 @@
   read from bdl's composed config (one hidden layer of 50 ReLU units, N(0, 0.3^2) on every weight
   and bias, a Gaussian likelihood whose noise precision has a Gamma(1, 1) prior and is sampled with
   the weights) and written again in NumPyro, on the same standardised tensors from bdl's loader. bdl
-  runs full-batch HMC as one chain, as 8 stacked chains, as 8 stacked chains under ``torch.compile``
-  and as 8 stacked chains that learn a diagonal mass and the trajectory's length during burn-in
-  (``sampler.mass=diagonal sampler.adapt_length=true``); NumPyro runs one chain of NUTS. The figure
+  runs full-batch HMC as one chain, as 8 stacked chains, as 8 and as 16 stacked chains whose
+  trajectories run as one compiled program (``compile=true``), and as 8 stacked chains that learn
+  a diagonal mass and the trajectory's length during burn-in (``sampler.mass=diagonal
+  sampler.adapt_length=true``); NumPyro runs one chain of NUTS. The figure
   is ESS per second of the test predictive: arviz's bulk ESS of each test point's log predictive
   density over all draws (median and minimum over the points), over the whole run (warm-up and
   compilation included) and over the sampling after warm-up alone. Every run pays its own
@@ -104,6 +105,8 @@ BDL_YACHT = {
     "bdl 8 compiled": ["chains=8", "compile=true"],
     # the mass in Stan's windows and the trajectory's length by ChEES, learnt in burn-in
     "bdl 8 adapted": ["chains=8", "sampler.mass=diagonal", "sampler.adapt_length=true"],
+    # twice the chains for one compilation of the trajectory
+    "bdl 16 compiled": ["chains=16", "compile=true"],
 }
 NUMPYRO = "NumPyro NUTS"
 MNIST = ["dataset=mnist", "sampler=sghmc", "device=cpu"]
@@ -425,6 +428,30 @@ class BlackJAXSGHMC:
         return float((logits.argmax(-1) == y.numpy()).mean())
 
 
+def first_layer_products(experiment: Experiment) -> tuple[Callable, Callable]:
+    """An epoch of the first layer's two matrix products, the forward ``x Wᵀ`` and the weights'
+    gradient ``Gᵀ x`` on a minibatch (most of either library's SGHMC step), by torch's BLAS and
+    by XLA, each call one more epoch: what the libraries' epochs would cost with nothing else."""
+    x = experiment.x_train[: experiment.batch_size].flatten(1)
+    weight = experiment.potential.params[0].detach()
+    gradient = torch.randn(x.shape[0], weight.shape[0])
+    steps = experiment.steps_per_epoch
+
+    def torch_epoch() -> None:
+        for _ in range(steps):
+            x @ weight.T
+            gradient.T @ x
+
+    products = jax.jit(lambda x, w, g: (x @ w.T, g.T @ x))
+    x_, weight_, gradient_ = (jnp.asarray(t.numpy()) for t in (x, weight, gradient))
+
+    def xla_epoch() -> None:
+        for _ in range(steps):
+            jax.block_until_ready(products(x_, weight_, gradient_))
+
+    return torch_epoch, xla_epoch
+
+
 def mnist(rounds: int) -> None:
     with tempfile.TemporaryDirectory() as directory:
         cfg = composed([*MNIST, *BDL_THREADS])
@@ -437,6 +464,7 @@ def mnist(rounds: int) -> None:
         bare, ours, ours_compiled, theirs = alternating_times(
             [bare_sgd_epoch(sghmc), loop.step_epoch, compiled.step_epoch, blackjax], rounds
         )
+        torch_products, xla_products = alternating_times(first_layer_products(sghmc), rounds)
         with torch.no_grad():
             logits = sghmc.potential.model(sghmc.x_test)
     y_test = sghmc.task.y_test
@@ -461,6 +489,12 @@ def mnist(rounds: int) -> None:
     for name, times in (("bdl", ours), ("bdl compile=true", ours_compiled)):
         ratios = [o / t for o, t in zip(times, theirs, strict=True)]
         print(f"{name} / BlackJAX epoch: {spread(ratios)}  (goal <= 1)")
+    ratios = [t / x for t, x in zip(torch_products, xla_products, strict=True)]
+    print(
+        f"the first layer's products alone, an epoch: torch "
+        f"{statistics.median(torch_products) * 1e3:.1f} ms, XLA "
+        f"{statistics.median(xla_products) * 1e3:.1f} ms, torch / XLA {spread(ratios)}"
+    )
     print(
         f"test accuracy of the last state, {rounds + 1} epochs: bdl {accuracy:.3f}, BlackJAX "
         f"{blackjax.accuracy(sghmc.x_test, y_test):.3f}"

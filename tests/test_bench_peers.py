@@ -61,7 +61,13 @@ def test_quick_run_prints_sane_ratios_and_agreeing_posteriors(data_dir):
         )
         if match:
             contenders[match.group(1)] = [float(v) for v in match.groups()[1:]]
-    assert set(contenders) == {"bdl 1 chain", "bdl 8 chains", "bdl 8 compiled", "bdl 8 adapted"}
+    assert set(contenders) == {
+        "bdl 1 chain",
+        "bdl 8 chains",
+        "bdl 8 compiled",
+        "bdl 8 adapted",
+        "bdl 16 compiled",
+    }
     for name, values in contenders.items():
         *ratios, z = values
         assert all(math.isfinite(r) and r > 0 for r in ratios), name
