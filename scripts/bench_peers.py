@@ -429,9 +429,12 @@ class BlackJAXSGHMC:
 
 
 def first_layer_products(experiment: Experiment) -> tuple[Callable, Callable]:
-    """An epoch of the first layer's two matrix products, the forward ``x Wᵀ`` and the weights'
-    gradient ``Gᵀ x`` on a minibatch (most of either library's SGHMC step), by torch's BLAS and
-    by XLA, each call one more epoch: what the libraries' epochs would cost with nothing else."""
+    """An epoch of the first layer's two matrix products on a minibatch (most of either
+    library's SGHMC step), the forward pass and the weights' gradient, each library's in the
+    layout of its own network (torch's ``x Wᵀ`` and ``Gᵀ x`` with ``W`` of shape (out, in), as
+    ``nn.Linear`` holds it; JAX's ``x W`` and ``xᵀ G`` with ``W`` of shape (in, out), as the
+    BlackJAX contender's); each call one more epoch: what the epochs would cost with nothing
+    else."""
     x = experiment.x_train[: experiment.batch_size].flatten(1)
     weight = experiment.potential.params[0].detach()
     gradient = torch.randn(x.shape[0], weight.shape[0])
@@ -442,8 +445,8 @@ def first_layer_products(experiment: Experiment) -> tuple[Callable, Callable]:
             x @ weight.T
             gradient.T @ x
 
-    products = jax.jit(lambda x, w, g: (x @ w.T, g.T @ x))
-    x_, weight_, gradient_ = (jnp.asarray(t.numpy()) for t in (x, weight, gradient))
+    products = jax.jit(lambda x, w, g: (x @ w, x.T @ g))
+    x_, weight_, gradient_ = (jnp.asarray(t.numpy()) for t in (x, weight.T, gradient))
 
     def xla_epoch() -> None:
         for _ in range(steps):

@@ -132,14 +132,21 @@ def tiny_config(root: Path, directory: Path, overrides: list[str], *more: str):
 SAMPLERS = sampler_cases(ON_TINY_DATA, VARIANTS)
 
 
-@pytest.mark.parametrize("name", SAMPLERS)
-def test_a_run_killed_mid_epoch_resumes_bitwise(uci_root, tmp_path, monkeypatch, name):
-    cfg = tiny_config(uci_root, tmp_path / "start", SAMPLERS[name])
+#: HMC's trajectory compiled as one program (compile=true, the training set in one chunk)
+COMPILED_TRAJECTORY = ["sampler=hmc", "sampler.num_steps=3", "batch_size=100000", "compile=true"]
+
+
+@pytest.mark.parametrize("name", [*SAMPLERS, "hmc compiled trajectory"])
+def test_a_run_killed_mid_epoch_resumes_bitwise(uci_root, tmp_path, monkeypatch, name, request):
+    if name not in SAMPLERS:
+        request.getfixturevalue("compiler")
+    overrides = SAMPLERS.get(name, COMPILED_TRAJECTORY)
+    cfg = tiny_config(uci_root, tmp_path / "start", overrides)
     runner.run(cfg, tmp_path / "whole")
 
     real_step = ChainStepper.closure
     calls = {"n": 0}
-    full_batch = declaration(option_of(SAMPLERS[name])).full_batch
+    full_batch = declaration(option_of(overrides)).full_batch
     kill_at = 4 if full_batch else 17  # epoch 5 of the full-batch kernels; mid-epoch 4 otherwise
 
     def dying(self, *args):
@@ -153,8 +160,7 @@ def test_a_run_killed_mid_epoch_resumes_bitwise(uci_root, tmp_path, monkeypatch,
         runner.run(cfg, tmp_path / "killed")
     monkeypatch.setattr(ChainStepper, "closure", real_step)
     runner.run(
-        tiny_config(uci_root, tmp_path / "start", SAMPLERS[name], "resume=true"),
-        tmp_path / "killed",
+        tiny_config(uci_root, tmp_path / "start", overrides, "resume=true"), tmp_path / "killed"
     )
     assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
 
