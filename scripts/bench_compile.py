@@ -2,20 +2,26 @@
 :class:`bdl.potential.Potential`) against eager autograd, for one chain and for K chains stacked
 as one, through the runner's own epoch (``Sampling.step_epoch``), in this one process,
 alternating, so that machine noise hits both alike. Each run's first epoch, which holds its
-compile, is a warm-up and is not timed.
+compile, is timed apart ("first"), from Inductor's on-disk cache as this machine holds it
+(``--fresh-cache``: an empty one, as on a new machine), and left out of the medians. Where the
+training set is one chunk (the default, yacht's), ``compile=true`` runs HMC's trajectories as one
+program (``bdl.samplers.metropolis.leapfrog_program``).
 
     python scripts/bench_compile.py [--chains 1 8] [--rounds 5] [--dataset yacht|boston|mnist]
-        [--sampler hmc|sghmc|sghmc_uci]
+        [--sampler hmc|sghmc|sghmc_uci] [--fresh-cache]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
 from pathlib import Path
 
+import torch
 from bench_chains import DATASETS, SAMPLERS
-from benchtools import alternating_medians, composed, sampling
+from benchtools import alternating_medians, composed, sampling, timed
+from torch._inductor.utils import fresh_cache
 
 
 def main() -> None:
@@ -25,12 +31,18 @@ def main() -> None:
     parser.add_argument("--dataset", choices=DATASETS, default="yacht")
     parser.add_argument("--sampler", choices=SAMPLERS, default="hmc")
     parser.add_argument("--device", default="auto")
+    parser.add_argument(
+        "--fresh-cache", action="store_true", help="each compile from an empty Inductor cache"
+    )
     args = parser.parse_args()
 
     base = [*DATASETS[args.dataset], *SAMPLERS[args.sampler]]
     base += [f"device={args.device}", "wandb.mode=disabled"]
     print(f"{args.dataset}, {args.sampler}, seconds per epoch (median of {args.rounds})")
-    print(f"{'K':>3} {'eager':>9} {'compiled':>9} {'compiled/eager':>15}")
+    print(
+        f"{'K':>3} {'eager':>9} {'compiled':>9} {'compiled/eager':>15} {'first, eager':>13} "
+        f"{'first, compiled':>16}"
+    )
     with tempfile.TemporaryDirectory() as directory:
         for chains in args.chains:
             eager, compiled = (
@@ -40,10 +52,13 @@ def main() -> None:
                 )
                 for flag in ("false", "true")
             )
+            torch._dynamo.reset()  # this run's compile is its own, not an earlier run's
+            with fresh_cache() if args.fresh_cache else contextlib.nullcontext():
+                first = [timed(eager.step_epoch), timed(compiled.step_epoch)]
             seconds = alternating_medians([eager.step_epoch, compiled.step_epoch], args.rounds)
             print(
                 f"{chains:>3} {seconds[0]:>9.4f} {seconds[1]:>9.4f} "
-                f"{seconds[1] / seconds[0]:>15.3f}"
+                f"{seconds[1] / seconds[0]:>15.3f} {first[0]:>13.2f} {first[1]:>16.2f}"
             )
 
 

@@ -46,6 +46,14 @@ from bdl.priors import Prior
 
 log = logging.getLogger("bdl")
 
+#: compile=true's warnings when it falls back, by whether Inductor found no working compiler
+FALLBACKS = {
+    True: "compile=true: torch.compile failed (%s); computing gradients eagerly. Install a C++ "
+    "compiler (g++) for Inductor on the CPU, or set compile=false",
+    False: "compile=true: the sampler's trajectory does not compile as one program (%s); its "
+    "steps are computed one by one",
+}
+
 
 class Variational(Protocol):
     """A variational distribution over a potential's ``params`` (:mod:`bdl.variational`), which
@@ -252,19 +260,8 @@ class Potential:
             return None
 
         def run(fn: Callable, *args: Any) -> Any:
-            if self._programs_failed:
-                return None
             build = functools.partial(self._bound_program, fn, stacked, x, y, args[0])
-            try:
-                return self._compiled_call(("program", fn, stacked), build, x, y, *args)
-            except torch._dynamo.exc.TorchDynamoException as error:
-                log.warning(
-                    "compile=true: the sampler's trajectory does not compile as one program "
-                    "(%s); its steps are computed one by one",
-                    str(error).splitlines()[0],
-                )
-                self._programs_failed = True
-                return None
+            return self._compiled_call(("program", fn, stacked), build, x, y, *args, whole=True)
 
         return run
 
@@ -400,24 +397,29 @@ class Potential:
             grads = torch.autograd.grad(term.sum(), params, materialize_grads=True)
         return term.detach(), writable_gradients(grads)
 
-    def _compiled_call(self, key: Hashable, build: Callable[[], Callable], *args: Any) -> Any:
+    def _compiled_call(
+        self, key: Hashable, build: Callable[[], Callable], *args: Any, whole: bool = False
+    ) -> Any:
         """``build()``'s function, compiled at the first call with ``key``, called on ``args``;
         None with ``compile`` off or failed on this machine (after one warning), for the caller
-        to compute eagerly instead; Dynamo's other errors (a function it cannot trace) are the
-        caller's."""
-        if self._compiled is None:
+        to compute eagerly instead. A sampler's program (``whole``) must be traced whole: where
+        Dynamo cannot, the programs are given up (after one warning) and None returned, while
+        the closures stay compiled; elsewhere such an error is the caller's."""
+        if self._compiled is None or (whole and self._programs_failed):
             return None
         if key not in self._compiled:
             self._compiled[key] = torch.compile(build())
         try:
             return self._compiled[key](*args)
-        except torch._dynamo.exc.BackendCompilerFailed as error:
-            log.warning(
-                "compile=true: torch.compile failed (%s); computing gradients eagerly. Install "
-                "a C++ compiler (g++) for Inductor on the CPU, or set compile=false",
-                str(error).splitlines()[0],
-            )
-            self._compiled = None
+        except torch._dynamo.exc.TorchDynamoException as error:
+            no_compiler = isinstance(error, torch._dynamo.exc.BackendCompilerFailed)
+            if not (no_compiler or whole):
+                raise
+            log.warning(FALLBACKS[no_compiler], str(error).splitlines()[0])
+            if no_compiler:
+                self._compiled = None
+            else:
+                self._programs_failed = True
             return None
 
     def _grad_function(self, stacked: bool, data_dim: int | None) -> Callable:
