@@ -101,7 +101,8 @@ class RunConfig:
     # torch's CPU threads: auto (one for a network under 10 000 parameters or on a busy machine,
     # else the free cores: bdl.threads) or a number
     threads: Any = "auto"
-    # differentiate the data term by torch.compile (bdl.potential.Potential): a small network's
+    # differentiate the data term by torch.compile (bdl.potential.Potential), and run HMC's whole
+    # trajectory as one compiled program where the training set is one chunk: a small network's
     # step several times faster after a compile of seconds, gradients equal to float rounding
     compile: bool = False
     epochs: int = 800
