@@ -3,7 +3,7 @@ run of that chain alone makes from the same generator state."""
 
 import torch
 
-from bdl.noise import StandardNormal, uniform
+from bdl.noise import StandardNormal, chain_shape, uniform
 
 
 def test_stacked_normal_draws_are_each_chains_own_flat_draw():
@@ -26,3 +26,9 @@ def test_stacked_uniforms_are_each_chains_own():
     for k in range(4):
         alone = torch.rand((), generator=torch.Generator().manual_seed(k), dtype=torch.float64)
         assert draws[k] == alone
+
+
+def test_chain_shape_is_one_value_per_stacked_chain():
+    generators = [torch.Generator().manual_seed(k) for k in range(3)]
+    assert chain_shape(generators) == (3,)
+    assert chain_shape(generators[0]) == chain_shape(None) == ()

@@ -36,11 +36,12 @@ class Closure(Protocol):
 
 
 class Program(Protocol):
-    """``program(fn, *args)``: ``fn(evaluate, *args)`` run as one compiled program, where
-    ``evaluate(params) -> (U, [∇U])`` is the closure's potential at the values ``params`` instead
-    of the parameters' own, a pure function that ``torch.compile`` traces into ``fn``; ``fn``
-    returns new tensors. Returns None where the program could not be compiled (after one
-    warning): the caller then computes step by step through the closure.
+    """``program(fn, params, *args)``: ``fn(evaluate, params, *args)`` run as one compiled
+    program, where ``params`` are values of the closure's parameters and ``evaluate(q) -> (U,
+    [∇U])`` is the closure's potential at values ``q`` instead of the parameters' own, a pure
+    function that ``torch.compile`` traces into ``fn``; ``fn`` returns new tensors. Returns None
+    where the program could not be compiled (after one warning): the caller then computes step
+    by step through the closure.
 
     A full-data closure of a run with ``compile=true`` offers one as its attribute ``program``
     where its potential can be traced whole (:meth:`bdl.potential.Potential.full_closure`), so
@@ -48,7 +49,7 @@ class Program(Protocol):
     :func:`bdl.samplers.metropolis.leapfrog_program`); other closures have none.
     """
 
-    def __call__(self, fn: Callable[..., R], /, *args: Any) -> R | None: ...
+    def __call__(self, fn: Callable[..., R], params: list[Tensor], /, *args: Any) -> R | None: ...
 
 
 class VariationalClosure(Protocol[Q]):

@@ -49,3 +49,9 @@ def uniform(shape: torch.Size, generator: Generator, device: torch.device) -> Te
         return torch.rand(shape, generator=generator, device=device, dtype=torch.float64)
     draws = [torch.rand((), generator=g, device=device, dtype=torch.float64) for g in generator]
     return torch.stack(draws).reshape(shape)
+
+
+def chain_shape(generator: Generator) -> tuple[int, ...]:
+    """The shape of a value per chain (a potential, a Metropolis decision): ``(K,)`` for the
+    generators of ``K`` stacked chains, ``()`` for one chain's."""
+    return (len(generator),) if isinstance(generator, list) else ()

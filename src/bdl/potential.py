@@ -259,9 +259,10 @@ class Potential:
         if next(chunks, None) is not None:
             return None
 
-        def run(fn: Callable, *args: Any) -> Any:
-            build = functools.partial(self._bound_program, fn, stacked, x, y, args[0])
-            return self._compiled_call(("program", fn, stacked), build, x, y, *args, whole=True)
+        def run(fn: Callable, params: list[Tensor], *args: Any) -> Any:
+            build = functools.partial(self._bound_program, fn, stacked, x, y, params)
+            key = ("program", fn, stacked)
+            return self._compiled_call(key, build, x, y, params, *args, whole=True)
 
         return run
 

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 
 from bdl.closures import Closure, Evaluation
-from bdl.noise import Generator
+from bdl.noise import Generator, chain_shape
 from bdl.samplers import chees
 from bdl.samplers import mass as windowed
 from bdl.samplers.base import Declaration
@@ -210,11 +210,10 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
         program, by the trajectories' own program, one step of size 0, which spares a second
         compilation (of the closure's gradient) its seconds."""
         if "grad" not in state.buffers:
-            like = state.params
-            shape = (len(self.generator),) if isinstance(self.generator, list) else ()
-            placeholder = torch.zeros(shape, dtype=torch.float64, device=like[0].device)
-            zeros = [torch.zeros_like(p) for p in like]
-            start = self._leapfrog_program(state, closure, (placeholder, zeros), 0.0, 1)
+            device = state.params[0].device
+            value = torch.zeros(chain_shape(self.generator), dtype=torch.float64, device=device)
+            grads = [torch.zeros_like(p) for p in state.params]
+            start = self._leapfrog_program(state, closure, (value, grads), 0.0, 1)
             if start is not None:
                 state.grad_evals += 1
                 return start[2], list(start[3])
