@@ -94,6 +94,27 @@ def test_the_learnt_mass_fits_the_posterior_and_mixes_its_widest_direction(forea
     assert results["unit"] > 0.9 and results["diagonal"] < 0.4
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_a_short_burn_in_freezes_a_step_that_is_accepted(seed):
+    """Burn-in of 20: 15 iterations of window, then 2 for the step size. Stan's restart, which
+    first proposes a step ten times larger, froze the average of those two iterates: mean
+    acceptance 0.00 for 7 of these 10 seeds. Restarting around the current step, every seed
+    accepts 0.8-1.0 of its proposals (target 0.8)."""
+    sigma = torch.logspace(-1, 1, 6, dtype=torch.float64)
+    generator = torch.Generator().manual_seed(seed)
+    params = [3 * torch.randn(8, 6, dtype=torch.float64, generator=generator)]
+    sampler = HMC(0.01, 10, mass="diagonal", generator=generator)
+    sampler.plan_burn_in(20)
+    state = sampler.init(params)
+    for _ in range(20):
+        sampler.step(state, anisotropic(params, sigma), tune=True)
+    accepted = []
+    for _ in range(100):
+        sampler.step(state, anisotropic(params, sigma))
+        accepted.append(state.info["accept_prob"].mean().item())
+    assert sum(accepted) / len(accepted) > 0.5
+
+
 def test_a_burn_in_too_short_for_the_windows_is_refused():
     with pytest.raises(ValueError, match="sampler.mass=diagonal .* raise burn_in"):
         HMC(0.01, 5, mass="diagonal").plan_burn_in(10)

@@ -121,10 +121,12 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
         self.mass = mass
         self.adapt_length = adapt_length
         self.windows: list[tuple[int, int]] = []
+        self.burn_in = 0
 
     def plan_burn_in(self, steps: int) -> None:
         if self.mass == "unit":
             return
+        self.burn_in = steps
         self.windows = windowed.slow_windows(steps)
         if not self.windows:
             raise ValueError(
@@ -283,7 +285,10 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
                     before = [v.clone() for v in inverse_mass] if self.adapt_length else None
                     windowed.close_window(state.buffers, windows.draws, chain_dims)
                     windows.draws = 0
-                    state.adaptation = state.adaptation.restarted()
+                    settling = self.burn_in - end  # iterations left for the step size
+                    state.adaptation = state.adaptation.restarted(
+                        explore=settling >= windowed.TERM_BUFFER
+                    )
                     if before is not None:
                         state.length.remeasure(before, inverse_mass)
                 return

@@ -14,6 +14,10 @@ the chain itself during burn-in, in the windows of Stan's warm-up (Stan Developm
   (Stan's shrinkage towards a small constant) and the step-size adaptation restarts at the
   current step (Hoffman & Gelman 2014's :math:`\mu = \log 10\epsilon`);
 - a terminal fast interval (``term``, 50 iterations) adapts the step size to the final mass.
+  Where it is shorter (a short burn-in), the last restart shrinks towards the current step,
+  :math:`\mu = \log\epsilon`: the ten-times-larger first proposals of Stan's restart need
+  tens of iterations to average away, and a step frozen after a few of them was accepted
+  almost never.
 
 A burn-in shorter than 150 iterations is split as Stan splits it, 15% / 75% / 10%, in one slow
 window; under 20 iterations the mass stays the identity. Chains stacked as one (a potential with

@@ -210,10 +210,14 @@ class DualAveraging:
         eta = m**-self.kappa
         self.log_x_avg = eta * self.log_x + (1 - eta) * self.log_x_avg
 
-    def restarted(self) -> DualAveraging:
-        """A fresh adaptation around the current step (Stan, after each mass-matrix update):
-        :math:`\\mu = \\log 10 x`, the statistics emptied."""
-        return DualAveraging(target=self.target, mu=math.log(10.0) + self.log_x, log_x=self.log_x)
+    def restarted(self, *, explore: bool) -> DualAveraging:
+        """A fresh adaptation around the current step, the statistics emptied: Stan's
+        :math:`\\mu = \\log 10 x` after each mass-matrix update, which first proposes a step ten
+        times larger and needs tens of iterations to come back; ``explore=False`` shrinks towards
+        the current step instead, :math:`\\mu = \\log x`, for an interval too short for that
+        (a few iterations of the larger steps would dominate the averaged, frozen step)."""
+        mu = math.log(10.0) + self.log_x if explore else self.log_x
+        return DualAveraging(target=self.target, mu=mu, log_x=self.log_x)
 
     def multiplier(self, tune: bool) -> float:
         """The current iterate while tuning, the averaged one afterwards."""
