@@ -98,8 +98,8 @@ def test_the_learnt_mass_fits_the_posterior_and_mixes_its_widest_direction(forea
 def test_a_short_burn_in_freezes_a_step_that_is_accepted(seed):
     """Burn-in of 20: 15 iterations of window, then 2 for the step size. Stan's restart, which
     first proposes a step ten times larger, froze the average of those two iterates: mean
-    acceptance under 0.01 for 7 of these 10 seeds. Restarting around the current step, every seed
-    accepts 0.8-1.0 of its proposals (target 0.8)."""
+    acceptance under 0.01 for 7 of these 10 seeds. Restarting around the current step, the seeds
+    accept 0.76-1.00 of their proposals (target 0.8)."""
     sigma = torch.logspace(-1, 1, 6, dtype=torch.float64)
     generator = torch.Generator().manual_seed(seed)
     params = [3 * torch.randn(8, 6, dtype=torch.float64, generator=generator)]
