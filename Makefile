@@ -9,19 +9,26 @@ export BDL_DATA_DIR ?= $(SHARED_DATA)
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help install run demo test test-slow lint format docs docs-serve bench mutation mutation-full reproduce-chen-mnist reproduce-uci reproduce-uci-quick check \
+.PHONY: help install install-dev run demo test test-slow lint format docs docs-serve bench mutation mutation-full reproduce-chen-mnist reproduce-uci reproduce-uci-quick check \
 	reproduce-izmailov-mnist reproduce-blundell-mnist reproduce-blundell-mnist-1200
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-30s %s\n", $$1, $$2}'
 
+# A user's install is bdl and what its commands need; a contributor's adds the tests' tools and
+# every extra (so that the extras' tests run). The stamps rebuild both when pyproject.toml changes.
 $(BIN)/bdl-run: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
+	$(BIN)/pip install -e .
+	@touch $@
+
+$(VENV)/.dev: $(BIN)/bdl-run
 	$(BIN)/pip install -e ".[dev]"
 	@touch $@
 
-install: $(BIN)/bdl-run ## create .venv and install bdl with its dev tools
+install: $(BIN)/bdl-run ## create .venv and install bdl (what its commands need)
+install-dev: $(VENV)/.dev ## the same plus the tests' tools and every extra (pytest, ruff, MkDocs, ...)
 
 run: install ## SGHMC on MNIST with Chen et al.'s setup (the quick start)
 	$(BIN)/bdl-run sampler=sghmc dataset=mnist
@@ -29,34 +36,34 @@ run: install ## SGHMC on MNIST with Chen et al.'s setup (the quick start)
 demo: install ## a first result in about a minute: SGHMC on MNIST for 10 epochs
 	$(BIN)/bdl-run sampler=sghmc dataset=mnist epochs=10 burn_in=5
 
-test: install ## the default test suite (slow tests excluded)
+test: install-dev ## the default test suite (slow tests excluded)
 	$(BIN)/pytest
 
-test-slow: install ## the slow statistical and end-to-end checks
+test-slow: install-dev ## the slow statistical and end-to-end checks
 	$(BIN)/pytest -m slow
 
-lint: install ## ruff lint and format check
+lint: install-dev ## ruff lint and format check
 	$(BIN)/ruff check src tests scripts
 	$(BIN)/ruff format --check src tests scripts
 
-format: install ## apply ruff's formatting and safe fixes
+format: install-dev ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff check --fix src tests scripts
 	$(BIN)/ruff format src tests scripts
 
 MUTATION_SEED ?= 0
 MUTATION_SAMPLE ?= 40
-mutation: install ## a seeded sample of mutmut's mutants of every module: docs/mutation/results-<seed>.json (under an hour, one core)
+mutation: install-dev ## a seeded sample of mutmut's mutants of every module: docs/mutation/results-<seed>.json (under an hour, one core)
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/mutation.py --seed $(MUTATION_SEED) --sample $(MUTATION_SAMPLE)
 
-mutation-full: install ## every mutant of src/bdl (17 659 at bde1161: over a week of one core at 40 s a mutant)
+mutation-full: install-dev ## every mutant of src/bdl (17 659 at bde1161: over a week of one core at 40 s a mutant)
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/mutation.py --seed $(MUTATION_SEED) --sample 1.0
 
 # Material's banner about MkDocs 2 is no warning of this build's
 export NO_MKDOCS_2_WARNING := 1
-docs: install ## the documentation site into site/ (mkdocs build --strict: offline, a warning fails)
+docs: install-dev ## the documentation site into site/ (mkdocs build --strict: offline, a warning fails)
 	$(BIN)/mkdocs build --strict
 
-docs-serve: install ## serve the documentation site at http://127.0.0.1:8000, rebuilt on each edit
+docs-serve: install-dev ## serve the documentation site at http://127.0.0.1:8000, rebuilt on each edit
 	$(BIN)/mkdocs serve
 
 bench: install ## bdl vs bare PyTorch, same process: SGHMC vs SGD-momentum epoch; BBB vs SGD step; stacked chains; compile=true vs eager; vs NumPyro and BlackJAX (extra peers)
@@ -74,7 +81,7 @@ bench: install ## bdl vs bare PyTorch, same process: SGHMC vs SGD-momentum epoch
 
 CHEN := multirun/chen2014_mnist
 CHEN_SEEDS ?= 0,1,2,3,4
-reproduce-chen-mnist: install ## Chen et al. 2014 MNIST (Fig. 3): SGD, SGD+momentum, SGLD, SGHMC, SGHMC with Gamma hyperprior x 5 seeds
+reproduce-chen-mnist: install-dev ## Chen et al. 2014 MNIST (Fig. 3): SGD, SGD+momentum, SGLD, SGHMC, SGHMC with Gamma hyperprior x 5 seeds
 	$(BIN)/bdl-run -m experiment=chen2014_mnist sampler=sgd,sgd_momentum,sgld,sghmc seed=$(CHEN_SEEDS) \
 		hydra/launcher=joblib hydra.sweep.dir=$(CHEN)/gaussian
 	$(BIN)/bdl-run -m experiment=chen2014_mnist sampler=sghmc prior=gamma_hierarchical seed=$(CHEN_SEEDS) \
@@ -88,7 +95,7 @@ PROTEIN_SPLITS ?= 0,1,2,3,4
 # Protein's splits (a third of the table's run time) run one after the other beside the sweep of
 # the other sets, which takes every core: run after it, protein's last split would leave cores idle.
 # One thread per run: the runs already outnumber the cores.
-reproduce-uci: install ## SGHMC on the nine UCI sets' standard splits, beside PBP, MC dropout, deep ensembles
+reproduce-uci: install-dev ## SGHMC on the nine UCI sets' standard splits, beside PBP, MC dropout, deep ensembles
 	mkdir -p $(UCI)
 	export OMP_NUM_THREADS=1; \
 	$(BIN)/bdl-run -m experiment=uci_sghmc dataset=protein dataset.split=$(PROTEIN_SPLITS) \
@@ -105,7 +112,7 @@ check: install ## bdl-check: every sampler against known posteriors (table, CSV,
 	$(BIN)/bdl-check --out outputs/check
 
 IZMAILOV := multirun/izmailov_mnist
-reproduce-izmailov-mnist: install ## Izmailov et al.'s table shape on 5k MNIST: 3 HMC chains vs SG-MCMC, MFVI, Laplace
+reproduce-izmailov-mnist: install-dev ## Izmailov et al.'s table shape on 5k MNIST: 3 HMC chains vs SG-MCMC, MFVI, Laplace
 	OMP_NUM_THREADS=1 $(BIN)/bdl-run experiment=izmailov_mnist sampler=hmc chains=3 epochs=150 burn_in=30 \
 		thin=1 batch_size=5000 hydra.run.dir=$(IZMAILOV)/hmc
 	OMP_NUM_THREADS=1 $(BIN)/bdl-run -m experiment=izmailov_mnist sampler=sgld,sghmc,psgld \
