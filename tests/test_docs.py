@@ -25,16 +25,20 @@ from conftest import command_env
 
 import bdl
 from bdl.evaluate import main as bdl_eval
+from bdl.outputs import summary_table
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 
 
-def test_the_site_builds_strict_and_offline(tmp_path):
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site as ``make docs`` builds it, once for the tests that read its pages."""
     if importlib.util.find_spec("mkdocs") is None:
         pytest.skip("mkdocs is not installed: pip install -e '.[docs]' (dev includes it)")
+    site_dir = tmp_path_factory.mktemp("site")
     result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site_dir)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -43,10 +47,60 @@ def test_the_site_builds_strict_and_offline(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "WARNING" not in result.stderr, result.stderr[-3000:]
-    reference = (tmp_path / "site" / "reference" / "config" / "index.html").read_text()
+    return site_dir
+
+
+def test_the_site_builds_strict_and_offline(site):
+    reference = (site / "reference" / "config" / "index.html").read_text()
     # generated from conf/ and the schema: a key of each, with its value
     assert "sampler.grad_var" in reference and "checkpoint_every" in reference
     assert "hydra.launcher.signal_delay_s" in reference
+
+
+def article(page: Path) -> str:
+    """The page's content as built, without the theme's navigation."""
+    html = page.read_text(encoding="utf-8")
+    return html[html.index("<article") : html.index("</article>")]
+
+
+def built_pages(site: Path, folder: str = "") -> list[Path]:
+    pages = sorted((site / folder).rglob("index.html"))
+    return [p for p in pages if "<article" in p.read_text(encoding="utf-8")]
+
+
+# A role or directive of reStructuredText that mkdocstrings would print as written
+RAW_MARKUP = re.compile(
+    r":(?:py:)?(?:class|meth|func|attr|mod|data|obj|exc|ref|math):|\.\. [a-z-]+::"
+)
+
+
+def test_no_page_shows_raw_markup_or_an_empty_heading(site):
+    """Docstrings are Markdown with $TeX$ (docs/hooks/math.py draws it as MathML): no reST role,
+    directive or undrawn formula reaches a page, and every heading says something."""
+    faults = []
+    for page in built_pages(site):
+        html = article(page)
+        text = re.sub(r"<[^>]+>", "", html)
+        name = page.parent.relative_to(site)
+        faults += [f"{name}: raw {m[0]!r}" for m in RAW_MARKUP.finditer(text)]
+        faults += [f"{name}: undrawn formula" for _ in re.finditer('class="arithmatex"', html)]
+        for heading in re.findall(r"<h([1-6])[^>]*>(.*?)</h\1>", html, re.S):
+            if not re.sub(r"<[^>]+>|¶", "", heading[1]).strip():
+                faults.append(f"{name}: an empty h{heading[0]}")
+    assert not faults, "\n".join(faults[:20])
+    api = article(site / "reference" / "api" / "index.html")
+    assert api.count("<math") > 100  # the samplers' update rules, drawn
+
+
+def test_guide_pages_have_sections_and_tutorials_show_output_and_a_figure(site):
+    for page in built_pages(site, "guide"):
+        assert article(page).count("<h2") >= 2, f"{page.parent.name}: no sections"
+    tutorials = built_pages(site, "tutorials")
+    assert len(tutorials) == len(list((DOCS / "tutorials").glob("*.md")))
+    for page in tutorials:
+        html = article(page)
+        assert 'class="language-text' in html, f"{page.parent.name}: no output block"
+        assert re.search(r'<img[^>]+src="[./]*figures/tutorials/', html), page.parent.name
 
 
 def page_commands(page: str, program: str = "bdl-") -> list[str]:
@@ -62,6 +116,20 @@ def page_commands(page: str, program: str = "bdl-") -> list[str]:
 def page_python(page: str) -> str:
     (block,) = re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(encoding="utf-8"), re.S)
     return block
+
+
+def page_output(page: str, program: str, index: int = 1) -> str:
+    """The page's output block for its ``index``-th ``program`` command, as
+    ``scripts/tutorial_outputs.py`` wrote it from the real run."""
+    text = (DOCS / page).read_text(encoding="utf-8")
+    marker = re.escape(f"<!-- output: {program} {index} -->")
+    (block,) = re.findall(marker + r"\n```text\n(.*?)```", text, re.S)
+    return block
+
+
+def table_keys(table: str) -> list[str]:
+    """The keys of an end-of-run table, in order: the first word of each indented line."""
+    return [line.split()[0] for line in table.splitlines() if line.startswith("  ")]
 
 
 def shortened(command: str, **values: str) -> list[str]:
@@ -100,6 +168,9 @@ def test_tutorial_uci_chains(env, data_here, tmp_path):
     assert metrics["status"] == "completed" and metrics["chains"] == 4
     assert metrics["num_samples"] == 4 * 8  # epochs 9..24, every second one, per chain
     assert 1.0 <= metrics["rhat_max"] < math.inf
+    # the page shows the table that ends the real run: the keys this run printed
+    shown = page_output("tutorials/uci-chains.md", "bdl-run")
+    assert table_keys(shown) == table_keys(summary_table(metrics))
     (report,) = page_commands("tutorials/uci-chains.md", "bdl-report")
     _, *report_args = shlex.split(report.replace("runs/yacht-hmc", str(run_dir)))
     assert bdl_run(report_args, env, tmp_path, "bdl.report").returncode == 0
@@ -120,6 +191,8 @@ def test_tutorial_shift(env, data_here, tmp_path):
         _, *options = shlex.split(line.replace("runs/mnist-sghmc", str(run_dir)))
         assert bdl_eval(options) == 0, line  # in this process: torch is imported once
     rotated = json.loads((run_dir / "eval" / "mnist-test-rotate30" / "metrics.json").read_text())
+    shown = page_output("tutorials/shift.md", "bdl-eval")
+    assert json.loads(shown[: shown.rindex("}") + 1]).keys() == rotated.keys()
     namespace = {"bdl": bdl, "run_dir": run_dir}
     exec(page_python("tutorials/shift.md"), namespace)
     metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -153,10 +226,13 @@ def test_tutorial_resume(env, tmp_path):
     assert (process.returncode, status) in [(143, "interrupted"), (0, "completed")], stderr
     if process.returncode == 143:
         assert "resume=true" in stderr
+    assert "resume=true" in page_output("tutorials/resume.md", "bdl-run", 1)
     result = bdl_run(shortened(again.replace("runs/chen", str(run_dir)), **short), env, tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["status"] == "completed" and metrics["num_samples"] == 4
+    shown = page_output("tutorials/resume.md", "bdl-run", 2)
+    assert table_keys(shown) == table_keys(summary_table(metrics))
 
 
 @pytest.mark.slow  # 67 s on a busy core: four runs, each scoring 10 000 test images per sample
