@@ -51,7 +51,7 @@ TUTORIALS = {
     "uci-chains": Tutorial(figure="runs/yacht-hmc/plots/trace_*.png"),
     "shift": Tutorial(figure="runs/mnist-sghmc/summary.png"),
     "slurm-sweep": Tutorial(
-        figure="multirun/*/*/0/summary.png", skip=("hydra/launcher=slurm", "--cfg job", "runs/")
+        figure="multirun/*/0_*/summary.png", skip=("hydra/launcher=slurm", "--cfg job", "runs/")
     ),
     "chen-mnist": Tutorial(figure="runs/chen/sghmc/summary.png", skip=("-m ", "--paper")),
     "resume": Tutorial(figure="runs/chen/summary.png", interrupt_after_s=60),

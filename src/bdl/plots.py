@@ -205,7 +205,9 @@ def _metric_lines(
 def test_error_figure(groups: Sequence[Group], column: str, name: str, title: str) -> Figure:
     """Two panels, against epochs and against gradient evaluations, of the groups' ``column``
     (:func:`_metric_lines`), under the suptitle ``title``."""
-    figure = Figure(figsize=(11, 4.2), layout="constrained")
+    # 8 inches, not wider: shown at a documentation page's width (about 760 pixels), its legend and
+    # ticks keep a readable size
+    figure = Figure(figsize=(8, 3.6), layout="constrained")
     by_epoch, by_grads = figure.subplots(1, 2, sharey=True)
     drawn, finals = _metric_lines(groups, column, by_epoch, by_grads)
     if scale_to_spread(by_epoch, drawn) == "log":
@@ -220,7 +222,7 @@ def test_error_figure(groups: Sequence[Group], column: str, name: str, title: st
     by_epoch.xaxis.set_major_locator(MaxNLocator(integer=True))
     by_grads.set(xlabel="gradient evaluations", title="against cost")
     scale_to_spread(by_grads, [x for line in by_grads.lines for x in line.get_xdata()], axis="x")
-    by_epoch.legend(fontsize="small", title="band: ± std over seeds" if banded else None)
+    by_epoch.legend(fontsize="medium", title="band: ± std over seeds" if banded else None)
     figure.suptitle(f"{name} of the model average — {title}")
     return figure
 
