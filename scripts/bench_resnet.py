@@ -7,7 +7,7 @@ arithmetic, which does not depend on the pixels. The first epoch of each, which 
 is timed apart and left out of the medians.
 
     python scripts/bench_resnet.py [--device cuda] [--images 5000] [--rounds 3] [--width 16]
-        [--batch-size 80]
+        [--batch-size 80] [--modes eager compiled]
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ from benchtools import alternating_medians, composed, sampling, timed
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
 from conftest import write_fake_cifar10  # noqa: E402
 
+#: compile=false and compile=true
+MODES = {"eager": "false", "compiled": "true"}
+
 
 def exists_only(fpath: str, md5: str | None = None) -> bool:
     return os.path.isfile(fpath)
@@ -36,6 +39,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--width", type=int, default=16, help="the network's first width")
     parser.add_argument("--batch-size", type=int, default=80)
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     args = parser.parse_args()
 
     import torchvision.datasets.cifar
@@ -57,13 +61,13 @@ def main() -> None:
             f"batch_size={args.batch_size}",
             f"device={args.device}",
         ]
-        eager, compiled = (
-            sampling(composed([*base, f"compile={flag}"]), Path(directory) / flag)
-            for flag in ("false", "true")
-        )
-        first = [timed(eager.step_epoch), timed(compiled.step_epoch)]
-        seconds = alternating_medians([eager.step_epoch, compiled.step_epoch], args.rounds)
-        run = eager.experiment
+        loops = [
+            sampling(composed([*base, f"compile={MODES[mode]}"]), Path(directory) / mode)
+            for mode in args.modes
+        ]
+        first = [timed(loop.step_epoch) for loop in loops]
+        seconds = alternating_medians([loop.step_epoch for loop in loops], args.rounds)
+        run = loops[0].experiment
         images = run.steps_per_epoch * run.batch_size
 
     print(
@@ -71,12 +75,13 @@ def main() -> None:
         f"minibatches of {run.batch_size}, {args.rounds} rounds, torch threads "
         f"{torch.get_num_threads()}"
     )
-    for name, median, start in zip(("eager", "compiled"), seconds, first, strict=True):
+    for name, median, start in zip(args.modes, seconds, first, strict=True):
         print(
             f"SGHMC {name + ':':10s} {images / median:10.0f} images/s (median epoch "
             f"{median:.3f} s; first epoch {start:.2f} s)"
         )
-    print(f"compiled/eager epoch: {seconds[1] / seconds[0]:.3f}")
+    if len(seconds) == 2:
+        print(f"{args.modes[1]}/{args.modes[0]} epoch: {seconds[1] / seconds[0]:.3f}")
 
 
 if __name__ == "__main__":

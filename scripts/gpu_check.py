@@ -237,6 +237,7 @@ class Part:
     name: str
     budget: float  # seconds
     command: list[str]
+    env: dict[str, str] = dataclasses.field(default_factory=dict)  # beside the check's own
 
 
 @dataclasses.dataclass
@@ -254,7 +255,7 @@ def run_part(part: Part, timeout: float, env: dict[str, str]) -> Outcome:
     process = subprocess.Popen(
         part.command,
         cwd=ROOT,
-        env=env,
+        env={**env, **part.env},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -325,11 +326,11 @@ def plan(device: str, python: str, bundle: Path) -> list[Part]:
     few = [] if gpu else ["dataset.validation=59800"]
     rounds = ["--rounds", "3" if gpu else "1"]
     return [
-        Part("install", 60, [*me, "install", "--bundle", str(bundle), "--device", device]),
+        Part("install", 45, [*me, "install", "--bundle", str(bundle), "--device", device]),
         Part("versions", 15, [*me, "versions"]),
         Part(
             "pytest -m gpu",
-            180,
+            170,
             [
                 python,
                 "-m",
@@ -346,17 +347,17 @@ def plan(device: str, python: str, bundle: Path) -> list[Part]:
         ),  # fmt: skip
         Part(
             "SGHMC on MNIST, Chen et al. (2014)",
-            60,
+            50,
             [*me, "chen", "--epochs", "5" if gpu else "1", "--device", device, *few],
         ),
         Part(
             "bench.py: SGHMC epoch vs bare SGD-momentum",
-            35,
+            30,
             [python, str(scripts / "bench.py"), "--device", device, *rounds, "--set", *few],
         ),
         Part(
             "bench_hmc.py: leapfrog step vs bare forward and backward",
-            35,
+            30,
             [python, str(scripts / "bench_hmc.py"), "--device", device, *rounds, "--set", *few],
         ),
         Part(
@@ -367,7 +368,7 @@ def plan(device: str, python: str, bundle: Path) -> list[Part]:
         ),
         Part(
             "bench_chains.py: K=8 stacked chains vs 8 runs",
-            45,
+            40,
             [python, str(scripts / "bench_chains.py"), "--device", device]
             + ["--rounds", "2" if gpu else "1"]
             + (["--chains", "8"] if gpu else ["--chains", "2", "--", *few]),
