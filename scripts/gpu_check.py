@@ -70,6 +70,9 @@ MNIST = (
 LIMIT = 64 * 2**20
 #: The target: CPython 3.12 on x86-64 Linux (the device image's).
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+#: Where the check installs the bundle and bdl on the GPU machine (pip --target, as the device
+#: guide does; every part runs with it on PYTHONPATH): the image's own environment is left as it is.
+SITE = Path(tempfile.gettempdir()) / "bdl-gpu-site"
 #: The whole check's time on the GPU: 8 minutes, less a margin for the machine's own start.
 TOTAL_SECONDS = 470
 
@@ -412,22 +415,27 @@ def install(bundle: Path, device: str) -> None:
         wheels = sorted((bundle / "wheels").glob("*.whl"))
         missing = [str(w) for w in wheels if not installed(wheel_tags(w.name)[0])]
         common = ["install", "--quiet", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir"]
+        common += ["--target", str(SITE)]
         if missing:
             pip(*common, *missing)
         print(f"installed {len(missing)} of the bundle's {len(wheels)} wheels; the rest were there")
-        pip(*common, "--no-build-isolation", "-e", str(ROOT))
+        # bdl from this checkout, built anew at each check (--upgrade replaces an earlier one)
+        pip(*common, "--no-build-isolation", "--upgrade", str(ROOT))
     script = (
         "import importlib.metadata as m, re\n"
+        "missing = []\n"
         "for r in m.requires('bdl'):\n"
         "    if 'extra ==' in r: continue\n"
         "    name = re.split('[<>=!~; ]', r)[0]\n"
         f"    if name in {sorted(OPTIONAL)!r}: continue\n"
         "    try: print(name, m.version(name))\n"
-        "    except m.PackageNotFoundError: print(name, 'MISSING'); raise SystemExit(1)\n"
+        "    except m.PackageNotFoundError: missing.append(name)\n"
+        "raise SystemExit('missing: ' + ', '.join(missing) if missing else 0)\n"
     )
-    subprocess.run([sys.executable, "-c", script], check=True)
+    if subprocess.run([sys.executable, "-c", script]).returncode:
+        problems.append("bdl's requirements are not all installed")
     if problems:
-        sys.exit(1)
+        sys.exit("install: " + "; ".join(problems))
 
 
 def versions() -> None:
@@ -483,6 +491,8 @@ def check(args: argparse.Namespace) -> None:
     env["BDL_CACHE_DIR"] = tempfile.mkdtemp(prefix="bdl-gpu-check-cache.")
     if data is not None:
         env["BDL_DATA_DIR"] = str(Path(data).resolve())
+    if device == "cuda":
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SITE), env.get("PYTHONPATH")]))
     parts = plan(device, sys.executable, args.bundle)
     if args.only:
         parts = [p for p in parts if any(word in p.name for word in args.only)]
