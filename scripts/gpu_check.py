@@ -333,7 +333,7 @@ def plan(device: str, python: str, bundle: Path) -> list[Part]:
         Part("versions", 15, [*me, "versions"]),
         Part(
             "pytest -m gpu",
-            170,
+            190,
             [
                 python,
                 "-m",
@@ -350,17 +350,17 @@ def plan(device: str, python: str, bundle: Path) -> list[Part]:
         ),  # fmt: skip
         Part(
             "SGHMC on MNIST, Chen et al. (2014)",
-            50,
+            45,
             [*me, "chen", "--epochs", "5" if gpu else "1", "--device", device, *few],
         ),
         Part(
             "bench.py: SGHMC epoch vs bare SGD-momentum",
-            30,
+            25,
             [python, str(scripts / "bench.py"), "--device", device, *rounds, "--set", *few],
         ),
         Part(
             "bench_hmc.py: leapfrog step vs bare forward and backward",
-            30,
+            25,
             [python, str(scripts / "bench_hmc.py"), "--device", device, *rounds, "--set", *few],
         ),
         Part(

@@ -55,7 +55,8 @@ def test_the_bundle_check_names_each_problem(tmp_path):
     gpu_check.write_manifest(bundle)  # what is there now, listed
     assert sorted(gpu_check.verify_bundle(bundle)) == sorted(
         [
-            "numpy-2.0-cp311-cp311-manylinux_2_17_x86_64.whl is not for CPython 3.12 on x86-64 Linux",
+            "numpy-2.0-cp311-cp311-manylinux_2_17_x86_64.whl is not for CPython 3.12 on x86-64 "
+            "Linux",
             "hydra-core has 2 wheels (hydra_core-1.0-py3-none-any.whl, "
             "hydra_core-1.4-py3-none-any.whl): keep one",
             "no wheel of arviz",

@@ -34,14 +34,16 @@ from safetensors.torch import load_file  # noqa: E402
 
 import bdl  # noqa: E402
 from bdl.config import ConfigError  # noqa: E402
+from bdl.results import MIN_DIAGNOSTIC_DRAWS  # noqa: E402
 from bdl.run import run  # noqa: E402
 from bdl.stability import DivergedError  # noqa: E402
 
 #: The generated MNIST with 1 000 of its training images kept for training (the rest held out),
-#: minibatches of 100; and the generated Boston (455 training points) on minibatches of 32.
+#: minibatches of 100; and the generated Boston (455 training points) on minibatches of 32, at the
+#: UCI step size (test_run's). Burn-in: see :func:`case_overrides`.
 SIZES = {
-    "mnist": ["dataset=mnist", "dataset.validation=59000", "batch_size=100", "burn_in=1"],
-    "uci": test_run.UCI,
+    "mnist": ["dataset=mnist", "dataset.validation=59000", "batch_size=100"],
+    "uci": [o for o in test_run.UCI if not o.startswith("burn_in=")],
 }
 
 
@@ -65,14 +67,11 @@ def case_overrides(option: str, size: str, root: Path, start: Path) -> list[str]
     samplers that keep states, and for Laplace the SGD run it expands around."""
     overrides = [*SIZES[size], "epochs=3", f"sampler={option}"]
     overrides += resume.ON_TINY_DATA.get(option, [])
-    if not declaration(option).injects_noise:
-        overrides.append("burn_in=0")
+    overrides.append("burn_in=1" if declaration(option).injects_noise else "burn_in=0")
     if declaration(option).needs_trained_start:
         if not (start / "metrics.json").exists():
-            run(
-                compose_on(root, DEVICE, [*SIZES[size], "epochs=3", "sampler=sgd", "burn_in=0"]),
-                start,
-            )
+            sgd = [*SIZES[size], "epochs=3", "sampler=sgd", "burn_in=0"]
+            run(compose_on(root, DEVICE, sgd), start)
         overrides.append(f"init_from={start}")
     return overrides
 
@@ -162,11 +161,12 @@ def test_the_sample_store_predicts_on_the_device(fake_data_root, isolated_cache,
 
 def test_k_stacked_chains_on_the_device(fake_data_root, isolated_cache, tmp_path):
     """Eight chains in one run on the MNIST-sized data: eight chains' samples, R-hat and ESS in
-    metrics.json, and the pooled predictive as written."""
-    overrides = [*SIZES["mnist"], "epochs=3", "sampler=sghmc", "chains=8"]
+    metrics.json (from the fewest draws they take), and the pooled predictive as written."""
+    draws = MIN_DIAGNOSTIC_DRAWS
+    overrides = [*SIZES["mnist"], f"epochs={draws + 1}", "burn_in=1", "sampler=sghmc", "chains=8"]
     metrics = run(compose_on(fake_data_root, DEVICE, overrides), tmp_path / "run")
     assert bdl.load_run(tmp_path / "run").num_chains == 8
-    assert metrics["num_samples"] == 8 * 2
+    assert metrics["num_samples"] == 8 * draws
     for key in ("rhat_max", "rhat_p95", "ess_bulk_min", "ess_tail_min", "weight_rhat_max"):
         assert key in metrics
     assert_written_as_reported(metrics, tmp_path / "run")
@@ -183,19 +183,19 @@ def test_stacked_chains_follow_the_single_chain_runs(uci_root, tmp_path, name):
     steppers.test_stacked_chains_follow_the_single_chain_runs(uci_root, tmp_path, name)
 
 
-@pytest.mark.parametrize("name", ["sghmc", "hmc adapting"])
+@pytest.mark.parametrize("name", ["sghmc gibbs hyperprior", "hmc adapting"])
 def test_chain_k_is_the_single_chain_run_seeded_seed_plus_k(uci_root, tmp_path, name):
     steppers.test_chain_k_is_the_single_chain_run_seeded_seed_plus_k(uci_root, tmp_path, name)
 
 
-@pytest.mark.parametrize("name", ["hmc", "hmc one chunk"])
+@pytest.mark.parametrize("name", ["hmc one chunk"])  # HMC's trajectory as one program
 def test_compiled_runs_follow_the_eager_ones(uci_root, tmp_path, name, compiler):
     steppers.test_compiled_runs_follow_the_eager_ones(uci_root, tmp_path, name, compiler)
 
 
 @pytest.mark.parametrize(
     "name",
-    ["sghmc", "sgld", "hmc", "bbb", "laplace", "sghmc gibbs hyperprior", "hmc compiled trajectory"],
+    ["sghmc", "sgld", "hmc", "bbb", "laplace", "sghmc gibbs hyperprior"],
 )
 def test_a_run_killed_mid_epoch_resumes_bitwise(uci_root, tmp_path, monkeypatch, name, request):
     resume.test_a_run_killed_mid_epoch_resumes_bitwise(
@@ -229,7 +229,7 @@ def test_gibbs_noise_precision_under_a_metropolis_kernel(run_with):
 # --- torchrun ------------------------------------------------------------------------------------
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-HMC_BOSTON = [*test_run.UCI, "sampler=hmc", "sampler.num_steps=5", "epochs=8", "burn_in=2"]
+HMC_BOSTON = [*SIZES["uci"], "sampler=hmc", "sampler.num_steps=5", "epochs=8", "burn_in=2"]
 
 
 def test_torchrun_on_one_device_is_the_one_process_run(fake_data_root, tmp_path):
