@@ -98,20 +98,29 @@ def assert_written_as_reported(metrics: dict, directory: Path) -> None:
 def test_every_sampler_option_runs_on_the_device(
     fake_data_root, isolated_cache, tmp_path, option, size
 ):
-    """The same run on the device and on the CPU ends the same way (completed, unsound against
-    the trivial predictor, diverged or refused), with as many samples; the device's metrics are
-    finite where the CPU's are, and those of what it wrote."""
+    """The same run on the device and on the CPU ends the same way: refused with the same
+    message, diverged, or run to its end (completed, or unsound against the trivial predictor:
+    the two devices draw other numbers, so a run near the trivial predictor may fall either
+    side), with as many samples; the device's metrics are finite where the CPU's are, and those
+    of what it wrote. Where the CPU's MNIST-sized run beats the trivial predictor's accuracy by
+    far (0.2), the device's beats it too (by 0.1)."""
     overrides = case_overrides(option, size, fake_data_root, tmp_path / "start")
     mine = outcome(fake_data_root, DEVICE, overrides, tmp_path / DEVICE)
     cpu = outcome(fake_data_root, "cpu", overrides, tmp_path / "cpu-run")
-    assert mine["status"] == cpu["status"], (mine, cpu)
-    if "num_samples" not in cpu:
+
+    def ending(metrics: dict) -> str:
+        return "ran" if metrics["status"] in ("completed", "unsound") else metrics["status"]
+
+    assert ending(mine) == ending(cpu) and mine.get("error") == cpu.get("error"), (mine, cpu)
+    if ending(cpu) != "ran":
         return
     assert mine["num_samples"] == cpu["num_samples"]
     for key, value in cpu.items():
         if isinstance(value, float):
             assert math.isfinite(mine[key]) == math.isfinite(value), key
     assert_written_as_reported(mine, tmp_path / DEVICE)
+    if "test_accuracy" in cpu and cpu["test_accuracy"] > cpu["trivial"]["test_accuracy"] + 0.2:
+        assert mine["test_accuracy"] > mine["trivial"]["test_accuracy"] + 0.1
 
 
 @pytest.mark.parametrize("option", ["sgd", "sgd_momentum"])
@@ -156,7 +165,8 @@ def test_the_sample_store_predicts_on_the_device(fake_data_root, isolated_cache,
     saved = load_file(tmp_path / "run" / "predictive.safetensors")["predictive"]
     on_device = posterior.predict(x.to(DEVICE))
     torch.testing.assert_close(on_device, saved, rtol=1e-6, atol=1e-7)
-    torch.testing.assert_close(on_device, posterior.predict(x, device="cpu"))
+    # float32 networks on two devices: their rounding, carried into float64 averages
+    torch.testing.assert_close(on_device, posterior.predict(x, device="cpu"), rtol=1e-4, atol=1e-6)
 
 
 def test_k_stacked_chains_on_the_device(fake_data_root, isolated_cache, tmp_path):
