@@ -10,7 +10,7 @@ endif
 
 .DEFAULT_GOAL := help
 .PHONY: help install run demo test test-slow lint format docs docs-serve bench mutation mutation-full reproduce-chen-mnist reproduce-uci reproduce-uci-quick check \
-	reproduce-izmailov-mnist reproduce-blundell-mnist reproduce-blundell-mnist-1200 gpu-bundle gpu-check
+	reproduce-izmailov-mnist reproduce-blundell-mnist reproduce-blundell-mnist-1200
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-30s %s\n", $$1, $$2}'
@@ -143,8 +143,9 @@ reproduce-blundell-mnist-1200: install ## the same BBB table on 784-1200-1200-10
 # holds PyTorch there (this checkout has no .venv there).
 GPU_BUNDLE ?= .gpu-bundle
 GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
-gpu-bundle: install ## the wheels and MNIST archives a GPU machine without network needs, into $(GPU_BUNDLE)/ (git-ignored)
+.PHONY: gpu-bundle gpu-check
+gpu-bundle: install ## the wheels and MNIST archives a GPU machine without network needs, into .gpu-bundle/ (git-ignored)
 	$(BIN)/python scripts/gpu_check.py bundle --bundle $(GPU_BUNDLE)
 
-gpu-check: ## on a GPU: install the bundle, pytest -m gpu, the benchmarks on CUDA, a real MNIST run, into $$OUT/gpu_check.md (8 minutes); dry on the CPU
+gpu-check: ## on a GPU: install the bundle, pytest -m gpu, the benchmarks on CUDA, a real MNIST run, into $OUT/gpu_check.md (8 minutes); dry on the CPU
 	$(GPU_PYTHON) scripts/gpu_check.py check --bundle $(GPU_BUNDLE)

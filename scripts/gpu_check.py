@@ -178,13 +178,19 @@ def pip(*args: str) -> None:
 
 def make_bundle(bundle: Path, data: Path) -> None:
     """Write the bundle (see the module's docstring); the wheels at this environment's versions."""
-    from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
     from bdl.data.mnist import MD5
 
     wheels = bundle / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    wanted = {normalise(name): version(name) for name in WHEELS}
+    try:
+        wanted = {normalise(name): version(name) for name in WHEELS}
+    except PackageNotFoundError as missing:
+        sys.exit(
+            f"gpu-bundle: {missing.name} is not installed here, and the bundle takes this "
+            "environment's versions: install bdl with its dev extras (pip install -e '.[dev]')"
+        )
     for old in wheels.glob("*.whl"):
         name = wheel_tags(old.name)[0]
         if wanted.get(name) != old.name.split("-")[1]:
