@@ -242,14 +242,13 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
 HMC_BOSTON = [*SIZES["uci"], "sampler=hmc", "sampler.num_steps=5", "epochs=8", "burn_in=2"]
 
 
-def test_torchrun_on_one_device_is_the_one_process_run(fake_data_root, tmp_path):
-    """One rank under torchrun (one GPU: nccl needs a GPU per rank, so one GPU holds one rank) is
-    the run of one process: the same metrics, wall time aside."""
-    args = [f"dataset.root={fake_data_root}", f"device={DEVICE}", *HMC_BOSTON]
-    env = command_env(fake_data_root, tmp_path / "cache")
+def one_process_and_under_torchrun(args: list[str], ranks: int, root: Path, tmp_path: Path):
+    """``bdl-run args`` as one process (into ``tmp_path/one``) and on ``ranks`` ranks under
+    torchrun (``tmp_path/torchrun``), each in a process of its own."""
+    env = command_env(root, tmp_path / "cache")
     for name, prefix in (
         ("one", [sys.executable]),
-        ("torchrun", [*TORCHRUN, "--nproc_per_node=1"]),
+        ("torchrun", [*TORCHRUN, f"--nproc_per_node={ranks}"]),
     ):
         done = subprocess.run(
             [*prefix, "-m", "bdl.cli", *args, f"hydra.run.dir={tmp_path / name}"],
@@ -260,6 +259,13 @@ def test_torchrun_on_one_device_is_the_one_process_run(fake_data_root, tmp_path)
             timeout=300,
         )
         assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_torchrun_on_one_device_is_the_one_process_run(fake_data_root, tmp_path):
+    """One rank under torchrun (one GPU: nccl needs a GPU per rank, so one GPU holds one rank) is
+    the run of one process: the same metrics, wall time aside."""
+    args = [f"dataset.root={fake_data_root}", f"device={DEVICE}", *HMC_BOSTON]
+    one_process_and_under_torchrun(args, 1, fake_data_root, tmp_path)
     metrics = [json.loads((tmp_path / n / "metrics.json").read_text()) for n in ("one", "torchrun")]
     for m in metrics:
         m.pop("wall_time_s")
@@ -274,19 +280,8 @@ def test_two_nccl_ranks_give_the_one_process_chain(fake_data_root, tmp_path):
     """test_distributed's comparison on GPUs: two ranks reduce by nccl, and the chain is the one
     process's to float rounding (the order of the float64 sums differs)."""
     args = [f"dataset.root={fake_data_root}", "device=cuda", "distributed.backend=nccl"]
-    args += HMC_BOSTON
-    env = command_env(fake_data_root, tmp_path / "cache")
-    for name, prefix in (("one", [sys.executable]), ("two", [*TORCHRUN, "--nproc_per_node=2"])):
-        done = subprocess.run(
-            [*prefix, "-m", "bdl.cli", *args, f"hydra.run.dir={tmp_path / name}"],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-    one, two = (bdl.load_run(tmp_path / n) for n in ("one", "two"))
+    one_process_and_under_torchrun([*args, *HMC_BOSTON], 2, fake_data_root, tmp_path)
+    one, two = (bdl.load_run(tmp_path / n) for n in ("one", "torchrun"))
     for a, b in zip(one.samples(), two.samples(), strict=True):
         for name, value in a.params.items():
             torch.testing.assert_close(b.params[name], value, rtol=1e-4, atol=1e-6)
