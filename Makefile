@@ -144,3 +144,15 @@ reproduce-blundell-mnist-1200: install ## the same BBB table on 784-1200-1200-10
 	$(BIN)/bdl-run sampler=bbb experiment=blundell2015_mnist protocol.mlp.hidden=[1200,1200] \
 		schedule=cosine pruning=true hydra.run.dir=$(BLUNDELL)/bbb1200
 	$(BIN)/bdl-report --pruning $(BLUNDELL)/bbb1200
+
+# The GPU check (docs/development.md): the bundle is made here, with network; the check runs on a
+# GPU machine (no network there), or dry on the CPU. GPU_PYTHON: the GPU image's python3, which
+# holds PyTorch there (this checkout has no .venv there).
+GPU_BUNDLE ?= .gpu-bundle
+GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+.PHONY: gpu-bundle gpu-check
+gpu-bundle: install ## the wheels and MNIST archives a GPU machine without network needs, into .gpu-bundle/ (git-ignored)
+	$(BIN)/python scripts/gpu_check.py bundle --bundle $(GPU_BUNDLE)
+
+gpu-check: ## on a GPU: install the bundle, pytest -m gpu, the benchmarks on CUDA, a real MNIST run, into $OUT/gpu_check.md (8 minutes); dry on the CPU
+	$(GPU_PYTHON) scripts/gpu_check.py check --bundle $(GPU_BUNDLE)
