@@ -68,6 +68,7 @@ def write_metrics(
     if len(loops) > 1:
         metrics["chains"] = len(loops)
         _write_chain_table(exp, loops, directory)
+    metrics.update(divergences(exp, loops))
     metrics.update(_diagnostics(loops, directory))
     if status == "completed" and average.count:
         judge(metrics, exp, len(loops))
@@ -100,6 +101,25 @@ def judge(metrics: dict[str, Any], experiment: Experiment, chains: int) -> None:
             "R-hat needs chains>=2: one chain cannot show that it has converged (chains=4)"
         )
     metrics["warnings"] = [w for w in warnings if w is not None]
+
+
+def divergences(experiment: Experiment, loops: list[Loop]) -> dict[str, Any]:
+    """The divergent transitions after burn-in (:mod:`bdl.samplers.metropolis`): their count
+    over all chains, their fraction of the Metropolis tests, and each chain's list of the
+    (1-based) epochs that had any; nothing for a kernel without a Metropolis test."""
+    tests = sum(loop.sampling_tests for loop in loops)
+    if not tests:
+        return {}
+    rows = [
+        [r for r in loop.curve if r["epoch"] > experiment.burn_in and r.get("divergences")]
+        for loop in loops
+    ]
+    count = sum(r["divergences"] for chain in rows for r in chain)
+    return {
+        "divergences": count,
+        "divergence_fraction": count / tests,
+        "divergent_epochs": [[r["epoch"] for r in chain] for chain in rows],
+    }
 
 
 def _write_chain_table(experiment: Experiment, loops: list[Loop], directory: RunDirectory) -> None:
