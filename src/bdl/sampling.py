@@ -326,6 +326,10 @@ class Sampling:
             log.error("NOT A RESULT: %s; %s", metrics["error"], self._kept())
         for warning in metrics.get("warnings", []):
             log.warning("WARNING: %s", warning)
+        for reason in metrics.get("reasons", []):
+            log.warning("NOT CONVERGED: %s", reason)
+        for note in metrics.get("notes", []):
+            log.info("note: %s", note)
         if self.experiment.pruning_samples is not None and self.stores is not None:
             results.write_pruning(self.experiment, self.loops[0], self.directory)
         if self.directory.writer:
