@@ -69,6 +69,13 @@ def test_summaries_are_the_extremes_and_95th_percentile_of_arvizs_values(draws):
         "ess_bulk_min": bulk.min(),
         "ess_tail_min": tail.min(),
         "weight_ess_bulk_min": arviz_per_point(az.ess, weights, method="bulk").min(),
+        # the median of 20 is the mean of order statistics 10 and 11 (1-based); the 5th
+        # percentile is 5% of the way from the smallest to the second smallest
+        "rhat_median": (np.sort(rhat)[9] + np.sort(rhat)[10]) / 2,
+        "ess_bulk_median": (np.sort(bulk)[9] + np.sort(bulk)[10]) / 2,
+        "ess_tail_median": (np.sort(tail)[9] + np.sort(tail)[10]) / 2,
+        "ess_bulk_p5": np.sort(bulk)[0] + 0.95 * (np.sort(bulk)[1] - np.sort(bulk)[0]),
+        "ess_tail_p5": np.sort(tail)[0] + 0.95 * (np.sort(tail)[1] - np.sort(tail)[0]),
     }
     assert metrics == pytest.approx(expected, rel=1e-10)
 
@@ -88,12 +95,15 @@ def test_constant_points_are_counted_and_left_out(draws):
     assert metrics["ess_tail_min"] == pytest.approx(tail.min())
 
 
-def test_one_chain_has_ess_and_no_rhat(draws):
+def test_one_chain_has_ess_and_the_rhat_of_its_halves(draws):
     az = diagnostics._arviz()
     one = draws[:1]
     metrics, table = diagnostics.summarise(one, one[..., :3])
-    # R-hat cannot be measured on one chain: null, not left out (the run warns of it)
-    assert "rhat" not in table and metrics["rhat_max"] is None and metrics["rhat_p95"] is None
+    halves = one[0].reshape(2, 250, -1)  # the first 250 draws against the last 250
+    np.testing.assert_allclose(table["rhat"], arviz_per_point(az.rhat, halves), rtol=1e-10)
+    assert metrics["rhat_max"] == pytest.approx(table["rhat"].max())
+    short, _ = diagnostics.summarise(one[:, :7], one[:, :7, :3])  # halves of 3: no R-hat
+    assert short["rhat_max"] is None
     assert metrics["ess_tail_min"] == pytest.approx(
         arviz_per_point(az.ess, one, method="tail").min()
     )
