@@ -134,6 +134,17 @@ class Posterior:
                 raise RunError(f"{metrics_path} is not readable JSON ({e}); re-run") from None
 
     @property
+    def verdict(self) -> dict[str, Any]:
+        """The run's convergence verdict, as ``metrics.json`` holds it (:mod:`bdl.diagnostics`):
+        ``converged`` (True, False, or None for a run without one: an optimiser's, a
+        variational fit's, or one that did not complete), its ``reasons`` and ``notes``."""
+        return {
+            "converged": self.metrics.get("converged"),
+            "reasons": self.metrics.get("reasons", []),
+            "notes": self.metrics.get("notes", []),
+        }
+
+    @property
     def num_chains(self) -> int:
         return len(self._stores)
 
