@@ -64,6 +64,10 @@ FILE = "diagnostics.csv"
 SUMMARY_FILE = "summary.csv"
 #: Probability mass of the summary's highest-density interval (arviz's default).
 HDI_PROB = 0.94
+#: The summary table's diagnostic columns.
+RATINGS = ("ess_bulk", "ess_tail", "rhat")
+#: Draws per chain under which arviz's ESS sits at its ceiling (:func:`cap`): no measurement.
+MEASURABLE_DRAWS = 10
 #: Coordinates of the parameter vector followed for weight-space R-hat and ESS.
 WEIGHT_PROBES = 16
 
@@ -200,10 +204,6 @@ def summary_rows(draws: dict[str, np.ndarray], measured: dict[str, dict]) -> lis
     return rows
 
 
-#: The summary table's diagnostic columns.
-RATINGS = ("ess_bulk", "ess_tail", "rhat")
-
-
 def _measured(values: np.ndarray, chains: int, draws: int) -> np.ndarray:
     """``values`` with the effective sample sizes at arviz's :func:`cap` set to NaN: there no
     autocorrelation was measured, and the number is the estimator's ceiling, not an ESS."""
@@ -270,10 +270,10 @@ def verdict(
             name_key = f"ess_{method}_min" if found is metrics else f"ess_{method}"
             value = found.get(name_key)
             if value is None:
-                if found is metrics:
+                if found is metrics and draws < MEASURABLE_DRAWS:
                     reasons.append(
                         f"{method} ESS of {name} not measurable with {draws} draws per chain "
-                        "(arviz measures no autocorrelation under 10)"
+                        f"(arviz measures no autocorrelation under {MEASURABLE_DRAWS})"
                     )
                 continue
             if value < needed:

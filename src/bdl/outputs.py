@@ -381,6 +381,8 @@ def summary_table(metrics: dict[str, Any]) -> str:
             shown += f"   trivial predictor {trivial[key]:.4g}"
         lines.append(f"  {key:<16}{shown}")
     if "converged" in metrics:
-        verdict = "yes" if metrics["converged"] else f"NO ({len(metrics['reasons'])} reasons below)"
+        count = len(metrics["reasons"])
+        plural = "s" if count != 1 else ""
+        verdict = "yes" if metrics["converged"] else f"NO ({count} reason{plural} below)"
         lines.append(f"  {'converged':<16}{verdict}")
     return "\n".join(lines)
