@@ -139,3 +139,38 @@ def test_summary_rows_are_arvizs_summary(draws):
     # the columns are told apart: a swapped bulk and tail, or an R-hat of 1, would be caught
     assert rows["volatile"]["ess_tail"] < rows["volatile"]["ess_bulk"] / 4
     assert rows["shifted"]["rhat"] > 1.01
+
+
+@pytest.mark.parametrize(
+    ("chains", "draws", "potential", "flagged"),
+    [
+        (4, 500, {"rhat": 1.009, "ess_bulk": 401.0, "ess_tail": 401.0}, []),
+        (4, 500, {"rhat": 1.011, "ess_bulk": 401.0, "ess_tail": 401.0}, ["R-hat"]),
+        (4, 500, {"rhat": 1.0, "ess_bulk": 399.0, "ess_tail": 401.0}, ["bulk ESS"]),
+        # 10% of 4 x 5000 draws, 2000, is the bar above 100 per chain
+        (4, 5000, {"rhat": 1.0, "ess_bulk": 2001.0, "ess_tail": 1999.0}, ["tail ESS"]),
+        # one chain: 100 draws of its own
+        (1, 300, {"rhat": 1.0, "ess_bulk": 99.0, "ess_tail": 101.0}, ["bulk ESS"]),
+    ],
+)
+def test_verdict_thresholds_on_the_potential(chains, draws, potential, flagged):
+    """The scalar tier, 1.01, and the ESS bar, max(100 per chain, 10% of the draws), at values
+    just either side; the test predictive here passes (R-hat 1.05 < 1.1, ESS at the bar)."""
+    bar = max(100 * chains, 0.1 * chains * draws)
+    predictive = {"rhat_max": 1.05, "ess_bulk_min": bar, "ess_tail_min": bar}
+    reasons, notes = diagnostics.verdict(predictive, {"potential": potential}, chains, draws, "")
+    assert [r.split(" of potential")[0] for r in reasons] == flagged
+    assert len(notes) == (chains == 1)
+
+
+def test_verdict_names_divergences_and_too_few_draws():
+    metrics = {"divergences": 3, "divergence_fraction": 0.015, "divergent_epochs": [[7], [7, 9]]}
+    reasons, _ = diagnostics.verdict(metrics, {}, chains=2, draws=2, more_draws="epochs=300")
+    assert reasons == [
+        "3 divergent transitions after burn-in (1.5% of them; energy error above "
+        "sampler.divergence_threshold), in epochs 7, 9: the step is too large for part of the "
+        "posterior, which the chains under-sample; lower sampler.lr or raise "
+        "sampler.target_accept",
+        "2 draws per chain, too few for R-hat or ESS (at least 4; 100 for an ESS of 100 per "
+        "chain): epochs=300",
+    ]
