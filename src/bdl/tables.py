@@ -78,7 +78,8 @@ def varying_keys(df: pd.DataFrame, exclude: Iterable[str] = DEFAULT_EXCLUDE) -> 
     patterns = list(exclude)
     if choice_columns(df):
         patterns += _IMPL_KEYS
-    skip = set(metric_columns(df)) | {"run_dir"}
+    # a run's warnings and reasons describe it; they are not settings to group by
+    skip = set(metric_columns(df)) | {"run_dir", WARNINGS, UNCONVERGED}
     return [
         c
         for c in df.columns
