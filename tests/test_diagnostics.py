@@ -69,6 +69,13 @@ def test_summaries_are_the_extremes_and_95th_percentile_of_arvizs_values(draws):
         "ess_bulk_min": bulk.min(),
         "ess_tail_min": tail.min(),
         "weight_ess_bulk_min": arviz_per_point(az.ess, weights, method="bulk").min(),
+        # the median of 20 is the mean of order statistics 10 and 11 (1-based); the 5th
+        # percentile is 5% of the way from the smallest to the second smallest
+        "rhat_median": (np.sort(rhat)[9] + np.sort(rhat)[10]) / 2,
+        "ess_bulk_median": (np.sort(bulk)[9] + np.sort(bulk)[10]) / 2,
+        "ess_tail_median": (np.sort(tail)[9] + np.sort(tail)[10]) / 2,
+        "ess_bulk_p5": np.sort(bulk)[0] + 0.95 * (np.sort(bulk)[1] - np.sort(bulk)[0]),
+        "ess_tail_p5": np.sort(tail)[0] + 0.95 * (np.sort(tail)[1] - np.sort(tail)[0]),
     }
     assert metrics == pytest.approx(expected, rel=1e-10)
 
@@ -88,12 +95,15 @@ def test_constant_points_are_counted_and_left_out(draws):
     assert metrics["ess_tail_min"] == pytest.approx(tail.min())
 
 
-def test_one_chain_has_ess_and_no_rhat(draws):
+def test_one_chain_has_ess_and_the_rhat_of_its_halves(draws):
     az = diagnostics._arviz()
     one = draws[:1]
     metrics, table = diagnostics.summarise(one, one[..., :3])
-    # R-hat cannot be measured on one chain: null, not left out (the run warns of it)
-    assert "rhat" not in table and metrics["rhat_max"] is None and metrics["rhat_p95"] is None
+    halves = one[0].reshape(2, 250, -1)  # the first 250 draws against the last 250
+    np.testing.assert_allclose(table["rhat"], arviz_per_point(az.rhat, halves), rtol=1e-10)
+    assert metrics["rhat_max"] == pytest.approx(table["rhat"].max())
+    short, _ = diagnostics.summarise(one[:, :7], one[:, :7, :3])  # halves of 3: no R-hat
+    assert short["rhat_max"] is None
     assert metrics["ess_tail_min"] == pytest.approx(
         arviz_per_point(az.ess, one, method="tail").min()
     )
@@ -103,3 +113,64 @@ def test_one_chain_has_ess_and_no_rhat(draws):
 def test_cap_is_arvizs_ess_of_chains_too_short_to_measure_autocorrelation(chains, length):
     draws = np.random.default_rng(chains).standard_normal((chains, length, 2))
     np.testing.assert_allclose(diagnostics.ess(draws, "bulk"), diagnostics.cap(chains, length))
+
+
+def test_summary_rows_are_arvizs_summary(draws):
+    """The run's ``summary.csv`` rows: mean, sd, 94% HDI, ESS and R-hat as ``az.summary``
+    computes them (unrounded) for two quantities of the draws, one with a slow tail."""
+    az = diagnostics._arviz()
+    named = {"volatile": draws[..., 0], "shifted": draws[..., 19]}
+    measured = diagnostics.scalar_diagnostics(named)
+    rows = {row["quantity"]: row for row in diagnostics.summary_rows(named, measured)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = az.summary(az.convert_to_dataset(named), round_to="none")
+    for name in named:
+        row, theirs = rows[name], expected.loc[name]
+        for mine, key in [
+            ("mean", "mean"),
+            ("sd", "sd"),
+            ("hdi_3%", "hdi_3%"),
+            ("hdi_97%", "hdi_97%"),
+        ]:
+            assert row[mine] == pytest.approx(theirs[key], rel=1e-10)
+        for mine, key in [("ess_bulk", "ess_bulk"), ("ess_tail", "ess_tail"), ("rhat", "r_hat")]:
+            assert row[mine] == pytest.approx(theirs[key], rel=1e-10)
+    # the columns are told apart: a swapped bulk and tail, or an R-hat of 1, would be caught
+    assert rows["volatile"]["ess_tail"] < rows["volatile"]["ess_bulk"] / 4
+    assert rows["shifted"]["rhat"] > 1.01
+
+
+@pytest.mark.parametrize(
+    ("chains", "draws", "potential", "flagged"),
+    [
+        (4, 500, {"rhat": 1.009, "ess_bulk": 401.0, "ess_tail": 401.0}, []),
+        (4, 500, {"rhat": 1.011, "ess_bulk": 401.0, "ess_tail": 401.0}, ["R-hat"]),
+        (4, 500, {"rhat": 1.0, "ess_bulk": 399.0, "ess_tail": 401.0}, ["bulk ESS"]),
+        # 10% of 4 x 5000 draws, 2000, is the bar above 100 per chain
+        (4, 5000, {"rhat": 1.0, "ess_bulk": 2001.0, "ess_tail": 1999.0}, ["tail ESS"]),
+        # one chain: 100 draws of its own
+        (1, 300, {"rhat": 1.0, "ess_bulk": 99.0, "ess_tail": 101.0}, ["bulk ESS"]),
+    ],
+)
+def test_verdict_thresholds_on_the_potential(chains, draws, potential, flagged):
+    """The scalar tier, 1.01, and the ESS bar, max(100 per chain, 10% of the draws), at values
+    just either side; the test predictive here passes (R-hat 1.05 < 1.1, ESS at the bar)."""
+    bar = max(100 * chains, 0.1 * chains * draws)
+    predictive = {"rhat_max": 1.05, "ess_bulk_min": bar, "ess_tail_min": bar}
+    reasons, notes = diagnostics.verdict(predictive, {"potential": potential}, chains, draws, "")
+    assert [r.split(" of potential")[0] for r in reasons] == flagged
+    assert len(notes) == (chains == 1)
+
+
+def test_verdict_names_divergences_and_too_few_draws():
+    metrics = {"divergences": 3, "divergence_fraction": 0.015, "divergent_epochs": [[7], [7, 9]]}
+    reasons, _ = diagnostics.verdict(metrics, {}, chains=2, draws=2, more_draws="epochs=300")
+    assert reasons == [
+        "3 divergent transitions after burn-in (1.5% of them; energy error above "
+        "sampler.divergence_threshold), in epochs 7, 9: the step is too large for part of the "
+        "posterior, which the chains under-sample; lower sampler.lr or raise "
+        "sampler.target_accept",
+        "2 draws per chain, too few for R-hat or ESS (at least 4; 100 for an ESS of 100 per "
+        "chain): epochs=300",
+    ]

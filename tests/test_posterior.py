@@ -105,8 +105,11 @@ def test_bdl_eval_reproduces_the_regression_runs_metrics(uci_run: Path):
     written = json.loads((uci_run / "eval" / "tiny-test" / "metrics.json").read_text())
     metrics = json.loads((uci_run / "metrics.json").read_text())
     assert metrics["num_samples"] == 3
-    for key in ("test_rmse", "test_ll", "num_samples"):
+    for key in ("test_rmse", "test_ll", "num_samples", "converged", "reasons", "notes"):
         assert written[key] == metrics[key]
+    # three draws: too few for any diagnostic, the one reason, which load_run exposes too
+    assert metrics["converged"] is False and metrics["reasons"][0].startswith("3 draws per chain")
+    assert load_run(uci_run).verdict == {k: metrics[k] for k in ("converged", "reasons", "notes")}
 
 
 def test_bdl_eval_reproduces_the_classification_runs_metrics(cifar_run: Path):
@@ -302,7 +305,9 @@ def test_inferencedata_of_a_classification_run_with_loo_and_waic(tmp_path: Path,
     _check_arviz_groups(idata, pointwise, y, run_dir, "linear.bias")
     labels = idata.posterior_predictive["y"].values
     assert labels.dtype.kind == "i" and labels.min() >= 0 and labels.max() < 10
-    assert set(idata.sample_stats) == {"epoch", "potential", "step_size", "diverging"}
+    expected = {"epoch", "potential", "step_size", "diverging", "n_divergent"}
+    assert set(idata.sample_stats) == expected
+    assert not idata.sample_stats["n_divergent"].values.any()  # no Metropolis test, none
 
 
 def test_report_compare_ranks_a_sweeps_runs_by_psis_loo(tmp_path: Path, uci_root: Path, capsys):

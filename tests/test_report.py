@@ -179,7 +179,7 @@ def test_runs_with_warnings_are_counted_and_named_and_unsound_ones_left_out(swee
     jobs = sweep / "2024-01-01" / "12-00-00"
     warned = jobs / "0" / "metrics.json"
     metrics = json.loads(warned.read_text())
-    warning = "R-hat needs chains>=2: one chain cannot show that it has converged (chains=4)"
+    warning = "the predictive density is worse than ignoring the inputs: test_ll -3 (-2.8)"
     warned.write_text(json.dumps({**metrics, "warnings": [warning], "trivial": {"x": 1}}))
     _unfinish(jobs / "1", "unsound")
     df = load_runs([sweep])
@@ -200,3 +200,31 @@ def test_the_help_names_what_each_option_takes_and_writes():
     usage = " ".join(_parser().format_help().split())
     assert "--out DIR" in usage and "PATH [PATH ...]" in usage
     assert "R-hat histograms (PNG and PDF) in PATH/plots/" in usage
+
+
+def test_unconverged_runs_are_counted_and_named_per_row_and_notes_never_count(sweep, capsys):
+    """A run whose chains have not converged is averaged in, counted in its row's
+    ``n_unconverged`` and named with its reasons; a converged run's notes (one chain) count as
+    nothing, neither a warning nor an unconverged run."""
+    jobs = sweep / "2024-01-01" / "12-00-00"
+    note = "one chain: R-hat compares its two halves"
+    reason = "R-hat of potential 1.046 > 1.01 (Vehtari et al. 2021)"
+    for job, converged in (("0", False), ("2", True)):
+        path = jobs / job / "metrics.json"
+        metrics = json.loads(path.read_text())
+        verdict = {
+            "converged": converged,
+            "reasons": [] if converged else [reason],
+            "notes": [note],
+        }
+        path.write_text(json.dumps({**metrics, **verdict, "warnings": []}))
+    df = load_runs([sweep])
+    summary = summarize(df, by=["sampler"], metrics=["test_accuracy"]).set_index("sampler")
+    assert summary["n_unconverged"].to_dict() == {"sghmc": 1, "sgld": 0}
+    assert "n_warned" not in summary.columns  # the notes are no warnings
+    assert main([str(sweep)]) == 0
+    out = capsys.readouterr().out
+    header = out.splitlines()[0]
+    assert "n_unconverged" in header and "| unconverged" not in header  # counted, not a key
+    named = out.split("without converging (n_unconverged; 1 runs):")[1]
+    assert named.strip().splitlines()[0] == f"- {jobs / '0'}: {reason}"

@@ -100,6 +100,14 @@ VARIANTS = {
     "sghmc online noise": ["sampler=sghmc", "sampler.grad_var=online", "likelihood.gibbs=true"],
     "hmc adapting": ["sampler=hmc", "sampler.num_steps=3", "prior=gamma_hierarchical"],
     "naive sghmc mh": ["sampler=naive_sghmc", "sampler.mh=true", "sampler.resample_every=4"],
+    # a step and threshold at which 3 of the 4 transitions after burn-in count as divergent:
+    # their tallies resume too
+    "hmc divergent": [
+        "sampler=hmc",
+        "sampler.num_steps=3",
+        "sampler.lr=0.003",
+        "sampler.divergence_threshold=0.01",
+    ],
 }
 
 
@@ -132,8 +140,13 @@ def tiny_config(root: Path, directory: Path, overrides: list[str], *more: str):
 SAMPLERS = sampler_cases(ON_TINY_DATA, VARIANTS)
 
 
-#: HMC's trajectory compiled as one program (compile=true, the training set in one chunk)
-COMPILED_TRAJECTORY = ["sampler=hmc", "sampler.num_steps=3", "batch_size=100000", "compile=true"]
+#: HMC's trajectory compiled as one program (compile=true, the training set in one chunk), with
+#: some of its transitions divergent
+COMPILED_TRAJECTORY = [
+    *VARIANTS["hmc divergent"],
+    "batch_size=100000",
+    "compile=true",
+]
 
 
 @pytest.mark.parametrize("name", [*SAMPLERS, "hmc compiled trajectory"])
@@ -163,6 +176,8 @@ def test_a_run_killed_mid_epoch_resumes_bitwise(uci_root, tmp_path, monkeypatch,
         tiny_config(uci_root, tmp_path / "start", overrides, "resume=true"), tmp_path / "killed"
     )
     assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
+    if "sampler.divergence_threshold=0.01" in overrides:  # there were divergences to carry
+        assert outputs(tmp_path / "whole")[0]["divergences"] > 0
 
 
 def test_a_sample_written_after_the_checkpoint_is_neither_lost_nor_duplicated(

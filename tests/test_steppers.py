@@ -257,8 +257,10 @@ def test_rhat_flags_chains_that_never_left_their_starts(uci_root, tmp_path, capl
     cfg = config(uci_root, "chains=3", "epochs=8", "sampler=sgld", "sampler.lr=1e-10")
     with caplog.at_level(logging.WARNING, logger="bdl"):
         metrics = runner.run(cfg, tmp_path)
-    assert metrics["rhat_max"] > 2
-    assert any("not converged" in r.message and "1.1" in r.message for r in caplog.records)
+    assert metrics["rhat_max"] > 2 and metrics["converged"] is False
+    flagged = f"R-hat of the test predictive up to {metrics['rhat_max']:.3f} > 1.1"
+    assert any(reason.startswith(flagged) for reason in metrics["reasons"])
+    assert any(r.message == f"NOT CONVERGED: {metrics['reasons'][0]}" for r in caplog.records)
 
 
 def test_rhat_and_ess_of_known_draws():
@@ -272,11 +274,12 @@ def test_rhat_and_ess_of_known_draws():
     metrics, _ = diagnostics.summarise(mixed, mixed[..., :3])
     assert metrics["rhat_max"] < 1.01
     assert 1400 < metrics["ess_bulk_min"] < 2330
-    assert diagnostics.warning(metrics) is None
+    assert diagnostics.verdict(metrics, {}, chains=4, draws=500, more_draws="") == ([], [])
     stuck = mixed + np.array([-3, 3, -3, 3])[:, None, None]
     metrics, table = diagnostics.summarise(stuck, stuck[..., :3])
     assert table["rhat"].min() > 1.5 and metrics["weight_rhat_max"] > 1.5
-    assert "Gelman" in diagnostics.warning(metrics)
+    reasons, _ = diagnostics.verdict(metrics, {}, chains=4, draws=500, more_draws="")
+    assert reasons[0].startswith(f"R-hat of the test predictive up to {metrics['rhat_max']:.3f}")
 
 
 def chain_outputs(directory):
@@ -386,12 +389,19 @@ def test_a_chain_that_diverges_is_named(uci_root, tmp_path):
     assert json.loads((tmp_path / "metrics.json").read_text())["status"] == "diverged"
 
 
-def test_one_chain_gets_the_ess_and_no_rhat(uci_root, tmp_path):
-    """R-hat needs two chains (arviz): one chain's run reports the ESS alone, and no point is
-    called constant that is not."""
+def test_one_chain_of_six_draws_is_judged_too_short_and_noted_as_one_chain(uci_root, tmp_path):
+    """One chain's R-hat is that of its halves, which need 4 draws each: six draws have none,
+    and no ESS (arviz's ceiling); the verdict says the run is too short, by how much, and notes
+    (not warns) that it has one chain. No point is called constant that is not."""
     metrics = runner.run(config(uci_root, "epochs=8", "sampler=sgld"), tmp_path)
     assert metrics["rhat_max"] is None and metrics["points_constant"] == 0
-    assert any("R-hat needs chains>=2" in warning for warning in metrics["warnings"])
+    assert metrics["converged"] is False
+    assert not any("chain" in warning for warning in metrics["warnings"])
+    assert metrics["reasons"][0].startswith("6 draws per chain: an ESS of 100 per chain")
+    assert "epochs=102 (at thin=1) keep 100" in metrics["reasons"][0]
+    assert [n.split(":")[0] for n in metrics["notes"]] == ["one chain"]
     # six draws: arviz's estimator sits at its ceiling, which is no measurement (diagnostics.cap)
     assert metrics["ess_bulk_min"] is None and metrics["ess_tail_min"] is None
-    assert list(rows(tmp_path / diagnostics.FILE)[0]) == ["point", "ess_bulk", "ess_tail"]
+    table = rows(tmp_path / diagnostics.FILE)
+    assert list(table[0]) == ["point", "rhat", "ess_bulk", "ess_tail"]
+    assert {row["rhat"] for row in table} == {"nan"}

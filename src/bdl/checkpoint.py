@@ -33,8 +33,8 @@ from bdl.samplers.base import SamplerState
 from bdl.store import StoreError, atomic_write
 
 FILE = "checkpoint.safetensors"
-# 2: the state of each chain under chain_<k>/ (bdl-run chains=K)
-FORMAT_VERSION = 2
+# 2: the state of each chain under chain_<k>/ (bdl-run chains=K); 3: divergent transitions
+FORMAT_VERSION = 3
 _HEADER = "bdl_checkpoint"
 _BASE_FIELDS = {f.name for f in dataclasses.fields(SamplerState)}
 #: What of a Loop the JSON header holds; its tensors are named by :func:`_chain_state`.
@@ -42,6 +42,7 @@ _POSITION = (
     "epoch",
     "step",
     "tests",
+    "sampling_tests",
     "curve",
     "accept_rates",
     "initial_potential",
@@ -225,6 +226,7 @@ def _chain_state(loop: Loop, experiment: Experiment) -> tuple[dict[str, Tensor],
     if loop.potentials:
         tensors["loop/potentials"] = torch.stack(loop.potentials)
     tensors["loop/accepted"] = loop.accepted
+    tensors["loop/divergent"] = loop.divergent
     for name in _PER_SAMPLE:
         if getattr(loop, name):
             tensors[f"loop/{name}"] = torch.stack(getattr(loop, name))
@@ -254,6 +256,7 @@ def _restore_chain(
     if "loop/potentials" in tensors:
         loop.potentials = list(tensors["loop/potentials"].to(device).unbind())
     loop.accepted = tensors["loop/accepted"].to(device)
+    loop.divergent = tensors["loop/divergent"].to(device)
     for name in _PER_SAMPLE:
         if f"loop/{name}" in tensors:
             setattr(loop, name, list(tensors[f"loop/{name}"].unbind()))

@@ -215,6 +215,7 @@ def evaluate(run_dir: Path, options: dict[str, str]) -> tuple[dict[str, Any], Pa
     average = posterior.average(x, y, device=device)
     metrics: dict[str, Any] = {**average.metrics(y.cpu()), "num_samples": average.count}
     metrics["evaluated_on"] = label
+    metrics |= posterior.verdict  # the chains' verdict, whatever set they are evaluated on
     out = Path(options["out"]) if "out" in options else run_dir / "eval" / label
     out.mkdir(parents=True, exist_ok=True)
     targets = y if task == "classification" else average.y

@@ -45,6 +45,9 @@ class Loop:
     # Metropolis acceptances in the epoch so far: a tensor, so that no step waits for the device
     accepted: Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.float64))
     tests: int = 0  # Metropolis tests in the epoch so far
+    # divergent transitions in the epoch so far (bdl.samplers.metropolis), a tensor like accepted
+    divergent: Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.float64))
+    sampling_tests: int = 0  # Metropolis tests after burn-in: the divergences' denominator
     curve: list[dict[str, Any]] = field(default_factory=list)
     accept_rates: list[float] = field(default_factory=list)  # per sampling epoch
     initial_potential: float | None = None  # U at the first step: the divergence yardstick

@@ -357,10 +357,12 @@ SUMMARY_KEYS = (
     "total_variation",
     "num_samples",
     "accept_rate",
+    "divergences",
     "step_scale",
     "ess_bulk_min",
     "ess_tail_min",
     "rhat_max",
+    "potential_rhat",
     "wall_time_s",
 )
 
@@ -378,4 +380,9 @@ def summary_table(metrics: dict[str, Any]) -> str:
         if key in trivial:
             shown += f"   trivial predictor {trivial[key]:.4g}"
         lines.append(f"  {key:<16}{shown}")
+    if "converged" in metrics:
+        count = len(metrics["reasons"])
+        plural = "s" if count != 1 else ""
+        verdict = "yes" if metrics["converged"] else f"NO ({count} reason{plural} below)"
+        lines.append(f"  {'converged':<16}{verdict}")
     return "\n".join(lines)

@@ -134,6 +134,17 @@ class Posterior:
                 raise RunError(f"{metrics_path} is not readable JSON ({e}); re-run") from None
 
     @property
+    def verdict(self) -> dict[str, Any]:
+        """The run's convergence verdict, as ``metrics.json`` holds it (:mod:`bdl.diagnostics`):
+        ``converged`` (True, False, or None for a run without one: an optimiser's, a
+        variational fit's, or one that did not complete), its ``reasons`` and ``notes``."""
+        return {
+            "converged": self.metrics.get("converged"),
+            "reasons": self.metrics.get("reasons", []),
+            "notes": self.metrics.get("notes", []),
+        }
+
+    @property
     def num_chains(self) -> int:
         return len(self._stores)
 
@@ -291,8 +302,10 @@ class Posterior:
           and ``bias`` ``(<layer>.out,)``, any other tensor ``<name>.row``, ``<name>.column``;
         - ``sample_stats``: ``epoch`` of each draw and, from ``curve.csv`` for the epoch that
           ended with it, ``potential`` (the mean of U over its steps), ``step_size`` (``sampler.lr``
-          times the schedule), ``acceptance_rate`` (kernels with a Metropolis test) and
-          ``diverging`` (whether the run diverged at or before it: never, for a kept sample);
+          times the schedule), ``acceptance_rate`` (kernels with a Metropolis test),
+          ``diverging`` (whether a divergent transition, :mod:`bdl.samplers.metropolis`, happened
+          since the draw before, or after burn-in for the first draw: with ``thin`` above 1 a
+          draw stands for several transitions) and ``n_divergent`` (how many);
         - with ``log_likelihood``: ``log_likelihood`` (``y``, ``log p(y_i | x_i, θ)`` of each test
           point, in the targets' original units), ``posterior_predictive`` (``y``, one draw of
           the likelihood per sample, seeded ``seed``) and ``observed_data`` (``y``, the test
@@ -398,9 +411,24 @@ class Posterior:
             stats["step_size"] = lr * scale
         if accept is not None:
             stats["acceptance_rate"] = accept
-        diverged = self.metrics.get("diverged_epoch")
-        stats["diverging"] = epochs >= diverged if isinstance(diverged, int) else epochs < 0
+        counts = self._divergences(epochs, rows)
+        stats["n_divergent"] = counts
+        stats["diverging"] = counts > 0
         return stats
+
+    def _divergences(self, epochs: np.ndarray, rows: dict[tuple[int, int], dict]) -> np.ndarray:
+        """The divergent transitions of each draw's epochs (``(chain, draw)``): those after the
+        draw before (after burn-in, for the first) up to its own, from ``curve.csv``'s
+        ``rows``."""
+        burn_in = self.config.get("burn_in", 0)
+        counts = np.zeros(epochs.shape, dtype=np.int64)
+        for k, chain in enumerate(epochs):
+            first = burn_in + 1  # the curve numbers epochs from 1, the manifest from 0
+            for d, epoch in enumerate(chain):
+                for e in range(first, int(epoch) + 2):
+                    counts[k, d] += int(rows.get((k, e), {}).get("divergences") or 0)
+                first = int(epoch) + 2
+        return counts
 
 
 def _dims(name: str, ndim: int) -> list[str]:

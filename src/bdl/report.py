@@ -22,6 +22,7 @@ from bdl.sweeps import (
     is_run_file,
     natural_key,
     read_runs,
+    unconverged_lines,
     unfinished_lines,
     warned_lines,
 )
@@ -62,6 +63,8 @@ def _print_paper(name: str, df: pd.DataFrame, out: Path, unfinished: list[str]) 
         return 2
     hours = pd.to_numeric(df.get("wall_time_s"), errors="coerce").sum() / 3600
     table.notes.append(f"{len(df)} runs, {hours:.2f} h of run time in all (their wall_time_s).")
+    if unconverged_note(df):
+        table.notes.append(unconverged_note(df))
     warned = warned_lines(df)
     if warned:
         table.notes.append(f"Averaged in with warnings ({len(warned)} runs):\n" + "\n".join(warned))
@@ -75,6 +78,17 @@ def _print_paper(name: str, df: pd.DataFrame, out: Path, unfinished: list[str]) 
         return 1
     _err(f"wrote {', '.join(f.name for f in files)} into {out}")
     return 0
+
+
+def unconverged_note(df: pd.DataFrame) -> str:
+    """The runs averaged in whose chains have not converged, each with its reasons (their
+    ``metrics.json``'s ``converged: false``); blank if none."""
+    lines = unconverged_lines(df)
+    if not lines:
+        return ""
+    return f"Averaged in without converging (n_unconverged; {len(lines)} runs):\n" + "\n".join(
+        lines
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -229,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = summarize(df, by=args.by, metrics=args.metrics)
     markdown = to_markdown(summary, args.error)
+    if unconverged_note(df):
+        markdown += f"\n\n{unconverged_note(df)}"
     warned = warned_lines(df)
     if warned:
         markdown += (

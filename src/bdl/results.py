@@ -1,9 +1,10 @@
 """The end of a run: its metrics, the verdict on them, and the tables and figures beside.
 
-:func:`write_metrics` writes ``metrics.json`` (with ``predictive.safetensors``, ``chains.csv``
-and ``diagnostics.csv``) for a run that completed, diverged or failed: the pooled model average's
-test and validation metrics, agreement and total variation against a reference, the work done,
-R-hat and ESS over the chains, and for a completed run its verdict (:func:`judge`).
+:func:`write_metrics` writes ``metrics.json`` (with ``predictive.safetensors``, ``chains.csv``,
+``diagnostics.csv`` and ``summary.csv``) for a run that completed, diverged or failed: the pooled
+model average's test and validation metrics, agreement and total variation against a reference,
+the work done, divergent transitions, R-hat and ESS over the chains, and for a completed run its
+verdicts (:func:`judge`, and :func:`judge_convergence` for a sampler's chains).
 :func:`write_pruning` adds the pruning curve of ``pruning=true``.
 """
 
@@ -23,9 +24,6 @@ from bdl.network import named_parameters
 from bdl.outputs import RunDirectory
 
 log = logging.getLogger("bdl")
-
-#: Draws per chain below which no R-hat is computed: split R-hat needs two halves of two.
-MIN_DIAGNOSTIC_DRAWS = 4
 
 
 def write_metrics(
@@ -68,9 +66,13 @@ def write_metrics(
     if len(loops) > 1:
         metrics["chains"] = len(loops)
         _write_chain_table(exp, loops, directory)
-    metrics.update(_diagnostics(loops, directory))
+    metrics.update(divergences(exp, loops))
+    found, table = _diagnostics(loops, directory)
+    metrics.update(found)
     if status == "completed" and average.count:
         judge(metrics, exp, len(loops))
+        if exp.sampler.declaration.injects_noise:
+            judge_convergence(metrics, exp, loops, table, directory)
     directory.write_metrics(metrics)
     return metrics
 
@@ -88,18 +90,105 @@ def judge(metrics: dict[str, Any], experiment: Experiment, chains: int) -> None:
             "predictor's in brackets). Try another sampler, a smaller sampler.lr or more "
             "epochs"
         )
-    warnings = [diagnostics.warning(metrics)]
+    warnings = []
     for density in task.worse_than(metrics, trivial, (task.calibration,)):
         warnings.append(
             f"the predictive density is worse than ignoring the inputs: {density} (the "
             "trivial predictor's in brackets); its point predictions beat it, its spread "
             "does not (an overconfident fit)"
         )
-    if chains == 1 and experiment.sampler.declaration.injects_noise:
-        warnings.append(
-            "R-hat needs chains>=2: one chain cannot show that it has converged (chains=4)"
+    metrics["warnings"] = warnings
+
+
+def judge_convergence(
+    metrics: dict[str, Any],
+    experiment: Experiment,
+    loops: list[Loop],
+    table: dict[str, np.ndarray],
+    directory: RunDirectory,
+) -> None:
+    """Set ``metrics``' ``converged`` (true or false), the ``reasons`` it is false and the
+    ``notes`` that inform without judging (:func:`bdl.diagnostics.verdict`), from the draws of
+    the test predictive (``table``: its per-point R-hat and ESS), of the potential and of the
+    sampled hyperparameters, whose ``az.summary``-like table it writes (``summary.csv``)."""
+    draws = min(len(loop.log_likelihoods) for loop in loops)
+    scalars = _scalar_draws(experiment, loops, draws)
+    measured = diagnostics.scalar_diagnostics(scalars) if draws >= diagnostics.MIN_DRAWS else {}
+    reasons, notes = diagnostics.verdict(
+        metrics, measured, len(loops), draws, _more_draws(experiment, diagnostics.ESS_PER_CHAIN)
+    )
+    metrics.update({f"potential_{k}": v for k, v in measured.get("potential", {}).items()})
+    metrics.update(converged=not reasons, reasons=reasons, notes=notes)
+    if draws >= diagnostics.MIN_DRAWS:
+        _write_summary(scalars, measured, loops, table, directory)
+
+
+def _scalar_draws(experiment: Experiment, loops: list[Loop], draws: int) -> dict[str, np.ndarray]:
+    """``(chains, draws)`` of the potential (each kept epoch's mean ``U``, the curve's) and of
+    each hyperparameter at the epochs that kept a sample, as far as the curve has them."""
+    names = ["potential", *experiment.potential.hyperparameters()]
+    kept = [[r for r in loop.curve if experiment.collects(r["epoch"] - 1)] for loop in loops]
+    length = min(draws, *map(len, kept))
+    return {
+        name: np.array(
+            [[np.nan if r[name] is None else r[name] for r in rows[:length]] for rows in kept]
         )
-    metrics["warnings"] = [w for w in warnings if w is not None]
+        for name in names
+    }
+
+
+def _more_draws(experiment: Experiment, per_chain: int) -> str:
+    """The ``epochs`` (at this ``thin``) or ``thin`` (at these ``epochs``) that keep
+    ``per_chain`` draws per chain at a constant schedule."""
+    exp = experiment
+    options = [f"epochs={exp.burn_in + per_chain * exp.thin} (at thin={exp.thin})"]
+    thin = (exp.epochs - exp.burn_in) // per_chain
+    if thin >= 1 and thin != exp.thin:
+        options.append(f"thin={thin} (at epochs={exp.epochs})")
+    return f"{' or '.join(options)} keep {per_chain}"
+
+
+def _write_summary(
+    scalars: dict[str, np.ndarray],
+    measured: dict[str, dict],
+    loops: list[Loop],
+    table: dict[str, np.ndarray],
+    directory: RunDirectory,
+) -> None:
+    """``summary.csv``: :func:`bdl.diagnostics.summary_rows` of the scalars and of each test
+    point's log predictive density, ``log_lik[i]``, with the R-hat and ESS of ``table``."""
+    draws = min(len(loop.log_likelihoods) for loop in loops)
+    pointwise = np.stack(
+        [torch.stack(loop.log_likelihoods[:draws]).double().numpy() for loop in loops]
+    )
+    points, found = {}, {}
+    for i in range(pointwise.shape[-1]):
+        points[f"log_lik[{i}]"] = pointwise[..., i]
+        found[f"log_lik[{i}]"] = {
+            k: diagnostics.number(table[k][i]) for k in diagnostics.RATINGS if k in table
+        }
+    rows = diagnostics.summary_rows(scalars, measured) + diagnostics.summary_rows(points, found)
+    fields = list(dict.fromkeys(key for row in rows for key in row))
+    directory.write_table(diagnostics.SUMMARY_FILE, fields, rows)
+
+
+def divergences(experiment: Experiment, loops: list[Loop]) -> dict[str, Any]:
+    """The divergent transitions after burn-in (:mod:`bdl.samplers.metropolis`): their count
+    over all chains, their fraction of the Metropolis tests, and each chain's list of the
+    (1-based) epochs that had any; nothing for a kernel without a Metropolis test."""
+    tests = sum(loop.sampling_tests for loop in loops)
+    if not tests:
+        return {}
+    rows = [
+        [r for r in loop.curve if r["epoch"] > experiment.burn_in and r.get("divergences")]
+        for loop in loops
+    ]
+    count = sum(r["divergences"] for chain in rows for r in chain)
+    return {
+        "divergences": count,
+        "divergence_fraction": count / tests,
+        "divergent_epochs": [[r["epoch"] for r in chain] for chain in rows],
+    }
 
 
 def _write_chain_table(experiment: Experiment, loops: list[Loop], directory: RunDirectory) -> None:
@@ -117,18 +206,21 @@ def _write_chain_table(experiment: Experiment, loops: list[Loop], directory: Run
     directory.write_table(outputs.CHAINS, fields, rows)
 
 
-def _diagnostics(loops: list[Loop], directory: RunDirectory) -> dict[str, float]:
+def _diagnostics(
+    loops: list[Loop], directory: RunDirectory
+) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     """R-hat and ESS over the chains' first draws (as many as the shortest chain has), in
-    function space per test point (``diagnostics.csv``) and on the weight probes."""
+    function space per test point (``diagnostics.csv``, the table returned) and on the weight
+    probes."""
     draws = min(len(loop.log_likelihoods) for loop in loops)
-    if draws < MIN_DIAGNOSTIC_DRAWS:
-        return {}
+    if draws < diagnostics.MIN_DRAWS:
+        return {}, {}
     pointwise = np.stack([torch.stack(loop.log_likelihoods[:draws]).numpy() for loop in loops])
     probes = np.stack([torch.stack(loop.probes[:draws]).numpy() for loop in loops])
     metrics, table = diagnostics.summarise(pointwise, probes)
     rows = [dict(zip(table, values, strict=True)) for values in zip(*table.values(), strict=True)]
     directory.write_table(diagnostics.FILE, list(table), rows)
-    return metrics
+    return metrics, table
 
 
 def write_pruning(experiment: Experiment, loop: Loop, directory: RunDirectory) -> None:

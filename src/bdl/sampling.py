@@ -68,7 +68,8 @@ class Sampling:
                 store.truncate(loop.num_samples)
         self.fields = ["chain"] if len(loops) > 1 else []
         self.fields += ["epoch", "potential", "lr_scale", "num_samples", "test_metric"]
-        self.fields += ["wall_time_s", "accept_rate", *self.experiment.potential.hyperparameters()]
+        self.fields += ["wall_time_s", "accept_rate", "divergences"]
+        self.fields += list(self.experiment.potential.hyperparameters())
         directory.write_curve(self.fields, self._curve())
         self.steppers = steppers(experiments, loops)
         self.stopped: Stepper | None = None  # the stepper a signal stopped
@@ -195,9 +196,11 @@ class Sampling:
         loop.check_stability(exp, mean_potential, self._name(chain))
         if exp.collects(epoch):
             self._collect(chain, epoch)
-        accept_rate = loop.accepted.item() / loop.tests if loop.tests else None
+        accepted, divergent = torch.stack([loop.accepted, loop.divergent]).tolist()  # one sync
+        accept_rate = accepted / loop.tests if loop.tests else None
         if accept_rate is not None and epoch >= exp.burn_in:
             loop.accept_rates.append(accept_rate)
+            loop.sampling_tests += loop.tests
         row = {"chain": chain} if len(self.loops) > 1 else {}
         row |= {
             "epoch": epoch + 1,
@@ -208,11 +211,13 @@ class Sampling:
             "test_metric": self._test_metric(chain),
             "wall_time_s": round(self.elapsed, 3),
             "accept_rate": "" if accept_rate is None else accept_rate,
+            "divergences": round(divergent) if loop.tests else "",
         }
         row.update({k: v.item() for k, v in exp.potential.hyperparameters().items()})
         loop.curve.append(row)
         loop.epoch, loop.step, loop.order = epoch + 1, 0, None
         loop.potentials, loop.accepted, loop.tests = [], torch.zeros_like(loop.accepted), 0
+        loop.divergent = torch.zeros_like(loop.divergent)
         return row
 
     def _test_metric(self, chain: int) -> float | str:
@@ -236,6 +241,7 @@ class Sampling:
             return rows[0]
         average = pool([loop.average for loop in self.loops])
         rates = [row["accept_rate"] for row in rows if row["accept_rate"] != ""]
+        divergences = [row["divergences"] for row in rows if row["divergences"] != ""]
         potentials = [row["potential"] for row in rows if row["potential"] is not None]
         return {
             "epoch": rows[0]["epoch"],
@@ -245,6 +251,7 @@ class Sampling:
             "test_metric": self.experiment.task.headline_value(average) if average.count else "",
             "wall_time_s": rows[-1]["wall_time_s"],
             "accept_rate": sum(rates) / len(rates) if rates else "",
+            "divergences": sum(divergences) if divergences else "",
         }
 
     def _collect(self, chain: int, epoch: int) -> None:
@@ -319,6 +326,10 @@ class Sampling:
             log.error("NOT A RESULT: %s; %s", metrics["error"], self._kept())
         for warning in metrics.get("warnings", []):
             log.warning("WARNING: %s", warning)
+        for reason in metrics.get("reasons", []):
+            log.warning("NOT CONVERGED: %s", reason)
+        for note in metrics.get("notes", []):
+            log.info("note: %s", note)
         if self.experiment.pruning_samples is not None and self.stores is not None:
             results.write_pruning(self.experiment, self.loops[0], self.directory)
         if self.directory.writer:

@@ -127,6 +127,7 @@ class Stepper(ABC):
         self._potentials.append(potentials)
         if "accepted" in info:  # this step made a Metropolis test in every chain
             self._accepted = self._accepted + info["accepted"].double().reshape(-1)
+            self._divergent = self._divergent + info["diverging"].double().reshape(-1)
             self._tests += 1
         self._steps += 1
         if self.loops[0].initial_potential is None:  # once a run: the divergence yardstick
@@ -149,6 +150,7 @@ class Stepper(ABC):
                 loop.potentials.extend(columns[k].unbind())
             if self._tests:
                 loop.accepted = loop.accepted + self._accepted[k]
+                loop.divergent = loop.divergent + self._divergent[k]
                 loop.tests += self._tests
             loop.step += self._steps
         self._reset_tallies()
@@ -156,6 +158,7 @@ class Stepper(ABC):
     def _reset_tallies(self) -> None:
         self._potentials: list[Tensor] = []
         self._accepted: Tensor | float = 0.0
+        self._divergent: Tensor | float = 0.0
         self._tests = self._steps = 0
 
 

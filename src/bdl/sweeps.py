@@ -54,6 +54,10 @@ CURVE_FILE = "curve.csv"
 #: The column of a run's warnings (its ``metrics.json``'s list, joined): a judgement, not a
 #: failure, so the run stays in the table and its row counts it (``n_warned``).
 WARNINGS = "warnings"
+#: The column of the reasons a run's chains have not converged (its ``metrics.json``'s
+#: ``converged: false`` and ``reasons``, joined; blank for a converged run or one without a
+#: verdict): counted per row (``n_unconverged``). Its ``notes`` inform, and are not read.
+UNCONVERGED = "unconverged"
 #: ``metrics.json``'s status of a run that belongs in the table; runs written before statuses
 #: existed have none and were complete, since only a finished run wrote the file.
 COMPLETED = "completed"
@@ -203,8 +207,10 @@ def read_runs(runs: Sequence[Path], skip: Callable[[str], None]) -> pd.DataFrame
             # the trivial predictor's metrics are the run's yardstick, not results to average
             metrics.pop("trivial", None)
             run_warnings = metrics.pop("warnings", [])
+            unconverged = _unconverged(metrics)
             metrics = _flatten(metrics)
             metrics[WARNINGS] = "; ".join(map(str, run_warnings))
+            metrics[UNCONVERGED] = unconverged
             config = config_values(run / CONFIG_FILE)
             chosen = choices(run / HYDRA_FILE)
         except Exception as e:  # one broken run must not hide the others
@@ -263,6 +269,27 @@ def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
         warnings.warn(message, RunSkippedWarning, stacklevel=3)
 
     return read_runs(find_runs(paths), warn)
+
+
+def _unconverged(metrics: dict[str, Any]) -> str:
+    """The reasons a run has not converged, joined (popping the verdict's fields, which are
+    not metrics to average); blank if it has, or has no verdict."""
+    converged = metrics.pop("converged", None)
+    reasons = metrics.pop("reasons", [])
+    metrics.pop("notes", None)
+    metrics.pop("divergent_epochs", None)  # per chain, in the run's own metrics.json
+    if converged is False:
+        return "; ".join(map(str, reasons)) or "not converged"
+    return ""
+
+
+def unconverged_lines(df: pd.DataFrame) -> list[str]:
+    """One Markdown list item per run in the table whose chains have not converged."""
+    if UNCONVERGED not in df.columns:
+        return []
+    flagged = df[df[UNCONVERGED].fillna("") != ""]
+    rows = zip(flagged["run_dir"], flagged[UNCONVERGED], strict=True)
+    return [f"- {run}: {text}" for run, text in rows]
 
 
 def warned_lines(df: pd.DataFrame) -> list[str]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from bdl.sweeps import KNOWN_METRICS, WARNINGS
+from bdl.sweeps import KNOWN_METRICS, UNCONVERGED, WARNINGS
 
 #: Config keys (fnmatch patterns) that differ between runs without being an experimental axis:
 #: the seed is averaged over and paths/devices/logging only say where or how a run happened.
@@ -78,7 +78,8 @@ def varying_keys(df: pd.DataFrame, exclude: Iterable[str] = DEFAULT_EXCLUDE) -> 
     patterns = list(exclude)
     if choice_columns(df):
         patterns += _IMPL_KEYS
-    skip = set(metric_columns(df)) | {"run_dir"}
+    # a run's warnings and reasons describe it; they are not settings to group by
+    skip = set(metric_columns(df)) | {"run_dir", WARNINGS, UNCONVERGED}
     return [
         c
         for c in df.columns
@@ -144,11 +145,16 @@ def summarize(
     counts_warnings = WARNINGS in df.columns and (df[WARNINGS].fillna("") != "").any()
     if counts_warnings:
         columns.insert(columns.index("n_runs") + 1, "n_warned")
+    counts_unconverged = UNCONVERGED in df.columns and (df[UNCONVERGED].fillna("") != "").any()
+    if counts_unconverged:
+        columns.insert(columns.index("n_runs") + 1, "n_unconverged")
 
     def stats(sub: pd.DataFrame) -> dict[str, Any]:
         row: dict[str, Any] = {"n_runs": len(sub)}
         if counts_warnings:
             row["n_warned"] = int((sub[WARNINGS].fillna("") != "").sum())
+        if counts_unconverged:
+            row["n_unconverged"] = int((sub[UNCONVERGED].fillna("") != "").sum())
         for m in metrics:
             values = pd.to_numeric(sub[m], errors="coerce")
             row[f"{m}_mean"] = values.mean()
@@ -262,8 +268,9 @@ def format_table(summary: pd.DataFrame, error: str = "std") -> pd.DataFrame:
         by = cols[: cols.index("n_runs")] if "n_runs" in cols else []
     table = pd.DataFrame({str(k): summary[k].map(_label) for k in by}, index=summary.index)
     table["n_runs"] = summary["n_runs"].map(_label)
-    if "n_warned" in summary.columns:  # never dropped as constant: a reader must see it
-        table["n_warned"] = summary["n_warned"].map(_label)
+    for count in ("n_unconverged", "n_warned"):  # never dropped as constant: a reader must see it
+        if count in summary.columns:
+            table[count] = summary[count].map(_label)
     constant: dict[str, str] = {}
     several = len(summary) > 1
     for key in [*map(str, by), "n_runs"]:

@@ -49,6 +49,50 @@ def test_diverged_trajectory_is_rejected_and_the_position_restored(quadratic):
     assert math.isfinite(state.info["potential"].item())
 
 
+def test_divergent_transitions_are_counted_per_chain_at_the_transitions_whose_step_is_too_large():
+    """Two stacked chains on Gaussians of standard deviations 1 and 0.01, U = ½q²/σ². The
+    leapfrog is stable only for ε < 2σ (Neal 2011, §5.4.1); at ε = 0.5, 10 steps, the narrow
+    chain's energy error grows as the amplification factor to the 20th power, far past Stan's
+    1000, while at ε = 0.005 (a tenth of the step, the schedule's scale 1e-4 on lr) both chains
+    are stable. The transitions at scale 1 must be divergent in the narrow chain and only there;
+    every energy error is the hand leapfrog's, so the flag is its threshold, not a guess."""
+    sigma = torch.tensor([1.0, 0.01], dtype=torch.float64)
+    params = [torch.tensor([0.3, 0.003], dtype=torch.float64)]
+
+    def closure():
+        q = params[0]
+        return 0.5 * q.square() / sigma.square(), [q / sigma.square()]
+
+    generators = [torch.Generator().manual_seed(k) for k in range(2)]
+    sampler = HMC(0.25, 10, adapt=False).for_chains(generators)
+    state = sampler.init(params)
+    large = {1, 4, 5}
+    for t in range(7):
+        start = params[0].clone()
+        replay = [torch.Generator().set_state(g.get_state()) for g in generators]
+        scale = 1.0 if t in large else 1e-4
+        sampler.step(state, closure, lr_scale=scale)
+        p0 = torch.stack([torch.randn((), generator=g, dtype=torch.float64) for g in replay])
+        eps = math.sqrt(0.25 * scale)
+        q, p = leapfrog(start, p0, eps, 10, lambda q: q / sigma.square())
+        error = 0.5 * (q.square() - start.square()) / sigma.square() + 0.5 * (p.square() - p0**2)
+        torch.testing.assert_close(state.info["energy_error"], error, rtol=1e-9, atol=1e-12)
+        assert state.info["diverging"].tolist() == [False, t in large], t
+        if t in large:
+            assert error[1] > 1e6 and error[0].abs() < 10
+
+
+def test_the_divergence_threshold_is_a_validated_hyperparameter(quadratic):
+    with pytest.raises(ValueError, match="sampler.divergence_threshold"):
+        HMC(0.01, divergence_threshold=0.0)
+    params = [torch.tensor([1.0], dtype=torch.float64)]
+    sampler = HMC(0.04, 3, adapt=False, divergence_threshold=1e-300)
+    state = sampler.init(params)
+    sampler.step(state, quadratic(params))
+    error = state.info["energy_error"].item()
+    assert bool(state.info["diverging"]) == (error > 1e-300)
+
+
 def test_closure_is_called_once_per_leapfrog_step_after_the_first_iteration(quadratic, counting):
     params = [torch.randn(4)]
     sampler = HMC(lr=0.01, num_steps=7, generator=torch.Generator().manual_seed(0))
@@ -207,7 +251,9 @@ def test_compiled_trajectory_follows_the_closures(chains, mass, adapt_length, co
     runs = []
     for compile in (False, True):
         potential = small_potential(compile)
+        # a low threshold, so that some transitions are divergent and others not
         sampler = HMC(0.004, 6, adapt=False, mass=mass, adapt_length=adapt_length)
+        sampler.divergence_threshold = 0.01
         if chains is None:
             params = potential.params
             sampler.generator = torch.Generator().manual_seed(1)
@@ -232,13 +278,16 @@ def test_compiled_trajectory_follows_the_closures(chains, mass, adapt_length, co
         trace = []
         for _ in range(4):
             sampler.step(state, closure())
-            trace.append(([p.clone() for p in params], state.info["accepted"].clone()))
+            decisions = torch.stack([state.info["accepted"], state.info["diverging"]])
+            trace.append(([p.clone() for p in params], decisions))
         runs.append(trace)
     for (eager, accepted), (compiled, compiled_accepted) in zip(*runs, strict=True):
         assert torch.equal(accepted, compiled_accepted)
         for mine, theirs in zip(compiled, eager, strict=True):
             torch.testing.assert_close(mine, theirs, rtol=1e-9, atol=1e-12)
-    assert any(bool(accepted.any()) for _, accepted in runs[0])
+    assert any(bool(decisions[0].any()) for _, decisions in runs[0])
+    diverging = torch.stack([decisions[1] for _, decisions in runs[0]])
+    assert diverging.any() and not diverging.all()
 
 
 def test_a_trajectory_that_does_not_compile_is_stepped_through_the_closure(compiler, caplog):

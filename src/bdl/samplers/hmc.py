@@ -45,6 +45,7 @@ from bdl.samplers import chees
 from bdl.samplers import mass as windowed
 from bdl.samplers.base import Declaration
 from bdl.samplers.metropolis import (
+    DIVERGENCE_THRESHOLD,
     LeapfrogUpdate,
     MetropolisSampler,
     MetropolisState,
@@ -79,6 +80,8 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
             says how long burn-in is through :meth:`plan_burn_in`.
         adapt_length: learn the jittered trajectory's length :math:`T` across stacked chains
             during burn-in (ChEES), from ``trajectory_length`` or ``num_steps`` :math:`\\epsilon`.
+        divergence_threshold: :math:`\\Delta_{\\max}`: a trajectory whose energy error
+            :math:`H(q^*, p^*) - H(q, p')` exceeds it is a divergent transition (Stan's 1000).
     """
 
     declaration = Declaration(step_unit="per datum", full_batch=True, vectorisable=True)
@@ -93,12 +96,18 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
         target_accept: float = 0.8,
         mass: str = "unit",
         adapt_length: bool = False,
+        divergence_threshold: float = DIVERGENCE_THRESHOLD,
         *,
         foreach: bool = True,
         generator: Generator = None,
     ) -> None:
         super().__init__(
-            lr, adapt=adapt, target_accept=target_accept, foreach=foreach, generator=generator
+            lr,
+            adapt=adapt,
+            target_accept=target_accept,
+            divergence_threshold=divergence_threshold,
+            foreach=foreach,
+            generator=generator,
         )
         if (num_steps is None) == (trajectory_length is None):
             raise ValueError(
@@ -187,7 +196,9 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
         state.grad_evals += num_steps
 
         end_energy = end_u.double() + kinetic_energy(momenta, end_u.shape, inverse_mass)
-        accept = metropolis_test(state, start_energy - end_energy, self.generator)
+        accept = metropolis_test(
+            state, start_energy - end_energy, self.generator, self.divergence_threshold
+        )
         if tune and self.adapt_length:
             jitter = state.length.jitter()
             gradient = chees.gradient(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from bdl.noise import Generator
 from bdl.samplers.hmc import HMC
+from bdl.samplers.metropolis import DIVERGENCE_THRESHOLD
 
 
 class MALA(HMC):
@@ -38,6 +39,7 @@ class MALA(HMC):
         approximate: bool = False,
         adapt: bool = True,
         target_accept: float = 0.574,
+        divergence_threshold: float = DIVERGENCE_THRESHOLD,
         *,
         foreach: bool = True,
         generator: Generator = None,
@@ -47,6 +49,7 @@ class MALA(HMC):
             num_steps=1,
             adapt=adapt,
             target_accept=target_accept,
+            divergence_threshold=divergence_threshold,
             foreach=foreach,
             generator=generator,
         )

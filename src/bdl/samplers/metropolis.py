@@ -8,6 +8,14 @@ r"""Metropolis–Hastings machinery shared by ``hmc``, ``mala``, ``rwmh`` and ``
 (a diverged trajectory) is a rejection, so a bad step size shows up as a low acceptance rate, never
 as a crashed chain.
 
+**Divergent transitions.** A proposal whose energy error :math:`\Delta H = -\log r` exceeds
+:math:`\Delta_{\max}` (``divergence_threshold``, Stan's 1000; Betancourt 2017), or is not
+finite, is a divergent transition: the integrator has left the region where it tracks the
+Hamiltonian flow, typically because the step is too large for the posterior's narrowest scale
+there, and the chain under-samples that region. Each test records it per chain in
+``state.info["diverging"]``; the runner counts them per epoch (the curve's ``divergences``) and
+after burn-in (``metrics.json``), and a run with any after burn-in is not judged converged.
+
 **The leapfrog** (eqs. 18–20), with :math:`\epsilon` the step and :math:`L` the number of steps,
 is written as a half kick, :math:`L - 1` fused "kick ε, drift ε" steps and a closing half kick,
 so that it evaluates :math:`\nabla U` exactly :math:`L` times:
@@ -168,16 +176,34 @@ class LeapfrogUpdate:
         drift(state.params, momenta, step_size, foreach=False, inverse_mass=inverse_mass)
 
 
-def metropolis_test(state: SamplerState, log_ratio: Tensor, generator: Generator) -> Tensor:
+#: Stan's :math:`\Delta_{\max}`: an energy error above it is a divergent transition.
+DIVERGENCE_THRESHOLD = 1000.0
+
+
+def check_divergence_threshold(threshold: float) -> None:
+    if not 0 < threshold <= math.inf:  # False for NaN
+        raise ValueError(
+            f"sampler.divergence_threshold must be positive, got {threshold} (Stan's is 1000)"
+        )
+
+
+def metropolis_test(
+    state: SamplerState,
+    log_ratio: Tensor,
+    generator: Generator,
+    threshold: float = DIVERGENCE_THRESHOLD,
+) -> Tensor:
     """Accept with probability ``min(1, exp(log_ratio))``; records the diagnostics in
-    ``state.info`` (``accepted``, ``accept_prob``, ``energy_error`` = −log r) and returns the
-    boolean decision per chain."""
+    ``state.info`` (``accepted``, ``accept_prob``, ``energy_error`` = −log r, and ``diverging``,
+    an energy error above ``threshold`` or not finite) and returns the boolean decision per
+    chain."""
     log_ratio = log_ratio.double()
     draws = uniform(log_ratio.shape, generator, log_ratio.device)
     accept = draws.log() < log_ratio  # False for NaN: a diverged proposal is rejected
     state.info["accepted"] = accept
     state.info["accept_prob"] = torch.nan_to_num(log_ratio.clamp(max=0).exp(), nan=0.0)
     state.info["energy_error"] = -log_ratio
+    state.info["diverging"] = ~(-log_ratio <= threshold)  # NaN and -inf ratios diverge too
     return accept
 
 
@@ -237,6 +263,8 @@ class MetropolisSampler(Sampler):
         lr: :math:`\\epsilon^2` on the scale of ``U`` (see the module docstring).
         adapt: adapt the step size by dual averaging while ``tune=True`` (burn-in).
         target_accept: the mean acceptance probability the adaptation aims at.
+        divergence_threshold: :math:`\\Delta_{\\max}`, the energy error above which a
+            transition is divergent (Stan's 1000; see the module docstring).
 
     ``noise=False`` (the exploration phase of a cyclical schedule) is ignored: the proposal noise
     of a Metropolis kernel is part of what makes it leave the posterior invariant.
@@ -247,6 +275,7 @@ class MetropolisSampler(Sampler):
         lr: float,
         adapt: bool = True,
         target_accept: float = 0.8,
+        divergence_threshold: float = DIVERGENCE_THRESHOLD,
         *,
         foreach: bool = True,
         generator: Generator = None,
@@ -254,8 +283,10 @@ class MetropolisSampler(Sampler):
         super().__init__(lr, foreach=foreach, generator=generator)
         if not 0 < target_accept < 1:
             raise ValueError(f"sampler.target_accept must be in (0, 1), got {target_accept}")
+        check_divergence_threshold(divergence_threshold)
         self.adapt = adapt
         self.target_accept = target_accept
+        self.divergence_threshold = divergence_threshold
 
     def init(self, params: list[Tensor]) -> MetropolisState:
         return MetropolisState(

@@ -50,7 +50,7 @@ from bdl.samplers.metropolis import (
     select_,
 )
 
-TEST_KEYS = ("accepted", "accept_prob", "energy_error")
+TEST_KEYS = ("accepted", "accept_prob", "energy_error", "diverging")
 
 
 class NaiveSGHMC(LeapfrogUpdate, Sampler):

@@ -22,14 +22,22 @@ from torch import Tensor
 from bdl.closures import Closure
 from bdl.noise import Generator
 from bdl.samplers.base import Declaration, SamplerState
-from bdl.samplers.metropolis import MetropolisSampler, MetropolisState, metropolis_test, select_
+from bdl.samplers.metropolis import (
+    DIVERGENCE_THRESHOLD,
+    MetropolisSampler,
+    MetropolisState,
+    metropolis_test,
+    select_,
+)
 
 
 class RWMH(MetropolisSampler):
     """Gaussian random-walk Metropolis with proposal variance ``lr``.
 
     The default ``target_accept`` 0.234 is the optimal acceptance rate in high dimension (Roberts,
-    Gelman & Gilks 1997); in one dimension it is about 0.44.
+    Gelman & Gilks 1997); in one dimension it is about 0.44. A proposal whose rise
+    :math:`U(\\theta^*) - U(\\theta)` exceeds ``divergence_threshold`` (or is not finite) is
+    counted as a divergent transition, as HMC's energy error is.
     """
 
     declaration = Declaration(step_unit="per datum", full_batch=True, vectorisable=True)
@@ -40,12 +48,18 @@ class RWMH(MetropolisSampler):
         approximate: bool = False,
         adapt: bool = True,
         target_accept: float = 0.234,
+        divergence_threshold: float = DIVERGENCE_THRESHOLD,
         *,
         foreach: bool = True,
         generator: Generator = None,
     ) -> None:
         super().__init__(
-            lr, adapt=adapt, target_accept=target_accept, foreach=foreach, generator=generator
+            lr,
+            adapt=adapt,
+            target_accept=target_accept,
+            divergence_threshold=divergence_threshold,
+            foreach=foreach,
+            generator=generator,
         )
         self._on_minibatches(approximate)
 
@@ -65,7 +79,8 @@ class RWMH(MetropolisSampler):
         update(state, [], sigma**2, noise)
         end = closure()
         state.grad_evals += 1
-        accept = metropolis_test(state, start[0].double() - end[0].double(), self.generator)
+        log_ratio = start[0].double() - end[0].double()
+        accept = metropolis_test(state, log_ratio, self.generator, self.divergence_threshold)
         select_(accept, state.params, start_params)
         self._finish(state, accept, start, end, tune)
         state.info["step_size"] = torch.tensor(sigma)
