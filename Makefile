@@ -151,7 +151,7 @@ reproduce-blundell-mnist-1200: install ## the same BBB table on 784-1200-1200-10
 GPU_BUNDLE ?= .gpu-bundle
 GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 .PHONY: gpu-bundle gpu-check
-gpu-bundle: install ## the wheels and MNIST archives a GPU machine without network needs, into .gpu-bundle/ (git-ignored)
+gpu-bundle: install-dev ## the wheels and MNIST archives a GPU machine without network needs, into .gpu-bundle/ (git-ignored)
 	$(BIN)/python scripts/gpu_check.py bundle --bundle $(GPU_BUNDLE)
 
 gpu-check: ## on a GPU: install the bundle, pytest -m gpu, the benchmarks on CUDA, a real MNIST run, into $OUT/gpu_check.md (8 minutes); dry on the CPU
