@@ -35,6 +35,7 @@ def _loader(name: str) -> Callable[..., Dataset]:
 
 #: the ``ood=`` names: datasets of MNIST's shape, and uniform noise of the run's input shape
 CHOICES = ("fashion_mnist", "mnist", "noise")
+IMAGE_SHAPE = (1, 28, 28)  # the datasets' inputs: checked before any is read
 
 
 def check_name(name: str) -> None:
@@ -67,13 +68,12 @@ def ood_inputs(name: str, data: Dataset, dataset_options: Mapping[str, Any]) -> 
         low, high = data.x_test.min(), data.x_test.max()
         noise = torch.rand(data.x_test.shape, generator=generator, dtype=data.x_test.dtype)
         return low + (high - low) * noise
+    if data.input_shape != IMAGE_SHAPE:
+        raise DataError(
+            f"ood={name} has inputs of shape {IMAGE_SHAPE}, but {data.name}'s are "
+            f"{data.input_shape}: choose ood=noise or a set of the same shape"
+        )
     load = _loader(name)
     shared = inspect.signature(load).parameters
     options = {k: v for k, v in dataset_options.items() if k in shared and k != "validation"}
-    x = load(**options, validation=0).x_test
-    if tuple(x.shape[1:]) != data.input_shape:
-        raise DataError(
-            f"ood={name} has inputs of shape {tuple(x.shape[1:])}, but {data.name}'s are "
-            f"{data.input_shape}: choose ood=noise or a set of the same shape"
-        )
-    return x
+    return load(**options, validation=0).x_test
