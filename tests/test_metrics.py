@@ -363,3 +363,20 @@ def test_ood_detection_scores_every_uncertainty():
     assert result["ood_auroc_entropy"] == 1.0 and result["ood_aupr_max_probability"] == 1.0
     # one sample: no epistemic uncertainty anywhere, every score tied
     assert result["ood_auroc_mutual_information"] == 0.5
+
+
+def test_ece_and_brier_agree_with_torchmetrics_and_mse():
+    """On random predictions (no confidence on a bin edge, where the right-closed bins of Guo et
+    al.'s code and torchmetrics' left-closed ones part): the ECE is torchmetrics' l1
+    calibration error over the same 15 bins, and the Brier score the summed squared error
+    against the one-hot label that torch's mse_loss computes."""
+    from torchmetrics.functional.classification import multiclass_calibration_error
+
+    g = torch.Generator().manual_seed(1)
+    probs = (torch.randn(2000, 10, generator=g, dtype=torch.float64) * 2).softmax(-1)
+    y = torch.randint(0, 10, (2000,), generator=g)
+    want = multiclass_calibration_error(probs, y, num_classes=10, n_bins=15, norm="l1")
+    assert ece(probs, y) == pytest.approx(want.item(), abs=1e-6)
+    one_hot = torch.nn.functional.one_hot(y, 10).double()
+    mse = torch.nn.functional.mse_loss(probs, one_hot, reduction="sum") / 2000
+    assert brier(probs, y) == pytest.approx(mse.item(), rel=1e-12)

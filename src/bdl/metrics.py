@@ -81,21 +81,31 @@ def ece(probs: Tensor, y: Tensor, bins: int = 15) -> float:
     r"""Expected calibration error (Guo et al. 2017, "On calibration of modern neural networks").
 
     :math:`\sum_b \frac{|B_b|}{n} |\mathrm{acc}(B_b) - \mathrm{conf}(B_b)|` over ``bins``
-    equal-width bins of the top-class confidence, bin ``b`` covering :math:`(b/M, (b+1)/M]`.
+    equal-width bins of the top-class confidence, bin ``b`` covering :math:`(b/M, (b+1)/M]`
+    (:func:`calibration_bins`).
     """
+    count, conf_sum, acc_sum = calibration_bins(probs, y, bins)
+    # |sum acc - sum conf| / n per bin equals |B_b|/n |acc_b - conf_b|, and is 0 for empty bins.
+    return ((acc_sum - conf_sum).abs().sum() / y.shape[0]).item()
+
+
+def calibration_bins(probs: Tensor, y: Tensor, bins: int = 15) -> tuple[Tensor, Tensor, Tensor]:
+    """Per bin of the top-class confidence (``bins`` equal-width bins, right-closed as in Guo et
+    al. 2017's code): the number of points, the sum of their confidences and the number of them
+    predicted correctly, float64; the reliability diagram's bars and :func:`ece`'s terms."""
     _check_classification(probs, y)
     if bins < 1:
         raise ValueError(f"ece needs at least one bin, got {bins}")
     confidence, prediction = probs.double().max(-1)
-    correct = (prediction == y).double()
+    correct = (prediction == y.to(prediction.device)).double()
     # Right-closed bins (lo, hi] with linspace edges, exactly as Guo et al.'s reference code, so
     # a confidence on an edge lands in the same bin; confidence 0 (impossible) goes to bin 0.
     edges = torch.linspace(0, 1, bins + 1, dtype=torch.float64, device=probs.device)
     index = torch.bucketize(confidence, edges[1:-1], right=False)
+    count = torch.zeros_like(edges[1:]).index_add_(0, index, torch.ones_like(confidence))
     conf_sum = torch.zeros_like(edges[1:]).index_add_(0, index, confidence)
     acc_sum = torch.zeros_like(edges[1:]).index_add_(0, index, correct)
-    # |sum acc - sum conf| / n per bin equals |B_b|/n |acc_b - conf_b|, and is 0 for empty bins.
-    return ((acc_sum - conf_sum).abs().sum() / y.shape[0]).item()
+    return count, conf_sum, acc_sum
 
 
 def brier(probs: Tensor, y: Tensor) -> float:
