@@ -276,3 +276,18 @@ def test_a_bad_ood_name_is_one_line_naming_the_choices(fake_data_root):
     message = str(error.value)
     assert "\n" not in message and "did you mean fashion_mnist?" in message
     assert "fashion_mnist, mnist, noise" in message
+
+
+def test_a_missing_ood_set_names_ood_null(fake_data_root, isolated_cache, tmp_path):
+    """A root with MNIST but no Fashion-MNIST: the refusal, before training, says how to run
+    without the out-of-distribution set."""
+    from bdl.data import DataError
+    from bdl.experiment import build
+
+    (tmp_path / "MNIST").symlink_to(fake_data_root / "MNIST")
+    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+        cfg = compose("config", [f"dataset.root={tmp_path}", "dataset.download=false"])
+    with pytest.raises(DataError, match=r"^ood=fashion_mnist: Fashion-MNIST could not be") as error:
+        build(cfg)
+    assert str(error.value).endswith("Or run without it: ood=null.")
+    assert "\n" not in str(error.value)

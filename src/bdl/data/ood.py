@@ -76,4 +76,7 @@ def ood_inputs(name: str, data: Dataset, dataset_options: Mapping[str, Any]) -> 
     load = _loader(name)
     shared = inspect.signature(load).parameters
     options = {k: v for k, v in dataset_options.items() if k in shared and k != "validation"}
-    return load(**options, validation=0).x_test
+    try:
+        return load(**options, validation=0).x_test
+    except DataError as error:
+        raise DataError(f"ood={name}: {error} Or run without it: ood=null.") from error
