@@ -661,3 +661,23 @@ def test_corruption_and_out_of_distribution_set(cifar_run: Path, capsys):
         assert bdl_eval([str(cifar_run), argument]) == 2
         lines = capsys.readouterr().err.splitlines()
         assert len(lines) == 1 and line in lines[0], lines
+
+
+def test_severity_all_prints_the_metrics_against_severity(cifar_run: Path, capsys):
+    """One row per severity 1-5, each the metrics.json bdl-eval wrote for that severity."""
+    capsys.readouterr()
+    assert bdl_eval([str(cifar_run), "shift.corrupt=gaussian_noise", "shift.severity=all"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in rows[0].strip("|").split("|")]
+    assert header[:2] == ["run", "severity"] and len(rows) == 2 + 5
+    for severity, row in zip(range(1, 6), rows[2:], strict=True):
+        cells = dict(zip(header, (cell.strip() for cell in row.strip("|").split("|")), strict=True))
+        written = cifar_run / "eval" / f"cifar10-test-gaussian_noise{severity}" / "metrics.json"
+        metrics = json.loads(written.read_text())
+        assert int(cells["severity"]) == severity
+        assert float(cells["test_nll"]) == pytest.approx(metrics["test_nll"], rel=1e-3)
+    assert bdl_eval([str(cifar_run), "shift.severity=all"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "bdl-eval: error: shift.severity=all grades a corruption: give shift.corrupt=NAME with it"
+    ]
