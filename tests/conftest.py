@@ -248,16 +248,21 @@ def mnist_images(labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return images
 
 
-def write_fake_mnist(root: Path, seed: int = 0) -> Path:
-    """MNIST's four files under ``root/MNIST/raw/`` in the IDX format, both the ``.gz`` archives
-    and the extracted files that torchvision reads in place, with the real sizes (60 000 training
-    and 10 000 test images: the loader checks them). Returns ``root``."""
+def write_fake_mnist(root: Path, seed: int = 0, folder: str = "MNIST") -> Path:
+    """MNIST's four files under ``root/<folder>/raw/`` in the IDX format, both the ``.gz``
+    archives and the extracted files that torchvision reads in place, with the real sizes (60 000
+    training and 10 000 test images: the loader checks them); ``folder="FashionMNIST"`` writes
+    Fashion-MNIST's, which has MNIST's format, its bars lit in columns rather than rows so that
+    each set is out of the other's distribution. Returns ``root``."""
     rng = np.random.default_rng(seed)
-    raw = Path(root) / "MNIST" / "raw"
+    raw = Path(root) / folder / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     for prefix, count in (("train", 60000), ("t10k", 10000)):
         labels = rng.integers(0, 10, size=count).astype(np.uint8)
-        for kind, array in (("images", mnist_images(labels, rng)), ("labels", labels)):
+        images = mnist_images(labels, rng)
+        if folder != "MNIST":
+            images = np.ascontiguousarray(images.transpose(0, 2, 1))
+        for kind, array in (("images", images), ("labels", labels)):
             payload = _idx(array)
             name = f"{prefix}-{kind}-idx{array.ndim}-ubyte"
             (raw / name).write_bytes(payload)
@@ -317,14 +322,16 @@ def write_fake_uci(
 
 @pytest.fixture(scope="session")
 def fake_data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A data root generated once per session in the real on-disk formats: ``MNIST/raw/`` (IDX,
-    extracted and ``.gz``), ``uci/<name>/`` for every UCI set and ``cifar-10-batches-py/``
-    (Python 2 pickles; loading it needs :func:`no_cifar_md5`, since the md5s cannot match).
+    """A data root generated once per session in the real on-disk formats: ``MNIST/raw/`` and
+    ``FashionMNIST/raw/`` (IDX, extracted and ``.gz``), ``uci/<name>/`` for every UCI set and
+    ``cifar-10-batches-py/`` (Python 2 pickles; loading it needs :func:`no_cifar_md5`, since the
+    md5s cannot match).
 
     Runner and CLI tests run on it, so they need no real data; what is learnt from it says
     nothing about the real benchmarks."""
     root = tmp_path_factory.mktemp("fake-data")
     write_fake_mnist(root)
+    write_fake_mnist(root, seed=1, folder="FashionMNIST")
     for i, (name, shape) in enumerate(FAKE_UCI.items()):
         write_fake_uci(root, name, *shape, seed=i)
     write_fake_cifar10(root)

@@ -84,14 +84,14 @@ def test_prior_options(option):
 INPUTS = [("mnist", (1, 28, 28), 10), ("cifar10", (3, 32, 32), 10), ("boston", (13,), 1)]
 
 
-# a convolutional network needs image inputs: no resnet20_frn on a flat dataset
+# a convolutional network needs image inputs: no resnet20_frn or convnet on a flat dataset
 @pytest.mark.parametrize(
     "option, dataset, shape, out",
     [
         (option, *inputs)
         for option in options("model")
         for inputs in INPUTS
-        if not (option == "resnet20_frn" and len(inputs[1]) == 1)
+        if not (option in ("resnet20_frn", "convnet") and len(inputs[1]) == 1)
     ],
 )
 def test_model_options(option, dataset, shape, out):

@@ -7,12 +7,16 @@ import torch
 from bdl.metrics import (
     ClassificationAverage,
     RegressionAverage,
+    UncertaintyAverage,
     accuracy,
     agreement,
+    aupr,
+    auroc,
     brier,
     ece,
     function_agreement,
     nll,
+    ood_detection,
     rmse,
     total_variation,
 )
@@ -273,3 +277,106 @@ def test_mean_offset_noise_is_the_offset_of_an_unbiased_estimate():
     result = function_agreement((ref_mean, ref_std), (mean, ref_std), (ref_error, error))
     tolerance = 5 * math.sqrt(1 - 2 / math.pi) * (combined / ref_std).max().item() / points**0.5
     assert abs(result["mean_offset"] - result["mean_offset_noise"]) < tolerance
+
+
+def _pairwise_auroc(inside: torch.Tensor, outside: torch.Tensor) -> float:
+    """P(s_out > s_in) + P(s_out = s_in) / 2 over every pair, counted directly."""
+    diff = outside[:, None] - inside[None, :]
+    return ((diff > 0).double() + 0.5 * (diff == 0).double()).mean().item()
+
+
+def _average_precision_by_thresholds(inside: torch.Tensor, outside: torch.Tensor) -> float:
+    """Σ_t (R_t - R_{t-1}) P_t, each threshold t a distinct score, everything at or above it
+    called out-of-distribution: precision and recall counted at each threshold."""
+    total, previous_recall = 0.0, 0.0
+    for t in sorted(set(torch.cat([inside, outside]).tolist()), reverse=True):
+        tp, fp = (outside >= t).sum().item(), (inside >= t).sum().item()
+        recall = tp / outside.numel()
+        total += (recall - previous_recall) * tp / (tp + fp)
+        previous_recall = recall
+    return total
+
+
+def test_auroc_and_aupr_by_hand():
+    # out 3 > in 1, 2; out 2 ties in 2, beats in 1: (2 + 1.5) / 4
+    inside, outside = torch.tensor([1.0, 2.0]), torch.tensor([3.0, 2.0])
+    assert auroc(inside, outside) == pytest.approx(3.5 / 4)
+    # thresholds 3 (P 1, R 1/2), 2 (P 2/3, R 1): 1/2 + 1/2 * 2/3
+    assert aupr(inside, outside) == pytest.approx(0.5 + 1 / 3)
+    assert auroc(outside + 10, outside) == 0.0 and auroc(inside, inside + 10) == 1.0
+
+
+def test_auroc_and_aupr_match_pairwise_counts_and_torchmetrics():
+    """Ties (scores rounded to a grid) included, against direct counts and torchmetrics'
+    binary AUROC and average precision (sklearn's definitions)."""
+    from torchmetrics.functional.classification import (
+        binary_auroc,
+        binary_average_precision,
+    )
+
+    g = torch.Generator().manual_seed(0)
+    inside = (torch.randn(300, generator=g, dtype=torch.float64) * 4).round() / 4
+    outside = ((torch.randn(200, generator=g, dtype=torch.float64) + 0.7) * 4).round() / 4
+    want = _pairwise_auroc(inside, outside)
+    assert auroc(inside, outside) == pytest.approx(want, abs=1e-12)
+    assert aupr(inside, outside) == pytest.approx(
+        _average_precision_by_thresholds(inside, outside), abs=1e-12
+    )
+    scores = torch.cat([inside, outside])
+    labels = torch.cat([torch.zeros(300), torch.ones(200)]).long()
+    assert auroc(inside, outside) == pytest.approx(binary_auroc(scores, labels).item(), abs=1e-6)
+    assert aupr(inside, outside) == pytest.approx(
+        binary_average_precision(scores, labels).item(), abs=1e-6
+    )
+
+
+def test_mutual_information_is_total_less_expected_entropy_by_hand():
+    """Two samples that disagree with certainty: the average is uniform over two classes (total
+    entropy log 2), each sample certain (expected entropy 0), so all of it is epistemic; two
+    samples that agree on (1/2, 1/2) carry log 2 of aleatoric entropy and none epistemic."""
+    average = UncertaintyAverage()
+    average.update(torch.tensor([[1.0, 0.0], [0.5, 0.5]]))
+    average.update(torch.tensor([[0.0, 1.0], [0.5, 0.5]]))
+    scores = average.scores()
+    log2 = math.log(2)
+    assert scores["entropy"].tolist() == pytest.approx([log2, log2])
+    assert scores["mutual_information"].tolist() == pytest.approx([log2, 0.0])
+    assert scores["max_probability"].tolist() == pytest.approx([0.5, 0.5])
+    halves = [UncertaintyAverage(), UncertaintyAverage()]
+    halves[0].update(torch.tensor([[1.0, 0.0], [0.5, 0.5]]))
+    halves[1].update(torch.tensor([[0.0, 1.0], [0.5, 0.5]]))
+    merged = halves[0].merge(halves[1]).scores()
+    assert torch.equal(merged["mutual_information"], scores["mutual_information"])
+
+
+def test_ood_detection_scores_every_uncertainty():
+    inside, outside = UncertaintyAverage(), UncertaintyAverage()
+    inside.update(torch.tensor([[0.9, 0.1], [0.8, 0.2]]))
+    outside.update(torch.tensor([[0.5, 0.5], [0.6, 0.4]]))
+    result = ood_detection(inside, outside)
+    assert set(result) == {
+        f"ood_{area}_{score}"
+        for area in ("auroc", "aupr")
+        for score in ("entropy", "mutual_information", "max_probability")
+    }
+    # every out-of-distribution point is less certain than every in-distribution one
+    assert result["ood_auroc_entropy"] == 1.0 and result["ood_aupr_max_probability"] == 1.0
+    # one sample: no epistemic uncertainty anywhere, every score tied
+    assert result["ood_auroc_mutual_information"] == 0.5
+
+
+def test_ece_and_brier_agree_with_torchmetrics_and_mse():
+    """On random predictions (no confidence on a bin edge, where the right-closed bins of Guo et
+    al.'s code and torchmetrics' left-closed ones part): the ECE is torchmetrics' l1
+    calibration error over the same 15 bins, and the Brier score the summed squared error
+    against the one-hot label that torch's mse_loss computes."""
+    from torchmetrics.functional.classification import multiclass_calibration_error
+
+    g = torch.Generator().manual_seed(1)
+    probs = (torch.randn(2000, 10, generator=g, dtype=torch.float64) * 2).softmax(-1)
+    y = torch.randint(0, 10, (2000,), generator=g)
+    want = multiclass_calibration_error(probs, y, num_classes=10, n_bins=15, norm="l1")
+    assert ece(probs, y) == pytest.approx(want.item(), abs=1e-6)
+    one_hot = torch.nn.functional.one_hot(y, 10).double()
+    mse = torch.nn.functional.mse_loss(probs, one_hot, reduction="sum") / 2000
+    assert brier(probs, y) == pytest.approx(mse.item(), rel=1e-12)

@@ -239,3 +239,42 @@ def test_a_summary_that_cannot_be_drawn_leaves_the_run_as_it_is(tmp_path: Path, 
     assert write_summary(run) is None
     assert not (run / "summary.png").exists()
     assert "no summary.png: KeyError" in caplog.text
+
+
+def test_reliability_diagram_bars_are_each_bins_accuracy_and_confidence(tmp_path: Path):
+    """Two bins by hand: confidences 0.4 and 0.45 (one right) in (0, 0.5], 0.6, 0.8 and 0.9
+    (two right) in (0.5, 1]; the bars are the accuracies 1/2 and 2/3, the gaps reach the mean
+    confidences 0.425 and 0.7667, the counts are 2 and 3, and the ECE is
+    0.4 * 0.075 + 0.6 * 0.1 = 0.09; a run's reliability.png is drawn from its
+    predictive.safetensors beside summary.png."""
+    import torch
+    from safetensors.torch import save_file
+
+    from bdl.plots import reliability_figure
+
+    probs = torch.tensor(
+        [
+            [0.4, 0.3, 0.3],
+            [0.45, 0.35, 0.2],
+            [0.6, 0.2, 0.2],
+            [0.1, 0.8, 0.1],
+            [0.05, 0.05, 0.9],
+        ],
+        dtype=torch.float64,
+    )
+    y = torch.tensor([0, 1, 0, 1, 0])
+    figure = reliability_figure(probs, y, "hand", bins=2)
+    diagram, counts = figure.axes
+    low, high, low_gap, high_gap = diagram.patches
+    assert [low.get_height(), high.get_height()] == pytest.approx([1 / 2, 2 / 3])
+    assert low.get_height() + low_gap.get_height() == pytest.approx(0.425)
+    assert high.get_height() + high_gap.get_height() == pytest.approx(2.3 / 3)
+    assert [p.get_height() for p in counts.patches] == [2, 3]
+    assert "ECE 0.0900" in diagram.get_title()
+
+    run = write_run(tmp_path / "run", "sgld", 0, "epoch,potential,test_metric\n1,3.0,0.6\n", {})
+    metrics = {"status": "completed", "test_accuracy": 0.6, "epochs": 1}
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    save_file({"predictive": probs, "targets": y}, run / "predictive.safetensors")
+    assert write_summary(run) == run / "summary.png"
+    assert imread(run / "reliability.png")[..., :3].std() > 0.05

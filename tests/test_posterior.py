@@ -618,3 +618,71 @@ def test_predict_runs_the_networks_on_the_device_it_is_given(uci_run, monkeypatc
     x = posterior.data.x_test
     torch.testing.assert_close(posterior.predict(x, device="cpu"), posterior.predict(x))
     assert devices == ["cpu", None]  # None: x's own device
+
+
+def test_corruption_and_out_of_distribution_set(cifar_run: Path, capsys):
+    """shift.corrupt predicts on the images corrupt() makes (as a data file of them does);
+    ood=noise adds the AUROC of each score, here recounted pair by pair from the samples'
+    predictions; mistakes are one line naming the choices."""
+    from bdl.data.ood import ood_inputs
+    from bdl.data.shift import corrupt
+
+    posterior = load_run(cifar_run)
+    x, y = posterior.data.x_test, posterior.data.y_test
+    save_file({"x": corrupt(x, "contrast", 5).contiguous(), "y": y}, cifar_run / "c.st")
+    assert bdl_eval([str(cifar_run), f"data={cifar_run / 'c.st'}", f"out={cifar_run / 'a'}"]) == 0
+    args = ["shift.corrupt=contrast", "shift.severity=5", "ood=noise", f"out={cifar_run / 'b'}"]
+    assert bdl_eval([str(cifar_run), *args]) == 0
+    a = load_file(cifar_run / "a" / "predictive.safetensors")["predictive"]
+    b = load_file(cifar_run / "b" / "predictive.safetensors")["predictive"]
+    torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+    metrics = json.loads((cifar_run / "b" / "metrics.json").read_text())
+    assert metrics["evaluated_on"] == "cifar10-test-contrast5-ood-noise"
+
+    noise = ood_inputs("noise", posterior.data, posterior.config.dataset)
+    inside = torch.stack([p for _, p in posterior.predictions(corrupt(x, "contrast", 5))])
+    outside = torch.stack([p for _, p in posterior.predictions(noise)])
+
+    def entropy(p: torch.Tensor) -> torch.Tensor:
+        return torch.special.entr(p).sum(-1)  # -p log p, 0 where p = 0
+
+    for name, score in [
+        ("entropy", lambda p: entropy(p.double().mean(0))),
+        ("mutual_information", lambda p: entropy(p.double().mean(0)) - entropy(p.double()).mean(0)),
+        ("max_probability", lambda p: -p.double().mean(0).max(-1).values),
+    ]:
+        s_in, s_out = score(inside), score(outside)
+        diff = s_out[:, None] - s_in[None, :]
+        pairwise = ((diff > 1e-9).double() + 0.5 * (diff.abs() <= 1e-9).double()).mean()
+        assert metrics[f"ood_auroc_{name}"] == pytest.approx(pairwise.item()), name
+
+    capsys.readouterr()
+    for argument, line in [
+        ("shift.corrupt=gaussian", "did you mean gaussian_noise? (the choices: gaussian_noise, "),
+        ("ood=fashion", "did you mean fashion_mnist? (the choices: fashion_mnist, mnist, noise"),
+        ("shift.severity=2", "shift.severity grades a corruption: give shift.corrupt=NAME"),
+        ("ood=mnist", "ood=mnist has inputs of shape (1, 28, 28), but cifar10's are (3, 32, 32)"),
+    ]:
+        assert bdl_eval([str(cifar_run), argument]) == 2
+        lines = capsys.readouterr().err.splitlines()
+        assert len(lines) == 1 and line in lines[0], lines
+
+
+def test_severity_all_prints_the_metrics_against_severity(cifar_run: Path, capsys):
+    """One row per severity 1-5, each the metrics.json bdl-eval wrote for that severity."""
+    capsys.readouterr()
+    assert bdl_eval([str(cifar_run), "shift.corrupt=gaussian_noise", "shift.severity=all"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in rows[0].strip("|").split("|")]
+    assert header[:2] == ["run", "severity"] and len(rows) == 2 + 5
+    for severity, row in zip(range(1, 6), rows[2:], strict=True):
+        cells = dict(zip(header, (cell.strip() for cell in row.strip("|").split("|")), strict=True))
+        written = cifar_run / "eval" / f"cifar10-test-gaussian_noise{severity}" / "metrics.json"
+        metrics = json.loads(written.read_text())
+        assert int(cells["severity"]) == severity
+        assert float(cells["test_nll"]) == pytest.approx(metrics["test_nll"], rel=1e-3)
+    assert bdl_eval([str(cifar_run), "shift.severity=all"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "bdl-eval: error: shift.severity=all grades a corruption: give shift.corrupt=NAME with it"
+    ]

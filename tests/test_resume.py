@@ -90,6 +90,8 @@ ON_TINY_DATA = {
     "bbb": ["sampler.num_samples=3"],
     "bbb_sgd": ["sampler.num_samples=3"],
     "mfvi": ["sampler.num_samples=3"],
+    "swag": ["sampler.num_samples=3", "sampler.collect_every=1"],
+    "mc_dropout": ["sampler.num_samples=3"],
     # the Laplace approximation is of the weights alone: the noise is fixed
     "laplace": ["likelihood.noise_std=0.5"],
 }

@@ -220,3 +220,74 @@ def test_the_resume_command_names_a_program_the_shell_finds(monkeypatch, tmp_pat
     assert bdl.interrupts.resume_command(tmp_path).startswith("bdl-run ")
     monkeypatch.setattr("sys.argv", ["/somewhere/bdl/cli.py"])
     assert bdl.interrupts.resume_command(tmp_path).startswith("bdl-run ")
+
+
+def test_mnist_run_scores_fashion_mnist_as_out_of_distribution(run_with, fake_data_root):
+    """The protocol's ood=fashion_mnist: metrics.json's AUROC of each score equals the pairwise
+    count on scores recomputed from the stored samples' softmax on both test sets; the
+    generated Fashion-MNIST (bars in columns, not rows) is told apart almost surely."""
+    from bdl.data.fashion_mnist import load as load_fashion
+
+    metrics, directory = run_with(
+        ["dataset=mnist", "dataset.validation=59000", "epochs=3", "burn_in=1", "batch_size=100"]
+    )
+    posterior = bdl.load_run(directory)
+    x_in = posterior.data.x_test
+    x_out = load_fashion(root=fake_data_root, validation=0, download=False).x_test
+    inside, outside = [], []
+    for model, _ in networks_of_samples(posterior):
+        with torch.no_grad():
+            inside.append(model(x_in).double().softmax(-1))
+            outside.append(model(x_out).double().softmax(-1))
+
+    def scores(probs: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+        stacked = torch.stack(probs)
+        mean = stacked.mean(0)
+        entropy = -(mean * mean.log()).nansum(-1)
+        expected = -(stacked * stacked.log()).nansum(-1).mean(0)
+        return {
+            "entropy": entropy,
+            "mutual_information": entropy - expected,
+            "max_probability": -mean.max(-1).values,
+        }
+
+    ins, outs = scores(inside), scores(outside)
+    assert metrics["ood"] == "fashion_mnist" and metrics["num_samples"] == 2
+    for name in ins:
+        # every pair of one in- and one out-of-distribution point, a thousand rows at a time
+        wins = sum(
+            ((o[:, None] > ins[name]).double() + 0.5 * (o[:, None] == ins[name]).double()).sum()
+            for o in outs[name].split(1000)
+        )
+        pairwise = wins.item() / (len(ins[name]) * len(outs[name]))
+        assert metrics[f"ood_auroc_{name}"] == pytest.approx(pairwise, abs=1e-4)
+        assert 0 <= metrics[f"ood_aupr_{name}"] <= 1
+    assert metrics["ood_auroc_entropy"] > 0.95
+
+
+def test_a_bad_ood_name_is_one_line_naming_the_choices(fake_data_root):
+    from bdl.config import ConfigError
+    from bdl.experiment import build
+
+    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+        cfg = compose("config", [f"dataset.root={fake_data_root}", "ood=fashion", "epochs=2"])
+    with pytest.raises(ConfigError) as error:
+        build(cfg)
+    message = str(error.value)
+    assert "\n" not in message and "did you mean fashion_mnist?" in message
+    assert "fashion_mnist, mnist, noise" in message
+
+
+def test_a_missing_ood_set_names_ood_null(fake_data_root, isolated_cache, tmp_path):
+    """A root with MNIST but no Fashion-MNIST: the refusal, before training, says how to run
+    without the out-of-distribution set."""
+    from bdl.data import DataError
+    from bdl.experiment import build
+
+    (tmp_path / "MNIST").symlink_to(fake_data_root / "MNIST")
+    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+        cfg = compose("config", [f"dataset.root={tmp_path}", "dataset.download=false"])
+    with pytest.raises(DataError, match=r"^ood=fashion_mnist: Fashion-MNIST could not be") as error:
+        build(cfg)
+    assert str(error.value).endswith("Or run without it: ood=null.")
+    assert "\n" not in str(error.value)

@@ -111,6 +111,9 @@ class RunConfig:
     thin: int = 1  # keep one sample every `thin` epochs after burn-in
     temperature: float = 1.0
     reference: str | None = None  # run directory or probabilities file to compare against
+    # out-of-distribution set whose detection metrics a classification run reports (bdl.data.ood:
+    # a dataset of the same input shape, or noise); the image protocols name one
+    ood: str | None = None
     log_every: int = 10  # epochs between progress lines
     # sampler steps between Gibbs updates of the hyperparameters (Gamma-distributed precisions of
     # the prior and of the regression noise); None: once per epoch, at its end

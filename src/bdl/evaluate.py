@@ -1,17 +1,25 @@
 """``bdl-eval``: a saved posterior evaluated on a dataset, with the metrics of ``metrics.json``.
 
     bdl-eval RUN_DIR|SWEEP_DIR [dataset=NAME] [dataset.KEY=VALUE ...] [split=test|validation]
-                               [shift.rotate=DEGREES] [data=FILE] [device=cpu|cuda|auto] [out=DIR]
+                               [shift.rotate=DEGREES] [shift.corrupt=NAME [shift.severity=1-5|all]]
+                               [ood=NAME] [data=FILE] [device=cpu|cuda|auto] [out=DIR]
 
 Without ``dataset=`` the run's own dataset is used, so ``bdl-eval RUN_DIR`` on the run's device
 reproduces the test metrics of its ``metrics.json``. ``dataset=NAME`` is an option of the
 ``dataset`` config group of ``bdl-run``; ``split=validation`` takes the points the protocol holds
 out of training (MNIST's last 10 000 training images); ``shift.rotate=30`` rotates the images by
-30 degrees (rotated MNIST, Ovadia et al. 2019). ``data=FILE`` is a ``.safetensors`` file with
+30 degrees (rotated MNIST, Ovadia et al. 2019); ``shift.corrupt=gaussian_noise`` (or ``blur``,
+``translate``, ``contrast``) corrupts them at ``shift.severity`` 1-5 (3 unless given; Hendrycks &
+Dietterich 2019), and ``shift.severity=all`` at each of 1-5, printed as one table (a row per run
+and severity: a sweep of samplers gives the metrics against severity per sampler).
+``ood=fashion_mnist`` (or ``mnist``, ``noise``) adds the AUROC and AUPR of telling that set's test
+inputs from the evaluation set by each uncertainty score
+(:func:`bdl.metrics.ood_detection`). ``data=FILE`` is a ``.safetensors`` file with
 tensors ``x`` (inputs preprocessed as the run's dataset preprocesses them) and ``y`` (integer
 labels, or regression targets in original units). The metrics and the model average are written
 to ``OUT/metrics.json`` and ``OUT/predictive.safetensors``, ``OUT`` being
-``RUN_DIR/eval/<dataset>-<split>[-rotate<deg>]`` unless ``out=`` says otherwise.
+``RUN_DIR/eval/<dataset>-<split>[-rotate<deg>][-<corruption><severity>][-ood-<name>]`` unless
+``out=`` says otherwise.
 
 The options are overrides in Hydra's grammar, as ``bdl-run``'s are (quoting, types, ``+`` to add a
 loader's argument the dataset's config does not set). Given a sweep's directory (or any directory
@@ -38,7 +46,9 @@ from torch import Tensor
 
 from bdl.config import constructor_error
 from bdl.data import DataError, Dataset
-from bdl.data.shift import rotate
+from bdl.data.ood import ood_inputs
+from bdl.data.shift import SEVERITIES, corrupt, rotate
+from bdl.metrics import UncertaintyAverage, ood_detection
 from bdl.network import load_data, resolve_device
 from bdl.overrides import check_group, config_keys, did_you_mean
 from bdl.posterior import CONFIG_FILE, Posterior, RunError
@@ -47,7 +57,18 @@ from bdl.sweeps import find_runs
 
 __all__ = ["evaluation_set", "main"]
 
-KEYS = ("dataset", "split", "shift.rotate", "data", "device", "out")
+KEYS = (
+    "dataset",
+    "split",
+    "shift.rotate",
+    "shift.corrupt",
+    "shift.severity",
+    "ood",
+    "data",
+    "device",
+    "out",
+)
+DEFAULT_SEVERITY = 3
 USER_ERRORS = (RunError, StoreError, DataError, ValueError, HydraException, OmegaConfBaseException)
 
 
@@ -167,6 +188,18 @@ def evaluation_set(
         degrees = float(options["shift.rotate"])
         x = rotate(x, degrees)
         label += f"-rotate{degrees:g}"
+    if "shift.corrupt" in options:
+        name, severity = options["shift.corrupt"], options.get("shift.severity", DEFAULT_SEVERITY)
+        try:
+            severity = int(severity)
+        except ValueError:
+            raise ValueError(
+                f"shift.severity={severity} is not a severity: choose 1, 2, 3, 4 or 5"
+            ) from None
+        x = corrupt(x, name, severity)
+        label += f"-{name}{severity}"
+    elif "shift.severity" in options:
+        raise ValueError("shift.severity grades a corruption: give shift.corrupt=NAME with it")
     return label, task, x, y
 
 
@@ -182,7 +215,9 @@ def _parse(argv: list[str] | None) -> tuple[Path, dict[str, Any]]:
         description="Evaluate a saved posterior (a bdl-run directory), or every run of a sweep, "
         "on a dataset.",
         epilog="Options, in Hydra's override grammar: dataset=NAME, dataset.KEY=VALUE, "
-        "split=test|validation, shift.rotate=DEGREES, data=FILE.safetensors (tensors x, y), "
+        "split=test|validation, shift.rotate=DEGREES, shift.corrupt=gaussian_noise|blur|"
+        "translate|contrast, shift.severity=1-5|all, ood=fashion_mnist|mnist|noise, "
+        "data=FILE.safetensors (tensors x, y), "
         "device=cpu|cuda|auto, out=DIR.",
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by bdl-run")
@@ -212,8 +247,24 @@ def evaluate(run_dir: Path, options: dict[str, str]) -> tuple[dict[str, Any], Pa
     posterior = Posterior(run_dir)
     label, task, x, y = evaluation_set(posterior, options)
     device = resolve_device(options.get("device", posterior.config.device.value))
-    average = posterior.average(x, y, device=device)
+    detection: dict[str, Any] = {}
+    if "ood" in options:
+        if task != "classification":
+            raise DataError(
+                f"ood={options['ood']}: out-of-distribution detection needs a classifier"
+            )
+        x_ood = ood_inputs(options["ood"], posterior.data, posterior.config.dataset)
+        average, outside = UncertaintyAverage(), UncertaintyAverage()
+        for _, prediction in posterior.predictions(x, device):
+            average.update(prediction)
+        for _, prediction in posterior.predictions(x_ood, device):
+            outside.update(prediction)
+        detection = {"ood": options["ood"], **ood_detection(average, outside)}
+        label += f"-ood-{options['ood']}"
+    else:
+        average = posterior.average(x, y, device=device)
     metrics: dict[str, Any] = {**average.metrics(y.cpu()), "num_samples": average.count}
+    metrics.update(detection)
     metrics["evaluated_on"] = label
     metrics |= posterior.verdict  # the chains' verdict, whatever set they are evaluated on
     out = Path(options["out"]) if "out" in options else run_dir / "eval" / label
@@ -243,11 +294,43 @@ def evaluate_sweep(
     return pd.DataFrame(rows), failures
 
 
+def severity_table(
+    run_dir: Path, runs: list[Path], options: dict[str, Any]
+) -> tuple[pd.DataFrame, list[str]]:
+    """``shift.severity=all``: the run (or each of the sweep's ``runs``) evaluated under
+    ``shift.corrupt`` at every severity, 1 to 5, each written where :func:`evaluate` writes it;
+    the metrics as one table, a row per run and severity, and the evaluations that failed."""
+    if "shift.corrupt" not in options:
+        raise ValueError("shift.severity=all grades a corruption: give shift.corrupt=NAME with it")
+    frames, failures = [], []
+    for severity in SEVERITIES:
+        job = {**options, "shift.severity": str(severity)}
+        if "out" in options:
+            job["out"] = str(Path(options["out"]) / f"severity{severity}")
+        if runs:
+            table, failed = evaluate_sweep(run_dir, runs, job)
+            failures += failed
+        else:
+            table = pd.DataFrame([{"run": run_dir.name, **evaluate(run_dir, job)[0]}])
+        frames.append(table.assign(severity=severity) if not table.empty else table)
+    table = pd.concat(frames, ignore_index=True)
+    if not table.empty:
+        first = ["run", "severity"]
+        table = table[first + [c for c in table.columns if c not in first]]
+    return table.sort_values(first, kind="stable") if not table.empty else table, failures
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``bdl-eval``; user errors end in one line and exit status 2."""
     try:
         run_dir, options = _parse(argv)
         runs = [] if (run_dir / CONFIG_FILE).is_file() else find_runs([run_dir])
+        if options.get("shift.severity") == "all":
+            table, failures = severity_table(run_dir, runs, options)
+            print(table.to_markdown(index=False, floatfmt=".4g"))
+            for failure in failures:
+                print(f"bdl-eval: error: {failure}", file=sys.stderr)
+            return 2 if failures else 0
         if runs:
             table, failures = evaluate_sweep(run_dir, runs, options)
             if not table.empty:

@@ -25,6 +25,7 @@ from torch import Tensor
 from bdl import distributed, stability, threads
 from bdl.config import ConfigError, short_run
 from bdl.data import Dataset
+from bdl.data.ood import check_name, ood_inputs
 from bdl.instantiation import instantiate, resolve
 from bdl.network import build_network, load_data, predict, resolve_device, sample_tensors
 from bdl.noise import Generator
@@ -83,6 +84,9 @@ class Experiment:
     #: chain's minibatch order
     vectorise: bool = True
     shared_minibatches: bool = False
+    #: the out-of-distribution set (``ood=``) and its inputs, whose detection metrics.json reports
+    ood: str | None = None
+    x_ood: Tensor | None = None
 
     def collects(self, epoch: int) -> bool:
         """Whether the state after (0-based) ``epoch`` is kept as a posterior sample."""
@@ -125,11 +129,14 @@ def build(
     torch.manual_seed(seed)
 
     if like is None:
+        if cfg.ood:
+            check_name(cfg.ood)  # before the data are read
         reference = load_reference(cfg.reference) if cfg.reference else None
         data = load_data(cfg)
         _check_reference(cfg, data, reference)
+        x_ood = ood_inputs(cfg.ood, data, cfg.dataset).to(device) if cfg.ood else None
     else:
-        reference, data = like.reference, like.data
+        reference, data, x_ood = like.reference, like.data, like.x_ood
     task = Task(data, data.y_test)
     model, likelihood = build_network(cfg, data)
     potential = Potential(
@@ -219,6 +226,8 @@ def build(
         pruning_samples=cfg.pruning_samples if cfg.pruning else None,
         vectorise=cfg.vectorise,
         shared_minibatches=cfg.shared_minibatches,
+        ood=cfg.ood,
+        x_ood=x_ood,
     )
     sampler.attach(potential, experiment.train_chunks)  # a Laplace fit reads the training set
     sampler.plan_burn_in(cfg.burn_in * steps_per_epoch)

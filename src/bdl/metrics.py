@@ -81,21 +81,31 @@ def ece(probs: Tensor, y: Tensor, bins: int = 15) -> float:
     r"""Expected calibration error (Guo et al. 2017, "On calibration of modern neural networks").
 
     :math:`\sum_b \frac{|B_b|}{n} |\mathrm{acc}(B_b) - \mathrm{conf}(B_b)|` over ``bins``
-    equal-width bins of the top-class confidence, bin ``b`` covering :math:`(b/M, (b+1)/M]`.
+    equal-width bins of the top-class confidence, bin ``b`` covering :math:`(b/M, (b+1)/M]`
+    (:func:`calibration_bins`).
     """
+    count, conf_sum, acc_sum = calibration_bins(probs, y, bins)
+    # |sum acc - sum conf| / n per bin equals |B_b|/n |acc_b - conf_b|, and is 0 for empty bins.
+    return ((acc_sum - conf_sum).abs().sum() / y.shape[0]).item()
+
+
+def calibration_bins(probs: Tensor, y: Tensor, bins: int = 15) -> tuple[Tensor, Tensor, Tensor]:
+    """Per bin of the top-class confidence (``bins`` equal-width bins, right-closed as in Guo et
+    al. 2017's code): the number of points, the sum of their confidences and the number of them
+    predicted correctly, float64; the reliability diagram's bars and :func:`ece`'s terms."""
     _check_classification(probs, y)
     if bins < 1:
         raise ValueError(f"ece needs at least one bin, got {bins}")
     confidence, prediction = probs.double().max(-1)
-    correct = (prediction == y).double()
+    correct = (prediction == y.to(prediction.device)).double()
     # Right-closed bins (lo, hi] with linspace edges, exactly as Guo et al.'s reference code, so
     # a confidence on an edge lands in the same bin; confidence 0 (impossible) goes to bin 0.
     edges = torch.linspace(0, 1, bins + 1, dtype=torch.float64, device=probs.device)
     index = torch.bucketize(confidence, edges[1:-1], right=False)
+    count = torch.zeros_like(edges[1:]).index_add_(0, index, torch.ones_like(confidence))
     conf_sum = torch.zeros_like(edges[1:]).index_add_(0, index, confidence)
     acc_sum = torch.zeros_like(edges[1:]).index_add_(0, index, correct)
-    # |sum acc - sum conf| / n per bin equals |B_b|/n |acc_b - conf_b|, and is 0 for empty bins.
-    return ((acc_sum - conf_sum).abs().sum() / y.shape[0]).item()
+    return count, conf_sum, acc_sum
 
 
 def brier(probs: Tensor, y: Tensor) -> float:
@@ -189,6 +199,117 @@ class ClassificationAverage:
             "test_ece": ece(probs, y),
             "test_brier": brier(probs, y),
         }
+
+
+class UncertaintyAverage(ClassificationAverage):
+    r"""A :class:`ClassificationAverage` that also keeps the running mean of each sample's
+    predictive entropy, which splits the model average's uncertainty (Depeweg et al. 2018;
+    Smith & Gal 2018): the total :math:`\mathbb H[\bar p]` of the average
+    :math:`\bar p = \frac1S\sum_s p_s` is the expected entropy
+    :math:`\frac1S\sum_s \mathbb H[p_s]` (aleatoric) plus the mutual information between the
+    label and the weights (epistemic), which is zero where all samples agree."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._entropy_sum: Tensor | None = None
+
+    def update(self, prediction: Tensor) -> None:
+        super().update(prediction)
+        entropy = _entropy(prediction.detach().to(torch.float64))
+        if self._entropy_sum is None:
+            self._entropy_sum = entropy
+        else:
+            self._entropy_sum += entropy.to(self._entropy_sum.device)
+
+    def merge(self, other: UncertaintyAverage) -> UncertaintyAverage:
+        merged = UncertaintyAverage()
+        pooled = super().merge(other)
+        merged.count, merged._sum = pooled.count, pooled._sum
+        sums = [s for s in (self._entropy_sum, other._entropy_sum) if s is not None]
+        merged._entropy_sum = sum(sums[1:], sums[0].clone()) if sums else None
+        return merged
+
+    def scores(self) -> dict[str, Tensor]:
+        """Per point, each higher where the input looks less like the training data:
+        ``entropy`` (total), ``mutual_information`` (epistemic) and ``max_probability`` as
+        one minus the top class's averaged probability."""
+        if self._entropy_sum is None:
+            raise ValueError("UncertaintyAverage has no samples yet; call update() first")
+        probs = self.predictive()
+        total = _entropy(probs)
+        # the difference of two entropies can round below 0 where the samples agree
+        information = (total - self._entropy_sum / self.count).clamp_min(0)
+        return {
+            "entropy": total,
+            "mutual_information": information,
+            "max_probability": 1 - probs.max(-1).values,
+        }
+
+
+def _entropy(probs: Tensor) -> Tensor:
+    r"""Entropy in nats of each row of probabilities, with :math:`0 \log 0 = 0`."""
+    return -torch.special.xlogy(probs, probs).sum(-1)
+
+
+def auroc(inside: Tensor, outside: Tensor) -> float:
+    r"""Area under the ROC curve of telling ``outside`` from ``inside`` points by a score that
+    is higher outside: :math:`P(s_\mathrm{out} > s_\mathrm{in}) + \frac12 P(s_\mathrm{out} =
+    s_\mathrm{in})`, the Mann-Whitney statistic (Hanley & McNeil 1982) from average ranks."""
+    _check_scores(inside, outside)
+    scores = torch.cat([inside, outside]).double()
+    ranks = _average_ranks(scores)
+    n_in, n_out = inside.numel(), outside.numel()
+    rank_sum = ranks[n_in:].sum().item()
+    return (rank_sum - n_out * (n_out + 1) / 2) / (n_in * n_out)
+
+
+def aupr(inside: Tensor, outside: Tensor) -> float:
+    r"""Area under the precision-recall curve with the ``outside`` points as positives, as
+    average precision :math:`\sum_t (R_t - R_{t-1}) P_t` over the distinct score thresholds
+    :math:`t` from the highest down (tied scores enter together), the step-wise estimate
+    without interpolation (Davis & Goadrich 2006)."""
+    _check_scores(inside, outside)
+    scores = torch.cat([inside, outside]).double()
+    positive = torch.cat([torch.zeros(inside.numel()), torch.ones(outside.numel())]).double()
+    order = scores.argsort(descending=True, stable=True)
+    scores, positive = scores[order], positive[order]
+    true_positives = positive.cumsum(0)
+    # the last index of each run of tied scores: a threshold there takes the whole run
+    last = torch.ones_like(scores, dtype=torch.bool)
+    last[:-1] = scores[1:] != scores[:-1]
+    true_positives = true_positives[last]
+    predicted = torch.arange(1, scores.numel() + 1, dtype=torch.float64)[last]
+    precision = true_positives / predicted
+    recall_gain = torch.diff(true_positives, prepend=true_positives.new_zeros(1))
+    return (recall_gain * precision).sum().item() / outside.numel()
+
+
+def _average_ranks(scores: Tensor) -> Tensor:
+    """1-based ranks of ``scores`` in ascending order, ties given the mean of their ranks."""
+    values, inverse, counts = torch.unique(scores, return_inverse=True, return_counts=True)
+    upper = counts.cumsum(0).double()
+    return (upper - (counts.double() - 1) / 2)[inverse]
+
+
+def _check_scores(inside: Tensor, outside: Tensor) -> None:
+    if inside.ndim != 1 or outside.ndim != 1 or not inside.numel() or not outside.numel():
+        raise ValueError(
+            "scores must be two non-empty vectors (in-distribution, out-of-distribution), got "
+            f"shapes {tuple(inside.shape)} and {tuple(outside.shape)}"
+        )
+
+
+def ood_detection(inside: UncertaintyAverage, outside: UncertaintyAverage) -> dict[str, float]:
+    """AUROC and AUPR (out-of-distribution points positive) of each uncertainty score of
+    :meth:`UncertaintyAverage.scores` at telling the ``outside`` set from the ``inside`` one
+    (Hendrycks & Gimpel 2017), from the model average over the posterior's samples:
+    ``ood_auroc_entropy``, ``ood_aupr_entropy``, ``ood_auroc_mutual_information``, …"""
+    ins, outs = inside.scores(), outside.scores()
+    result = {}
+    for name in ins:
+        result[f"ood_auroc_{name}"] = auroc(ins[name].cpu(), outs[name].cpu())
+        result[f"ood_aupr_{name}"] = aupr(ins[name].cpu(), outs[name].cpu())
+    return result
 
 
 class RegressionAverage:

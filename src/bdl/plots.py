@@ -14,7 +14,11 @@
   run has a ``diagnostics.csv`` with an ``rhat`` column; the dashed line is their 1.01 threshold.
 
 Every run writes ``summary.png`` (:func:`write_summary`): its test metric per chain, its
-potential per chain and, for several chains, the R-hat histogram, drawn by the same functions.
+potential per chain and, for several chains, the R-hat histogram, drawn by the same functions;
+a classification run also writes ``reliability.png`` (:func:`reliability_figure`), the reliability
+diagram of its model average on the test set (DeGroot & Fienberg 1983; Guo et al. 2017): the
+accuracy of the points in each bin of top-class confidence against their mean confidence, the
+diagonal being perfect calibration, with the number of points per bin below and the ECE titled.
 
 How they read: a dashed vertical line marks the end of burn-in (the run's ``burn_in`` epoch) where
 the run has one; an optimiser's or variational fit's curve has its test metric from the first
@@ -48,6 +52,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, NullFormatter
+from torch import Tensor
 
 from bdl import diagnostics
 
@@ -59,6 +64,7 @@ __all__ = [
     "figures",
     "group_of",
     "mark_burn_in",
+    "reliability_figure",
     "rhat_figure",
     "run_label",
     "run_title",
@@ -75,6 +81,7 @@ log = logging.getLogger("bdl")
 
 CURVE_FILE = "curve.csv"
 SUMMARY_FILE = "summary.png"
+RELIABILITY_FILE = "reliability.png"
 TASKS = {"classification": ("test_error", "test error"), "regression": ("test_rmse", "test RMSE")}
 
 #: The ratio of the largest to the smallest value on an axis above which it is logarithmic.
@@ -411,14 +418,69 @@ def run_title(run_dir: str | Path) -> str:
     return run_label(_record(run_dir))
 
 
+def reliability_figure(probs: Tensor, y: Tensor, title: str, bins: int = 15) -> Figure:
+    """The reliability diagram of class probabilities ``probs`` against labels ``y``: per bin of
+    top-class confidence (:func:`bdl.metrics.calibration_bins`, :func:`bdl.metrics.ece`'s), the
+    accuracy of its points drawn as a bar over the bin, the gap from it to their mean confidence
+    hatched, the diagonal where the two agree; below, the number of points in each bin."""
+    from bdl.metrics import calibration_bins, ece
+
+    count, conf_sum, acc_sum = (t.cpu().numpy() for t in calibration_bins(probs, y, bins))
+    filled = count > 0
+    edges = np.linspace(0, 1, bins + 1)
+    centres, width = (edges[:-1] + edges[1:]) / 2, 1 / bins
+    accuracy = np.divide(acc_sum, count, out=np.zeros_like(acc_sum), where=filled)
+    confidence = np.divide(conf_sum, count, out=np.zeros_like(conf_sum), where=filled)
+    figure = Figure(figsize=(4.6, 5.2), layout="constrained")
+    top, bottom = figure.subplots(2, 1, sharex=True, height_ratios=[3, 1])
+    top.bar(centres[filled], accuracy[filled], width=width, edgecolor="black", label="accuracy")
+    gap = confidence[filled] - accuracy[filled]
+    top.bar(
+        centres[filled],
+        gap,
+        bottom=accuracy[filled],
+        width=width,
+        color="C3",
+        alpha=0.35,
+        hatch="//",
+        label="gap to the mean confidence",
+    )
+    top.plot([0, 1], [0, 1], "--", color="0.4", label="perfect calibration")
+    top.set(ylabel="accuracy", xlim=(0, 1), ylim=(0, 1))
+    top.set_title(f"{title}\nECE {ece(probs, y, bins):.4f} ({bins} bins)", fontsize="medium")
+    top.legend(loc="upper left", fontsize="small")
+    bottom.bar(centres, count, width=width, color="0.6", edgecolor="black")
+    bottom.set(xlabel="top-class confidence", ylabel="points")
+    return figure
+
+
 def write_summary(run_dir: str | Path) -> Path | None:
-    """``summary.png`` of the run in ``run_dir`` (:func:`summary_figure`); returns its path, or
-    None, with a warning, when it cannot be drawn: the run's results are already written, and
-    a figure is no reason to fail it."""
+    """``summary.png`` of the run in ``run_dir`` (:func:`summary_figure`), and for a
+    classification run ``reliability.png`` (:func:`reliability_figure`) from its
+    ``predictive.safetensors``; returns the summary's path, or None, with a warning, when it
+    cannot be drawn: the run's results are already written, and a figure is no reason to fail
+    it."""
     path = Path(run_dir) / SUMMARY_FILE
     try:
         summary_figure(run_dir).savefig(path, dpi=120)
     except Exception as error:  # noqa: BLE001 - any failure to draw leaves the results as they are
         log.warning("no %s: %s: %s", SUMMARY_FILE, type(error).__name__, error)
         return None
+    try:
+        _write_reliability(Path(run_dir))
+    except Exception as error:  # noqa: BLE001 - as above
+        log.warning("no %s: %s: %s", RELIABILITY_FILE, type(error).__name__, error)
     return path
+
+
+def _write_reliability(run_dir: Path) -> None:
+    from safetensors.torch import load_file
+
+    from bdl.store import PREDICTIVE
+
+    metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    if "test_accuracy" not in metrics or not (run_dir / PREDICTIVE).is_file():
+        return
+    saved = load_file(run_dir / PREDICTIVE)
+    figure = reliability_figure(saved["predictive"], saved["targets"].long(), run_title(run_dir))
+    figure.savefig(run_dir / RELIABILITY_FILE, dpi=120)

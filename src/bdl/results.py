@@ -19,9 +19,11 @@ import torch
 from bdl import diagnostics, outputs, pruning
 from bdl.experiment import Experiment
 from bdl.loop import Loop
-from bdl.metrics import agreement, pool, total_variation
-from bdl.network import named_parameters
+from bdl.metrics import UncertaintyAverage, agreement, ood_detection, pool, total_variation
+from bdl.network import named_parameters, predict, sample_tensors
 from bdl.outputs import RunDirectory
+from bdl.posterior import chain_stores
+from bdl.store import load_samples
 
 log = logging.getLogger("bdl")
 
@@ -70,11 +72,38 @@ def write_metrics(
     found, table = _diagnostics(loops, directory)
     metrics.update(found)
     if status == "completed" and average.count:
+        metrics.update(ood_metrics(exp, directory))
         judge(metrics, exp, len(loops))
         if exp.sampler.declaration.injects_noise:
             judge_convergence(metrics, exp, loops, table, directory)
     directory.write_metrics(metrics)
     return metrics
+
+
+def ood_metrics(experiment: Experiment, directory: RunDirectory) -> dict[str, Any]:
+    """The out-of-distribution detection metrics of the run's stored samples
+    (:func:`bdl.metrics.ood_detection`: the test set against ``ood=``'s), the network holding
+    each in turn and given back its own state after; nothing without ``ood=`` or samples."""
+    exp = experiment
+    stores = directory.path / "samples"
+    if exp.x_ood is None or not directory.writer or not stores.is_dir():
+        return {}
+    model, likelihood = exp.potential.model, exp.potential.likelihood
+    live = sample_tensors(model, likelihood)
+    kept = {name: p.detach().clone() for name, p in live.items()}
+    inside, outside = UncertaintyAverage(), UncertaintyAverage()
+    with torch.no_grad():
+        for store in chain_stores(stores):
+            for params, _ in load_samples(store):
+                for name, p in live.items():
+                    p.copy_(params[name])
+                inside.update(predict(model, likelihood, exp.x_test))
+                outside.update(predict(model, likelihood, exp.x_ood))
+        for name, p in live.items():
+            p.copy_(kept[name])
+    if not inside.count:
+        return {}
+    return {"ood": exp.ood, **ood_detection(inside, outside)}
 
 
 def judge(metrics: dict[str, Any], experiment: Experiment, chains: int) -> None:

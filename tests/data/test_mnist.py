@@ -168,8 +168,10 @@ def _idx(magic: int, array: np.ndarray) -> bytes:
     return header + array.astype(np.uint8).tobytes()
 
 
-def write_fake_mnist(root: Path, n_train: int, n_test: int, seed: int) -> dict[str, np.ndarray]:
-    """Original-format MNIST archives with random pixels under ``root/MNIST/raw``."""
+def write_fake_mnist(
+    root: Path, n_train: int, n_test: int, seed: int, folder: str = "MNIST"
+) -> dict[str, np.ndarray]:
+    """Original-format MNIST archives with random pixels under ``root/<folder>/raw``."""
     rng = np.random.default_rng(seed)
     arrays = {
         "train-images-idx3-ubyte.gz": rng.integers(0, 256, (n_train, 28, 28)),
@@ -177,7 +179,7 @@ def write_fake_mnist(root: Path, n_train: int, n_test: int, seed: int) -> dict[s
         "t10k-images-idx3-ubyte.gz": rng.integers(0, 256, (n_test, 28, 28)),
         "t10k-labels-idx1-ubyte.gz": rng.integers(0, 10, n_test),
     }
-    raw = root / "MNIST" / "raw"
+    raw = root / folder / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     for name, array in arrays.items():
         magic = 0x803 if array.ndim == 3 else 0x801

@@ -11,11 +11,13 @@ parsing keeps us on the code path everybody else's MNIST numbers come from.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import logging
 import numbers
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.error import URLError
 
@@ -38,7 +40,7 @@ from .base import (
     same_path,
 )
 
-__all__ = ["load"]
+__all__ = ["Source", "load", "load_idx"]
 
 _log = logging.getLogger(__name__)
 
@@ -59,13 +61,44 @@ def _extract(archive: Path, dst: Path) -> None:
         shutil.copyfileobj(inp, out, 1 << 20)
 
 
-def _download(name: str, staged: Path) -> None:
-    """Fetch one archive from torchvision's mirrors, md5-checked, into ``staged`` atomically."""
+@dataclass(frozen=True)
+class Source:
+    """One dataset in MNIST's IDX layout: torchvision's class for it (which reads
+    ``<folder>/raw/``), the md5 sums of the four original archives, and, where an archive may
+    come recompressed (Debian's Fashion-MNIST), those of the decompressed originals: an archive
+    passes if either matches."""
+
+    label: str
+    folder: str
+    dataset: type[MNIST]
+    md5: dict[str, str]
+    extracted_md5: dict[str, str] = field(default_factory=dict)
+
+    def verified(self, archive: Path) -> bool:
+        if check_integrity(str(archive), self.md5[archive.name]):
+            return True
+        want = self.extracted_md5.get(_stem(archive.name))
+        if want is None or not archive.is_file():
+            return False
+        digest = hashlib.md5()
+        try:
+            with gzip.open(archive, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+        except (OSError, EOFError):
+            return False
+        return digest.hexdigest() == want
+
+
+def _download(name: str, staged: Path, source: Source) -> None:
+    """Fetch one of ``source``'s archives from torchvision's mirrors, md5-checked, into
+    ``staged`` atomically."""
     errors = []
-    for mirror in MNIST.mirrors:
+    md5 = source.md5[name]
+    for mirror in source.dataset.mirrors:
         tmp = Path(tempfile.mkdtemp(dir=staged, prefix=".download."))
         try:
-            download_url(mirror + name, root=str(tmp), filename=name, md5=MD5[name])
+            download_url(mirror + name, root=str(tmp), filename=name, md5=md5)
             os.replace(tmp / name, staged / name)
             return
         except (URLError, OSError, RuntimeError, ValueError) as err:
@@ -75,8 +108,9 @@ def _download(name: str, staged: Path) -> None:
     raise DataError("download failed (" + "; ".join(errors) + ")")
 
 
-def _prepare(root: Path, named: bool, download: bool) -> Path:
-    """The root torchvision should read, with the four extracted IDX files in ``MNIST/raw/``.
+def _prepare(root: Path, named: bool, download: bool, source: Source) -> Path:
+    """The root torchvision should read, with the four extracted IDX files in
+    ``<folder>/raw/``.
 
     A root already holding the extracted files is read in place. Otherwise the root's archives
     are md5-checked and staged into the cache, where they are extracted: the data root may be
@@ -85,32 +119,33 @@ def _prepare(root: Path, named: bool, download: bool) -> Path:
     a root the user named is the one read. Everything in the cache happens under its lock, so
     parallel jobs starting on an empty cache extract once and all find complete files.
     """
-    check_root_is_folder(root, "MNIST/raw/ holding the four original .gz files")
-    raw = root / "MNIST" / "raw"
-    if all((raw / _stem(name)).is_file() for name in MD5):
+    check_root_is_folder(root, f"{source.folder}/raw/ holding the four original .gz files")
+    md5 = source.md5
+    raw = root / source.folder / "raw"
+    if all((raw / _stem(name)).is_file() for name in md5):
         return root  # already extracted: read in place, never written to
-    present = [name for name in MD5 if (raw / name).is_file()]
-    corrupt = [raw / name for name in present if not check_integrity(str(raw / name), MD5[name])]
+    present = [name for name in md5 if (raw / name).is_file()]
+    corrupt = [raw / name for name in present if not source.verified(raw / name)]
     if corrupt:
-        raise DataError(_error_message(root, "md5 check failed", corrupt))
+        raise DataError(_error_message(root, "md5 check failed", corrupt, source))
     cache = cache_dir()
-    staged = cache / "MNIST" / "raw"
-    with cache_lock(cache / "MNIST"):
+    staged = cache / source.folder / "raw"
+    with cache_lock(cache / source.folder):
         staged.mkdir(parents=True, exist_ok=True)
-        for name in MD5:
+        for name in md5:
             dst = staged / name
-            cached = check_integrity(str(dst), MD5[name])
+            cached = source.verified(dst)
             if name in present:
                 if not cached and not same_path(raw / name, dst):
                     copy_atomic(raw / name, dst)
             elif not download and (named or not cached):
-                raise DataError(_error_message(root, "dataset.download=false", []))
+                raise DataError(_error_message(root, "dataset.download=false", [], source))
             elif not cached:
                 _log.info("downloading %s into %s", name, staged)
                 try:
-                    _download(name, staged)
+                    _download(name, staged, source)
                 except DataError as err:
-                    raise DataError(_error_message(root, str(err), [])) from err
+                    raise DataError(_error_message(root, str(err), [], source)) from err
             elif named:
                 _log.warning(
                     "%s is not in the data root %s; using the original (md5-checked) in %s, "
@@ -124,16 +159,19 @@ def _prepare(root: Path, named: bool, download: bool) -> Path:
     return cache
 
 
-def _error_message(root: Path, cause: str, corrupt: list[Path]) -> str:
-    names = ", ".join(MD5)
-    raw = root / "MNIST" / "raw"
-    msg = f"MNIST could not be loaded ({cause}). Expected the original files {names} in {raw}/."
+def _error_message(root: Path, cause: str, corrupt: list[Path], source: Source) -> str:
+    names = ", ".join(source.md5)
+    raw = root / source.folder / "raw"
+    msg = (
+        f"{source.label} could not be loaded ({cause}). Expected the original files {names} in "
+        f"{raw}/."
+    )
     if corrupt:
         msg += " These are not the originals (torchvision's md5): " + ", ".join(map(str, corrupt))
         msg += "."
     msg += (
         " Put the four .gz files there, or set BDL_DATA_DIR / dataset.root to a folder that "
-        "contains MNIST/raw/, or allow dataset.download=true with network access."
+        f"contains {source.folder}/raw/, or allow dataset.download=true with network access."
     )
     return msg
 
@@ -153,34 +191,49 @@ def load(
     They are scaled straight from ``.data`` rather than through per-item transforms, which would
     be needlessly slow for full-batch use.
     """
+    source = Source("MNIST", "MNIST", MNIST, MD5)
+    return load_idx(source, "mnist", root, validation, download, pixel_divisor)
+
+
+def load_idx(
+    source: Source,
+    name: str,
+    root: str | os.PathLike | None,
+    validation: int,
+    download: bool,
+    pixel_divisor: float,
+) -> Dataset:
+    """The dataset of ``source`` (MNIST's layout and sizes) named ``name``, as :func:`load`
+    describes for MNIST."""
+    label = source.label
     if (
         isinstance(validation, bool)
         or not isinstance(validation, numbers.Integral)
         or not 0 <= validation < NUM_TRAIN_TOTAL
     ):
         raise DataError(
-            f"dataset.validation={validation!r} is invalid for MNIST: it must be an integer in "
+            f"dataset.validation={validation!r} is invalid for {label}: it must be an integer in "
             f"[0, {NUM_TRAIN_TOTAL}) (the number of training images held out)."
         )
     if not pixel_divisor > 0:
         raise DataError(f"dataset.pixel_divisor must be positive, got {pixel_divisor!r}")
     base = data_root(root)
     try:
-        where = _prepare(base, root_is_named(root), download)
+        where = _prepare(base, root_is_named(root), download, source)
     except OSError as err:
         raise DataError(
-            f"Cannot stage MNIST into the cache folder {cache_dir() / 'MNIST' / 'raw'} ({err}). "
-            "Make it writable or point BDL_CACHE_DIR at a writable folder."
+            f"Cannot stage {label} into the cache folder {cache_dir() / source.folder / 'raw'} "
+            f"({err}). Make it writable or point BDL_CACHE_DIR at a writable folder."
         ) from err
     try:
-        train = MNIST(str(where), train=True, download=False)
-        test = MNIST(str(where), train=False, download=False)
+        train = source.dataset(str(where), train=True, download=False)
+        test = source.dataset(str(where), train=False, download=False)
         x_all, y_all = train.data, train.targets
         x_test, y_test = test.data, test.targets
     except (RuntimeError, OSError, ValueError, EOFError) as err:
-        damaged = where / "MNIST" / "raw"
+        damaged = where / source.folder / "raw"
         raise DataError(
-            f"MNIST files in {damaged}/ cannot be read ({cause_summary(err)}). "
+            f"{label} files in {damaged}/ cannot be read ({cause_summary(err)}). "
             + (
                 "Replace them with the original files."
                 if same_path(where, base)
@@ -191,12 +244,12 @@ def load(
     n = NUM_TRAIN_TOTAL - int(validation)
     if x_all.shape[0] != NUM_TRAIN_TOTAL or tuple(x_all.shape[1:]) != (28, 28):
         raise DataError(
-            f"MNIST training images in {where / 'MNIST' / 'raw'} have shape "
+            f"{label} training images in {where / source.folder / 'raw'} have shape "
             f"{tuple(x_all.shape)}, expected ({NUM_TRAIN_TOTAL}, 28, 28); replace them with "
             "the original files."
         )
     return Dataset(
-        name="mnist",
+        name=name,
         task="classification",
         x_train=_to_float(x_all[:n], pixel_divisor),
         y_train=y_all[:n].to(torch.int64).clone(),

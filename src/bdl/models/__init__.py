@@ -7,8 +7,9 @@ shape ``(batch, out_features)``. No model uses batch statistics: a network whose
 example depends on the rest of the mini-batch does not define a likelihood, which SG-MCMC needs.
 """
 
+from bdl.models.convnet import ConvNet
 from bdl.models.linear import Linear
 from bdl.models.mlp import MLP
 from bdl.models.resnet20_frn import FilterResponseNorm, ResNet20FRN
 
-__all__ = ["MLP", "FilterResponseNorm", "Linear", "ResNet20FRN"]
+__all__ = ["MLP", "ConvNet", "FilterResponseNorm", "Linear", "ResNet20FRN"]

@@ -7,6 +7,7 @@ from bdl.samplers.csgd import ConstantSGD
 from bdl.samplers.hmc import HMC
 from bdl.samplers.laplace import Laplace
 from bdl.samplers.mala import MALA
+from bdl.samplers.mc_dropout import MCDropout
 from bdl.samplers.naive_sghmc import NaiveSGHMC
 from bdl.samplers.psgld import PSGLD
 from bdl.samplers.rwmh import RWMH
@@ -14,6 +15,7 @@ from bdl.samplers.sgd import SGD
 from bdl.samplers.sghmc import SGHMC
 from bdl.samplers.sgld import SGLD
 from bdl.samplers.sgnht import SGNHT
+from bdl.samplers.swag import SWAG
 
 __all__ = [
     "AdaptiveSGHMC",
@@ -22,12 +24,14 @@ __all__ = [
     "HMC",
     "Laplace",
     "MALA",
+    "MCDropout",
     "PSGLD",
     "RWMH",
     "SGD",
     "SGHMC",
     "SGLD",
     "SGNHT",
+    "SWAG",
     "ConstantSGD",
     "NaiveSGHMC",
     "Sampler",
