@@ -30,9 +30,11 @@ from hydra.errors import HydraException, InstantiationException
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from bdl import plugins
 from bdl.errors import ConfigError
 from bdl.instantiation import check_targets, instantiate
 from bdl.likelihoods import Gaussian
+from bdl.samplers.base import Sampler
 
 
 class Device(Enum):
@@ -133,6 +135,7 @@ class RunConfig:
 
 
 ConfigStore.instance().store(name="base_config", node=RunConfig)
+plugins.register()  # the options of installed packages join the groups (bdl.plugins)
 
 
 # The groups whose config names a ``_target_``, and the arguments the runner passes when it builds
@@ -153,6 +156,7 @@ SCALARS = {float: "a finite number", int: "an integer", bool: "true or false", s
 def validate(cfg: Any) -> None:
     """Check a composed config before any data is read; raises :class:`ConfigError` naming the
     key and the fix."""
+    plugins.check()
     check_targets(cfg)  # before _check_group imports a target
     try:
         _check_keys(cfg, RunConfig)
@@ -267,6 +271,11 @@ def _check_group(cfg: Any, group: str) -> None:
     for key, parameter in allowed.items():
         if parameter.default is inspect.Parameter.empty and key not in node:
             raise ConfigError(f"{group}.{key} is required by {name}: set {group}.{key}=<value>")
+    if group == "sampler" and not (inspect.isclass(target) and issubclass(target, Sampler)):
+        raise ConfigError(
+            f"sampler._target_={node._target_} is no bdl.samplers.base.Sampler: a sampler "
+            "subclasses it and declares what it is (docs/adding-a-sampler.md)"
+        )
     if group == "sampler" and target.declaration.injects_noise and cfg.burn_in >= cfg.epochs:
         # Optimisers and variational methods keep their final state or draws from q: for them
         # burn-in is moot, and a protocol's burn_in must not stop a short run.
