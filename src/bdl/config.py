@@ -256,6 +256,11 @@ def _check_group(cfg: Any, group: str) -> None:
             f"{group}._target_={node._target_} cannot be imported: choose a {group} option "
             "listed by bdl-run --help"
         ) from None
+    if group == "sampler" and not (inspect.isclass(target) and issubclass(target, Sampler)):
+        raise ConfigError(
+            f"sampler._target_={node._target_} is no bdl.samplers.base.Sampler: a sampler "
+            "subclasses it and declares what it is (docs/adding-a-sampler.md)"
+        )
     # A class by its name (an alias, Constant, keeps the config's); a function by its path.
     name = attribute if inspect.isclass(target) else node._target_
     allowed = options(group, target)
@@ -271,11 +276,6 @@ def _check_group(cfg: Any, group: str) -> None:
     for key, parameter in allowed.items():
         if parameter.default is inspect.Parameter.empty and key not in node:
             raise ConfigError(f"{group}.{key} is required by {name}: set {group}.{key}=<value>")
-    if group == "sampler" and not (inspect.isclass(target) and issubclass(target, Sampler)):
-        raise ConfigError(
-            f"sampler._target_={node._target_} is no bdl.samplers.base.Sampler: a sampler "
-            "subclasses it and declares what it is (docs/adding-a-sampler.md)"
-        )
     if group == "sampler" and target.declaration.injects_noise and cfg.burn_in >= cfg.epochs:
         # Optimisers and variational methods keep their final state or draws from q: for them
         # burn-in is moot, and a protocol's burn_in must not stop a short run.
