@@ -10,8 +10,10 @@ or passes for bdl, is refused in one line.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -67,8 +69,7 @@ def tutorial_files() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def mylab(tmp_path_factory) -> Path:
-    files = {path: body for path, body in tutorial_files().items() if path != "own_run.py"}
-    return write_package(tmp_path_factory.mktemp("mylab"), files)
+    return write_package(tmp_path_factory.mktemp("mylab"), tutorial_files())
 
 
 def forget_plugins() -> None:
@@ -238,3 +239,28 @@ def test_the_tutorials_commands_run_a_sweep_a_report_and_an_evaluation(
     evaluated = json.loads(next((jobs[0] / "eval").glob("*/metrics.json")).read_text())
     ran = json.loads((jobs[0] / "metrics.json").read_text())
     assert evaluated["test_rmse"] == pytest.approx(ran["test_rmse"], rel=1e-5)
+
+
+@pytest.mark.slow  # about 20 s: two runs of 2000 epochs, as the page prints them
+def test_the_tutorials_files_run_and_python_call_give_the_same_posterior(mylab, tmp_path):
+    """The page's claim: the CSV files and bdl.run_model on the same points, standardised
+    alike and seeded alike, print the same test RMSE and R-hat."""
+    work = tmp_path / "work"
+    shutil.copytree(mylab, work)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(work)}
+    files_run = next(c for c in page_commands(PAGE, "bdl-run") if "dataset=files" in c)
+    _, *args = shlex.split(files_run)
+    for command in (["make_csv.py"], ["-m", "bdl.cli", *args]):
+        result = subprocess.run(
+            [sys.executable, *command], cwd=work, env=env, capture_output=True, text=True
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+    assert "read as regression" in result.stdout
+    metrics = json.loads((work / "runs" / "files-sghmc" / "metrics.json").read_text())
+    shutil.rmtree(work / "mylab-0.1.0.dist-info")  # the Python call needs no plugin
+    result = subprocess.run(
+        [sys.executable, "own_run.py"], cwd=work, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rmse, rhat = map(float, result.stdout.split()[-2:])
+    assert (rmse, rhat) == pytest.approx((metrics["test_rmse"], metrics["rhat_max"]), rel=1e-6)
