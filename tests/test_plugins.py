@@ -155,6 +155,8 @@ def bad_plugin(root: Path, group: str, entry: str, yaml: tuple[str, str] | None 
             "nested._target_=os.system is neither one of bad's entry points",
         ),
         ("bdl.samplers", 'mine = "badpkg"', None, "names no object: write it as module:object"),
+        ("bdl.datasets", 'mine = "numpy:load"', None, "names numpy.load, of numpy: a plugin's"),
+        ("bdl.datasets", 'mine = "os:system"', None, "names os.system, of the standard library"),
     ],
 )
 def test_a_plugin_that_passes_for_bdl_or_names_other_code_is_refused(

@@ -22,9 +22,10 @@ package is installed; one naming a target of a package that is not is refused in
 the package. Nothing here imports a plugin's code: the entry points and YAML files are read as
 text (the package's folder found by ``importlib.util.find_spec``, which runs none of it).
 
-A plugin may not pass for bdl: an option named as one of bdl's own in the same group, or a target
-inside the ``bdl`` package, is refused (:func:`check`), and so is a YAML file that names any
-target but the plugin's own and bdl's.
+A plugin may not pass for bdl, nor vouch for code that is not its own: an option named as one of
+bdl's own in the same group, a target inside the ``bdl`` package, in the standard library or in
+another installed distribution (``numpy.load``) is refused (:func:`check`), and so is a YAML file
+that names any target but the plugin's own and bdl's.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ import contextlib
 import functools
 import importlib
 import importlib.util
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint, entry_points, packages_distributions
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -119,8 +121,15 @@ def _option(entry: EntryPoint, group: str, own_targets: frozenset[str]) -> Optio
         raise ConfigError(
             f"{where} shadows bdl's own {group}={entry.name}: the plugin must choose another name"
         )
-    if entry.module == "bdl" or entry.module.startswith("bdl."):
+    top = entry.module.partition(".")[0]
+    if top == "bdl":
         raise ConfigError(f"{where} names {target}, inside bdl: a plugin's targets are its own")
+    owners = _owners().get(top, [])
+    if top in sys.stdlib_module_names or (owners and package not in owners):
+        raise ConfigError(
+            f"{where} names {target}, of {', '.join(owners) or 'the standard library'}: a "
+            "plugin's targets are its own"
+        )
     path = _yaml_of(entry, group)
     if path is None:
         config: dict[str, Any] = {"_target_": target}
@@ -146,12 +155,23 @@ def _option(entry: EntryPoint, group: str, own_targets: frozenset[str]) -> Optio
 
 
 @functools.cache
+def _owners() -> dict[str, list[str]]:
+    """The installed distributions that provide each top-level module (those that list their
+    files)."""
+    return packages_distributions()
+
+
+@functools.cache
 def discover() -> tuple[tuple[Option, ...], tuple[str, ...]]:
     """The options of the installed plugins, and a line for each entry point refused."""
     declared = [(entry, group) for ep, group in GROUPS.items() for entry in entry_points(group=ep)]
-    own_targets = frozenset(f"{e.module}.{e.attr}" for e, _ in declared if e.attr)
     found, refused, seen = [], [], {}
     for entry, group in declared:
+        own_targets = frozenset(
+            f"{e.module}.{e.attr}"
+            for e, _ in declared
+            if e.attr and _package_name(e) == _package_name(entry)
+        )
         try:
             option = _option(entry, group, own_targets)
         except ConfigError as error:
