@@ -24,13 +24,16 @@ from torch import nn
 from torch._inductor import cpp_builder
 from torch._inductor.exc import InvalidCxxCompiler
 
+from bdl import plugins
 from bdl.instantiation import resolve
 from bdl.samplers.base import Declaration
 
 SAMPLER_CONFIGS = Path(__file__).parents[1] / "conf" / "sampler"
+#: bdl's own sampler options (the docs' table lists these).
+OWN_SAMPLER_OPTIONS = sorted(p.stem for p in SAMPLER_CONFIGS.glob("*.yaml"))
 #: Every option of the sampler group: a sampler is covered by the resume, chains and matrix tests
-#: the moment its YAML exists.
-SAMPLER_OPTIONS = sorted(p.stem for p in SAMPLER_CONFIGS.glob("*.yaml"))
+#: the moment its YAML exists, or its package declaring it is installed (bdl.plugins).
+SAMPLER_OPTIONS = sorted([*OWN_SAMPLER_OPTIONS, *plugins.options("sampler")])
 
 
 @functools.cache

@@ -107,8 +107,12 @@ def test_experiment_presets_compose(option):
 
 
 @pytest.mark.parametrize("option", options("dataset"))
-def test_dataset_options(option, fake_data_root, isolated_cache, no_cifar_md5):
-    cfg = composed(f"dataset={option}", f"dataset.root={fake_data_root}")
+def test_dataset_options(option, fake_data_root, isolated_cache, no_cifar_md5, tmp_path):
+    where = [f"dataset.root={fake_data_root}"]
+    if option == "files":  # the user's own files, not a data root
+        (tmp_path / "points.csv").write_text("u,v,y\n0.5,1,2.5\n1.5,0,3.5\n")
+        where = [f"dataset.{part}={tmp_path / 'points.csv'}" for part in ("train", "test")]
+    cfg = composed(f"dataset={option}", *where)
     validate(cfg)
     data = instantiate(cfg.dataset)
     assert data.num_train > 0 and data.x_test.shape[1:] == data.x_train.shape[1:]

@@ -3,7 +3,8 @@
 The command-line tools (``bdl-run``, ``bdl-eval``, ``bdl-report``, ``bdl-check``) are built from
 the pieces exported here, which can also be used directly from Python (docs/guide/python.md): the
 potential ``U`` (:class:`Potential`), priors and likelihoods (:mod:`bdl.priors`,
-:mod:`bdl.likelihoods`), the samplers, and a saved run's posterior (:func:`load_run`).
+:mod:`bdl.likelihoods`), the samplers, a run directory of one's own network and data
+(:func:`run_model`), and a saved run's posterior (:func:`load_run`).
 """
 
 from importlib.metadata import version
@@ -11,6 +12,7 @@ from importlib.metadata import version
 from bdl import likelihoods, priors
 from bdl.posterior import Posterior, Sample, load_run
 from bdl.potential import Potential
+from bdl.python_api import run_model
 from bdl.samplers import *  # noqa: F403  (every sampler class, listed in bdl.samplers)
 from bdl.samplers import __all__ as _samplers
 from bdl.variational import MeanField
@@ -27,4 +29,5 @@ __all__ = [
     "likelihoods",
     "load_run",
     "priors",
+    "run_model",
 ]

@@ -30,9 +30,11 @@ from hydra.errors import HydraException, InstantiationException
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from bdl import plugins
 from bdl.errors import ConfigError
 from bdl.instantiation import check_targets, instantiate
 from bdl.likelihoods import Gaussian
+from bdl.samplers.base import Sampler
 
 
 class Device(Enum):
@@ -136,6 +138,7 @@ class RunConfig:
 
 
 ConfigStore.instance().store(name="base_config", node=RunConfig)
+plugins.register()  # the options of installed packages join the groups (bdl.plugins)
 
 
 # The groups whose config names a ``_target_``, and the arguments the runner passes when it builds
@@ -156,6 +159,7 @@ SCALARS = {float: "a finite number", int: "an integer", bool: "true or false", s
 def validate(cfg: Any) -> None:
     """Check a composed config before any data is read; raises :class:`ConfigError` naming the
     key and the fix."""
+    plugins.check()
     check_targets(cfg)  # before _check_group imports a target
     try:
         _check_keys(cfg, RunConfig)
@@ -255,6 +259,11 @@ def _check_group(cfg: Any, group: str) -> None:
             f"{group}._target_={node._target_} cannot be imported: choose a {group} option "
             "listed by bdl-run --help"
         ) from None
+    if group == "sampler" and not (inspect.isclass(target) and issubclass(target, Sampler)):
+        raise ConfigError(
+            f"sampler._target_={node._target_} is no bdl.samplers.base.Sampler: a sampler "
+            "subclasses it and declares what it is (docs/adding-a-sampler.md)"
+        )
     # A class by its name (an alias, Constant, keeps the config's); a function by its path.
     name = attribute if inspect.isclass(target) else node._target_
     allowed = options(group, target)

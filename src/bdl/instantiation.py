@@ -28,6 +28,7 @@ from typing import Any
 from hydra.utils import instantiate as _hydra_instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from bdl import plugins
 from bdl.errors import ConfigError
 
 __all__ = ["allowed_targets", "check_targets", "inert", "instantiate"]
@@ -88,11 +89,13 @@ def check_targets(node: Any, where: str = "") -> list[tuple[str, dict]]:
     for path, spec in _targets_in(raw):
         key = ".".join(part for part in (where, path) if part)
         target = spec["_target_"]
-        if not isinstance(target, str) or target not in allowed_targets():
+        if not isinstance(target, str) or not (
+            target in allowed_targets() or plugins.admits(target)
+        ):
             group = key.split(".")[0] or "config"
             raise ConfigError(
-                f"{key + '.' if key else ''}_target_={target} is not one of bdl's own targets: "
-                f"choose a {group} option listed by bdl-run --help"
+                f"{key + '.' if key else ''}_target_={target} is not one of bdl's own targets"
+                f"{plugins.missing(target)}: choose a {group} option listed by bdl-run --help"
             )
         found.append((key, spec))
     return found

@@ -26,6 +26,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from bdl import plugins
 from bdl.config import RUNTIME_ARGUMENTS, ConfigError, options, validate
 
 #: Hydra's own flags, and whether each takes a value (``--info``'s is optional, so never read).
@@ -54,11 +55,15 @@ def groups() -> list[str]:
 
 
 def group_options(group: str) -> list[str]:
-    """The options of a config group: the names of its YAML files."""
+    """The options of a config group: the names of its YAML files, and those that installed
+    plugins add (:mod:`bdl.plugins`)."""
     return sorted(
-        entry.name.removesuffix(".yaml")
-        for entry in files("bdl.conf").joinpath(group).iterdir()
-        if entry.name.endswith(".yaml")
+        [
+            entry.name.removesuffix(".yaml")
+            for entry in files("bdl.conf").joinpath(group).iterdir()
+            if entry.name.endswith(".yaml")
+        ]
+        + plugins.options(group)
     )
 
 

@@ -34,6 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from torch import Tensor, nn
 
+from bdl import plugins
 from bdl.config import RunConfig
 from bdl.data import Dataset
 from bdl.instantiation import inert
@@ -110,8 +111,10 @@ class Posterior:
         num_chains: the number of chains.
     """
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, trust: Sequence[Any] = ()) -> None:
         self.directory = Path(directory)
+        # a network of the caller's own (bdl.run_model), admitted while it is built
+        self._trust = tuple(trust)
         config_path, samples = self.directory / CONFIG_FILE, self.directory / SAMPLES_DIR
         if not self.directory.is_dir() or not config_path.is_file():
             raise RunError(
@@ -172,11 +175,13 @@ class Posterior:
     @cached_property
     def data(self) -> Dataset:
         """The run's dataset, loaded as the runner loads it (read on first use)."""
-        return load_data(self.config)
+        with plugins.trusted(*self._trust):
+            return load_data(self.config)
 
     def network(self, device: str | torch.device = "cpu") -> tuple[nn.Module, nn.Module]:
         """The run's network and likelihood, as the runner builds them, on ``device``."""
-        model, likelihood = build_network(self.config, self.data)
+        with plugins.trusted(*self._trust):
+            model, likelihood = build_network(self.config, self.data)
         return model.to(device), likelihood.to(device)
 
     def average(
@@ -451,6 +456,8 @@ def _append(table: dict[str, list[list[Any]]], key: str, chain: int, value: Any)
     rows[chain].append(value)
 
 
-def load_run(directory: str | Path) -> Posterior:
-    """The posterior of the run in ``directory`` (see :class:`Posterior`)."""
-    return Posterior(directory)
+def load_run(directory: str | Path, trust: Sequence[Any] = ()) -> Posterior:
+    """The posterior of the run in ``directory`` (see :class:`Posterior`). ``trust``: the
+    classes or functions of the caller's own that the run names (a network given to
+    :func:`bdl.run_model`), admitted as the targets they are (:func:`bdl.plugins.trusted`)."""
+    return Posterior(directory, trust)

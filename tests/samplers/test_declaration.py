@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SAMPLER_OPTIONS, declaration
+from conftest import OWN_SAMPLER_OPTIONS, SAMPLER_OPTIONS, declaration
 from hydra import compose, initialize_config_module
 
 from bdl.experiment import make_sampler
@@ -40,7 +40,7 @@ def test_the_samplers_table_gives_every_option_its_declared_unit():
         if line.startswith("| `") and len(cells) == 6:
             for option in re.findall(r"`([a-z_]+)`", cells[0]):
                 rows[option] = cells[2]
-    assert sorted(rows) == SAMPLER_OPTIONS
+    assert sorted(rows) == OWN_SAMPLER_OPTIONS
     for option, unit in rows.items():
         assert unit.startswith(UNIT_WORDING[declaration(option).step_unit]), option
 
