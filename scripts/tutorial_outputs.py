@@ -113,7 +113,8 @@ def run_tutorial(name: str, spec: Tutorial, work: Path) -> None:
             out = "\n".join(LOG_PREFIX.sub("", out).splitlines()[-3:]) + "\n"
         elif program == "bdl-run":
             out = run_summary(out)
-        outputs[program].append(out.replace(str(work) + "/", ""))
+        # paths as a reader's own run would print them: relative, the program by its name
+        outputs[program].append(out.replace(str(work) + "/", "").replace(str(bin_dir) + "/", ""))
 
     def fill(match: re.Match) -> str:
         program, index = match[1], int(match[2])
