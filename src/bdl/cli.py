@@ -35,6 +35,7 @@ from bdl.data import DataError
 from bdl.interrupts import Interrupted
 from bdl.outputs import METRICS, RunDirectory
 from bdl.overrides import check as check_command_line
+from bdl.overrides import check_composition
 from bdl.run import run
 from bdl.stability import DivergedError
 from bdl.store import StoreError
@@ -208,6 +209,7 @@ def main() -> None:
     argv = sys.argv[1:]
     try:
         check_command_line(argv)
+        check_composition(argv, __name__)
     except ConfigError as error:
         raise SystemExit(1 if distributed.rank() > 0 else f"bdl-run: error: {error}") from None
     if print_sweep(argv):  # bdl-run -m <sweep> --cfg job
