@@ -33,7 +33,7 @@ from bdl import distributed
 from bdl.config import ConfigError, constructor_error, print_sweep  # registers the schema
 from bdl.data import DataError
 from bdl.interrupts import Interrupted
-from bdl.outputs import METRICS, RunDirectory
+from bdl.outputs import METRICS, RunDirectory, refuse_links
 from bdl.overrides import check as check_command_line
 from bdl.overrides import check_composition
 from bdl.run import run
@@ -161,6 +161,12 @@ def _check_output_root(argv: list[str]) -> None:
     path = Path(given[-1] if given else ("multirun" if multirun else "outputs")).absolute()
     if "${" in str(path):
         return  # an interpolation: Hydra resolves it
+    if path.is_dir():
+        # Hydra appends its log (cli.log) to the directory before the run claims it
+        try:
+            refuse_links(path)
+        except ConfigError as error:
+            raise SystemExit(f"bdl-run: error: {error}") from None
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():
         raise SystemExit(

@@ -40,6 +40,7 @@ from bdl.config import constructor_error
 from bdl.data import DataError, Dataset
 from bdl.data.shift import rotate
 from bdl.network import load_data, resolve_device
+from bdl.outputs import refuse_link_on_path
 from bdl.overrides import check_group, config_keys, did_you_mean
 from bdl.posterior import CONFIG_FILE, Posterior, RunError
 from bdl.store import StoreError, save_predictive
@@ -216,6 +217,8 @@ def evaluate(run_dir: Path, options: dict[str, str]) -> tuple[dict[str, Any], Pa
     metrics: dict[str, Any] = {**average.metrics(y.cpu()), "num_samples": average.count}
     metrics["evaluated_on"] = label
     out = Path(options["out"]) if "out" in options else run_dir / "eval" / label
+    if "out" not in options:  # the run's own eval/, never written through a link
+        refuse_link_on_path(run_dir, out / "metrics.json")
     out.mkdir(parents=True, exist_ok=True)
     targets = y if task == "classification" else average.y
     save_predictive(out / "predictive.safetensors", average.predictive(), targets=targets)

@@ -70,6 +70,49 @@ def strict_json(value: Any) -> Any:
     return value
 
 
+def _link_error(path: Path, root: Path) -> ConfigError:
+    try:
+        target = f" (to {os.readlink(path)})"
+    except OSError:
+        target = ""
+    return ConfigError(
+        f"{path} is a symbolic link{target}: bdl writes, deletes and truncates in the run "
+        f"directory {root} only, never through a link; replace the link with the file or folder "
+        "itself, or choose another directory"
+    )
+
+
+def refuse_links(root: Path) -> None:
+    """Refuse a run directory ``root`` holding a symbolic link at any depth (its samples, its
+    checkpoint, ``eval/<label>``, a log, a temporary), before anything is written: a write, a
+    deletion or a truncation through it would reach files outside the run (a resumed run
+    deletes the samples after its checkpoint). ``root`` itself may be a link (a scratch disk)."""
+    folders = [Path(root)]
+    while folders:
+        try:
+            entries = list(os.scandir(folders.pop()))
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            if entry.is_symlink():
+                raise _link_error(Path(entry.path), Path(root))
+            if entry.is_dir(follow_symlinks=False):
+                folders.append(Path(entry.path))
+
+
+def refuse_link_on_path(root: Path, path: Path) -> None:
+    """Refuse a ``path`` below ``root`` that is a symbolic link, or lies below one, or resolves
+    outside ``root``: what is written there would land elsewhere."""
+    root, path = Path(root), Path(path)
+    for part in (path, *path.parents):
+        if part == root or root not in part.parents:
+            break
+        if part.is_symlink():
+            raise _link_error(part, root)
+    if path.exists() and not path.resolve().is_relative_to(root.resolve()):
+        raise _link_error(path, root)
+
+
 class RunDirectory:
     """The output directory of one run. Not a ``writer`` (the ranks but 0 of a run under
     ``torchrun``), it is only read: every write below does nothing, and there is no store."""
@@ -86,6 +129,7 @@ class RunDirectory:
         again from the beginning (:meth:`_start_afresh`). Writes the run's config (``.hydra/``)
         on every start from the beginning."""
         make_dir(self.path)
+        refuse_links(self.path)
         try:
             self._lock = _lock(self.path / LOCK)
         except OSError as error:
@@ -210,6 +254,10 @@ class RunDirectory:
         unless another run holds the directory."""
         if (self.path / METRICS).exists() or not self.path.is_dir():
             return
+        try:
+            refuse_links(self.path)
+        except ConfigError:
+            return  # claim refused the link already, and the sweep's summary lists the job
         try:
             fd = _lock(self.path / LOCK)
         except OSError:
