@@ -13,6 +13,7 @@ YAML is read with OmegaConf (a safe loader) and nothing in a run directory is ev
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import warnings
@@ -171,6 +172,25 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+#: The largest magnitude a metric may have to be averaged: a square of it (in a standard
+#: deviation) stays finite in double precision, whose largest value is about 1.8e308.
+LARGEST = 1e150
+
+
+def _not_averageable(metrics: dict[str, Any]) -> str | None:
+    """The first metric a table cannot average, as ``key=value`` and why: NaN or an infinity
+    (``metrics.json`` may hold them as ``NaN``, ``Infinity`` or ``1e999``), or a magnitude
+    whose mean or spread would overflow; None when every one can be."""
+    for key, value in metrics.items():
+        if not _is_number(value):
+            continue
+        if not math.isfinite(value):
+            return f"{key}={value}, not a finite number: a mean over it would be {value}"
+        if abs(value) > LARGEST:
+            return f"{key}={value:g}, beyond ±{LARGEST:g}: its mean or spread would overflow"
+    return None
+
+
 def _epoch_reached(run: Path) -> int | None:
     """The last epoch ``curve.csv`` recorded: how far an unfinished run got."""
     try:
@@ -204,6 +224,10 @@ def read_runs(runs: Sequence[Path], skip: Callable[[str], None]) -> pd.DataFrame
             metrics.pop("trivial", None)
             run_warnings = metrics.pop("warnings", [])
             metrics = _flatten(metrics)
+            unfit = _not_averageable(metrics)
+            if unfit is not None:
+                skip(f"skipped {run}: {METRICS_FILE} holds {unfit}")
+                continue
             metrics[WARNINGS] = "; ".join(map(str, run_warnings))
             config = config_values(run / CONFIG_FILE)
             chosen = choices(run / HYDRA_FILE)
