@@ -23,14 +23,24 @@ import inspect
 import re
 from importlib.resources import files
 from importlib.resources.abc import Traversable
+from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra.utils import instantiate as _hydra_instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf._utils import get_yaml_loader
 
 from bdl.errors import ConfigError
 
-__all__ = ["allowed_targets", "check_hydra_node", "check_targets", "inert", "instantiate"]
+__all__ = [
+    "allowed_targets",
+    "check_hydra_node",
+    "check_targets",
+    "inert",
+    "instantiate",
+    "load_yaml",
+]
 
 CONF_PACKAGE = "bdl.conf"
 #: Hydra's keys that a bdl config may hold beside ``_target_``.
@@ -247,3 +257,46 @@ def _check_logging(value: Any, key: str) -> None:
             f"{key}={value} would be imported by Python's logging: a logging config may name "
             f"only {' or '.join(sorted(LOGGING_STREAMS))}"
         )
+
+
+#: The most nodes a run directory's YAML file may expand to, its aliases expanded: a config and
+#: Hydra's record of it hold a few thousand; an alias bomb (nine aliases of nine aliases of ...)
+#: billions, which building the config would never finish.
+MAX_YAML_NODES = 200_000
+#: The largest run directory YAML file read, in bytes.
+MAX_YAML_BYTES = 10_000_000
+
+
+def load_yaml(path: Path) -> DictConfig | ListConfig:
+    """The YAML file ``path`` of a run directory as OmegaConf reads it, once its size and the
+    number of nodes its aliases expand to are known to be bounded; a file that is not YAML, or
+    is too large, ends in one line naming it (:class:`ConfigError`)."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size > MAX_YAML_BYTES:
+        raise ConfigError(f"{path} holds {size} bytes, more than a run's config ever does")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        root = yaml.compose(text, Loader=get_yaml_loader())
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path} is not YAML: {str(error).splitlines()[0]}") from None
+    sizes: dict[int, int] = {}
+
+    def expanded(node: yaml.Node) -> int:
+        if id(node) not in sizes:
+            sizes[id(node)] = 0  # an alias of an enclosing node: a cycle counts once
+            children = node.value if isinstance(node.value, list) else []
+            items = [
+                part
+                for child in children
+                for part in (child if isinstance(child, tuple) else (child,))
+            ]
+            sizes[id(node)] = min(1 + sum(expanded(item) for item in items), MAX_YAML_NODES + 1)
+        return sizes[id(node)]
+
+    if root is not None and expanded(root) > MAX_YAML_NODES:
+        raise ConfigError(
+            f"{path} expands to more than {MAX_YAML_NODES} values through its YAML aliases (an "
+            "alias bomb): not a config bdl wrote; regenerate it, or remove the run"
+        )
+    return OmegaConf.create(text) if root is not None else OmegaConf.create()

@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from bdl.config import RunConfig
 from bdl.data import Dataset
-from bdl.instantiation import inert
+from bdl.instantiation import inert, load_yaml
 from bdl.metrics import ClassificationAverage, RegressionAverage
 from bdl.network import build_network, load_data, predict, sample_tensors
 from bdl.outputs import CURVE
@@ -91,7 +91,7 @@ def load_config(directory: Path) -> DictConfig:
     directory never reads the environment of whoever loads it."""
     path = directory / CONFIG_FILE
     try:
-        saved = inert(OmegaConf.to_container(OmegaConf.load(path), resolve=False))
+        saved = inert(OmegaConf.to_container(load_yaml(path), resolve=False))
         return OmegaConf.merge(OmegaConf.structured(RunConfig), saved)
     except (OSError, OmegaConfBaseException, ValueError) as e:
         message = str(e).splitlines()[0] if str(e) else type(e).__name__

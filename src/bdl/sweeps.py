@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from bdl.instantiation import inert
+from bdl.instantiation import inert, load_yaml
 
 METRICS_FILE = "metrics.json"
 CONFIG_FILE = Path(".hydra") / "config.yaml"
@@ -135,7 +135,7 @@ def config_values(path: Path) -> dict[str, Any]:
     those keep their literal text rather than losing the whole config. Environment lookups are
     never resolved (:func:`bdl.instantiation.inert`).
     """
-    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    raw = OmegaConf.to_container(load_yaml(path), resolve=False)
     cfg = OmegaConf.create(inert(raw, as_written=True))
     try:
         return _flatten(OmegaConf.to_container(cfg, resolve=True))
@@ -157,7 +157,7 @@ def choices(path: Path) -> dict[str, str]:
     """Config-group choices (``{"sampler": "sghmc"}``) from Hydra's own record of the run."""
     if not path.is_file():
         return {}
-    recorded = OmegaConf.select(OmegaConf.load(path), "hydra.runtime.choices")
+    recorded = OmegaConf.select(load_yaml(path), "hydra.runtime.choices")
     if not isinstance(recorded, DictConfig):
         return {}
     raw = OmegaConf.to_container(recorded, resolve=False)
