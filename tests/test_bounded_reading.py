@@ -11,17 +11,22 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import save
 from test_resume import config, write_tiny_uci
 
 import bdl.checkpoint
+from bdl import load_run
 from bdl import run as runner
 from bdl.checkpoint import CheckpointError
 from bdl.config import ConfigError
+from bdl.data import DataError, uci
 from bdl.evaluate import main as bdl_eval
 from bdl.instantiation import load_yaml
+from bdl.overrides import check
+from bdl.posterior import RunError
 from bdl.report import main as bdl_report
 from bdl.store import SampleStore, StoreError, load_samples
 
@@ -110,3 +115,52 @@ def test_a_sample_of_non_finite_weights_is_refused_by_name(tmp_path, capsys):
     assert err.startswith(f"bdl-eval: error: sample file {path} holds non-finite weights")
     assert len(err.splitlines()) == 1
     assert not (run / "eval").exists()
+
+
+@pytest.fixture
+def uci_folder(tmp_path) -> Path:
+    write_tiny_uci(tmp_path)
+    return tmp_path / "uci" / "tiny"
+
+
+def test_a_uci_cell_beyond_range_is_named_by_file_line_and_column(uci_folder):
+    data = np.loadtxt(uci_folder / "data.txt")
+    data[6, 3] = 1e200  # the target of the 7th row
+    np.savetxt(uci_folder / "data.txt", data)
+    with pytest.raises(
+        DataError, match=f"^{uci_folder / 'data.txt'}: line 7, column 4 is 1e\\+200, beyond"
+    ):
+        uci.load("tiny", root=uci_folder.parent.parent, download=False)
+
+
+def test_a_split_that_tests_on_training_rows_is_refused(uci_folder):
+    train = np.loadtxt(uci_folder / "index_train_0.txt", dtype=int)
+    np.savetxt(uci_folder / "index_test_0.txt", train[:5], fmt="%d")
+    with pytest.raises(DataError, match=f"{uci_folder / 'index_test_0.txt'}: line 1 holds row"):
+        uci.load("tiny", root=uci_folder.parent.parent, download=False)
+
+
+def test_features_that_include_the_target_are_refused(uci_folder):
+    np.savetxt(uci_folder / "index_features.txt", [0, 1, 2, 3], fmt="%d")
+    with pytest.raises(
+        DataError, match=f"{uci_folder / 'index_features.txt'}: line 4 lists column 3, the target"
+    ):
+        uci.load("tiny", root=uci_folder.parent.parent, download=False)
+
+
+@pytest.mark.parametrize(
+    ("override", "shown"), [("prior.scale=1e-30", "1e-30"), ("prior.scale=1e30", "1e\\+30")]
+)
+def test_a_prior_scale_beyond_float32_is_refused_by_key(override, shown):
+    with pytest.raises(ConfigError, match=f"^prior.scale={shown} is outside \\[1e-12, 1e\\+12\\]"):
+        check([override])
+
+
+def test_a_recursive_interpolation_is_named_by_key_and_file(tmp_path):
+    run = tmp_path / "run"
+    runner.run(config(write_tiny_uci(tmp_path / "data"), "epochs=3"), run)
+    path = run / ".hydra" / "config.yaml"
+    text = path.read_text().replace("seed: 0\n", "seed: ${epochs}\n", 1)
+    path.write_text(text.replace("\nepochs: 3\n", "\nepochs: ${seed}\n"))
+    with pytest.raises(RunError, match=f"{path}: seed=\\$\\{{epochs\\}} refers back to itself"):
+        _ = load_run(run).data

@@ -30,6 +30,7 @@ import yaml
 from hydra.utils import instantiate as _hydra_instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf._utils import get_yaml_loader
+from omegaconf.errors import InterpolationResolutionError, OmegaConfBaseException
 
 from bdl.errors import ConfigError
 
@@ -40,6 +41,7 @@ __all__ = [
     "inert",
     "instantiate",
     "load_yaml",
+    "refuse_recursion",
 ]
 
 CONF_PACKAGE = "bdl.conf"
@@ -299,4 +301,34 @@ def load_yaml(path: Path) -> DictConfig | ListConfig:
             f"{path} expands to more than {MAX_YAML_NODES} values through its YAML aliases (an "
             "alias bomb): not a config bdl wrote; regenerate it, or remove the run"
         )
-    return OmegaConf.create(text) if root is not None else OmegaConf.create()
+    try:
+        return OmegaConf.create(text) if root is not None else OmegaConf.create()
+    except yaml.YAMLError as error:  # a duplicate key
+        raise ConfigError(f"{path} is not a config: {str(error).splitlines()[0]}") from None
+
+
+def refuse_recursion(raw: Any, path: Path) -> None:
+    """Refuse a run directory's config (``raw``, made :func:`inert`) whose interpolation refers
+    back to itself (``a: ${b}``, ``b: ${a}``), naming the key and ``path``: OmegaConf would only
+    say "Recursive interpolation detected" when a builder first read it."""
+    cfg = OmegaConf.create(raw)
+
+    def walk(node: Any, prefix: str) -> None:
+        for key, value in node.items():
+            name = f"{prefix}{key}"
+            if isinstance(value, dict):
+                walk(value, f"{name}.")
+            elif isinstance(value, str) and "${" in value:
+                try:
+                    OmegaConf.select(cfg, name, throw_on_resolution_failure=True)
+                except InterpolationResolutionError as error:
+                    if "Recursive" in str(error):
+                        raise ConfigError(
+                            f"{path}: {name}={value} refers back to itself (a recursive "
+                            "interpolation): give the value itself"
+                        ) from None
+                except OmegaConfBaseException:
+                    pass  # ${hydra:...} and the like resolve only inside Hydra: not recursion
+
+    if isinstance(raw, dict):
+        walk(raw, "")
