@@ -20,7 +20,6 @@ from hydra.utils import instantiate as hydra_instantiate
 
 from bdl import cli
 
-
 SECRET = "s3cr3t-53"
 PAYLOAD = """\
 import os
@@ -140,6 +139,26 @@ def test_a_primary_config_passes_the_same_allow_list(monkeypatch, folder):
     (folder / "mine" / "main.yaml").write_text(CALLBACK)
     line = bdl_run(monkeypatch, folder, "-cp", str(folder / "mine"), "-cn", "main")
     assert line.startswith("bdl-run: error: hydra.callbacks.evil._target_=payload53.Marker")
+    assert not (folder / "marker").exists()
+
+
+def test_a_primary_config_cannot_make_hydra_import_a_package(monkeypatch, folder):
+    (folder / "payload_package" / "conf").mkdir(parents=True)
+    (folder / "payload_package" / "__init__.py").write_text(
+        "import payload53\npayload53.Marker()\n"
+    )
+    (folder / "payload_package" / "conf" / "__init__.py").write_text("")
+    (folder / "mine").mkdir()
+    primary = folder / "mine" / "main.yaml"
+    primary.write_text(
+        "defaults:\n  - config\nhydra:\n  searchpath:\n    - pkg://payload_package.conf\n"
+    )
+    line = bdl_run(monkeypatch, folder, "-cp", str(folder / "mine"), "-cn", "main")
+    assert line == (
+        f"bdl-run: error: {primary}: hydra.searchpath names pkg://payload_package.conf, whose "
+        "package Hydra would import (running its code) to read its configs: add configs with "
+        "--config-dir DIR"
+    )
     assert not (folder / "marker").exists()
 
 

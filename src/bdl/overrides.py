@@ -277,6 +277,7 @@ def check_composition(argv: Sequence[str], calling_module: str) -> None:
                 f"config to compose; rerun it with bdl-run hydra.run.dir={run} resume=true, or "
                 "copy what you need into a preset of your own (--config-dir)"
             )
+        _refuse_package_searchpath(folder / f"{name}.yaml")
     mode = RunMode.MULTIRUN if args.multirun else RunMode.RUN
     try:
         hydra = Hydra.create_main_hydra2(task_name="bdl-run", config_search_path=search_path)
@@ -293,6 +294,27 @@ def check_composition(argv: Sequence[str], calling_module: str) -> None:
         raise ConfigError(_first_lines(error)) from None
     finally:
         GlobalHydra.instance().clear()
+
+
+#: The packages whose configs a primary config's ``hydra.searchpath`` may add (``pkg://``).
+_CONFIG_PACKAGES = ("bdl", "hydra", "hydra_plugins")
+
+
+def _refuse_package_searchpath(primary: Path) -> None:
+    """Refuse a primary config whose ``hydra.searchpath`` names a package other than bdl's or
+    Hydra's: Hydra imports it (running its ``__init__``) while composing, before any check."""
+    if not primary.is_file():
+        return
+    from bdl.instantiation import load_yaml
+
+    entries = OmegaConf.select(load_yaml(primary), "hydra.searchpath", default=None) or []
+    for entry in entries:
+        package = str(entry).removeprefix("pkg://").split(".")[0].split("/")[0]
+        if str(entry).startswith("pkg://") and package not in _CONFIG_PACKAGES:
+            raise ConfigError(
+                f"{primary}: hydra.searchpath names {entry}, whose package Hydra would import "
+                "(running its code) to read its configs: add configs with --config-dir DIR"
+            )
 
 
 def _sweep_choices(hydra: Any, cfg: DictConfig, overrides: Sequence[str]) -> list[list[str]]:
