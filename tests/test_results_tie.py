@@ -53,16 +53,18 @@ def test_a_gain_within_the_test_points_error_is_unsound_and_one_beyond_it_is_not
     experiment, y = classification()
     majority = torch.zeros(len(y), CLASSES, dtype=torch.float64)
     majority[:, 3] = 1
-    wrong = torch.nonzero(y != 3).flatten()
-    for fixed, sound in ((3, False), (200, True)):
+    wrong, right = torch.nonzero(y != 3).flatten(), torch.nonzero(y == 3).flatten()
+    # the majority class everywhere, but `fixed` of its errors put right and `broken` of its
+    # right answers put wrong: the gain per point is 1, -1 or 0
+    for fixed, broken, sound in ((3, 2, False), (60, 0, True)):
         predictive = majority.clone()
         predictive[wrong[:fixed]] = torch.nn.functional.one_hot(y[wrong[:fixed]], CLASSES).double()
-        # the gain per point is 1 at `fixed` points, 0 elsewhere: its mean and standard error
-        p = fixed / len(y)
-        assert headline_gain(experiment, predictive) == pytest.approx(
-            (p, math.sqrt(p * (1 - p) * len(y) / (len(y) - 1) / len(y)))
-        )
-        assert (p > TIE_MARGIN * math.sqrt(p * (1 - p) / (len(y) - 1))) == sound
+        predictive[right[:broken]] = torch.roll(majority[right[:broken]], 1, dims=-1)
+        gains = torch.zeros(len(y), dtype=torch.float64)
+        gains[:fixed], gains[fixed : fixed + broken] = 1, -1
+        expected = (float(gains.mean()), float(gains.std() / math.sqrt(len(y))))
+        assert headline_gain(experiment, predictive) == pytest.approx(expected)
+        assert (expected[0] > TIE_MARGIN * expected[1]) == sound
         assert verdict(experiment, predictive)["status"] == ("completed" if sound else "unsound")
 
 

@@ -102,7 +102,7 @@ def load(path: Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
     except OSError as error:
         raise CheckpointError(f"{path} cannot be read ({error.strerror or error}); {fix}") from None
     except StoreError as error:
-        raise CheckpointError(f"{error}; {fix}") from None
+        raise CheckpointError(f"{path} is truncated or corrupt ({error}); {fix}") from None
     try:
         tensors = _st_load(data)
         header = json.loads(_metadata(data)[_HEADER])

@@ -104,8 +104,8 @@ def judge(metrics: dict[str, Any], experiment: Experiment, chains: int) -> None:
 
 
 #: Standard errors by which the headline metric must beat the trivial predictor's for a run to
-#: be sound: a difference within two is what test points drawn again could take back.
-TIE_MARGIN = 2.0
+#: be sound: a difference within one is what test points drawn again could take back.
+TIE_MARGIN = 1.0
 
 
 def headline_gain(experiment: Experiment, predictive: torch.Tensor) -> tuple[float, float]:

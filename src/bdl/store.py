@@ -312,24 +312,22 @@ def read_safetensors(path: Path) -> bytes:
     """The bytes of the safetensors file ``path``, read only once its size is the one its
     header declares (8 bytes of length, that JSON, then the tensors' data up to the last
     offset): a file grown to gigabytes (a sparse file, another file renamed) is refused by name
-    before it is read, not read whole. ``OSError`` propagates for the caller to word."""
+    before it is read, not read whole. The :class:`StoreError` says what is wrong, for the caller
+    to name the file; an ``OSError`` propagates for the caller to word."""
     size = path.stat().st_size
     with path.open("rb") as file:
         length = int.from_bytes(file.read(8), "little")
         if not 0 < length <= min(MAX_HEADER_BYTES, size - 8):
-            raise StoreError(f"{path} is not a safetensors file (a header of {length} bytes)")
+            raise StoreError(f"not safetensors: a header of {length} bytes")
         try:
             header = json.loads(file.read(length))
             end = max(
                 (t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0
             )
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
-            raise StoreError(f"{path} is not a safetensors file (its header: {e})") from None
+            raise StoreError(f"not safetensors: its header fails ({e})") from None
         if size != 8 + length + end:
-            raise StoreError(
-                f"{path} holds {size} bytes where its header declares {8 + length + end}: "
-                "truncated, grown or replaced"
-            )
+            raise StoreError(f"it holds {size} bytes where its header declares {8 + length + end}")
         file.seek(0)
         return file.read()
 
@@ -344,7 +342,7 @@ def _read_checked(directory: Path, entry: dict, fix: str) -> bytes:
     except OSError as e:
         raise StoreError(f"sample file {path} cannot be read ({e}); {fix}") from None
     except StoreError as e:
-        raise StoreError(f"sample file {e}; {fix}") from None
+        raise StoreError(f"sample file {path} is corrupt or incomplete ({e}); {fix}") from None
     if _sha256(data) != entry["sha256"]:
         raise StoreError(f"sample file {path} is corrupt or incomplete (sha256 mismatch); {fix}")
     return data
