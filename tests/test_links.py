@@ -16,6 +16,7 @@ from bdl import cli
 from bdl import run as runner
 from bdl.config import ConfigError
 from bdl.evaluate import main as bdl_eval
+from bdl.report import main as bdl_report
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +105,13 @@ def test_bdl_eval_writes_nothing_through_a_linked_eval_folder(uci_root, tmp_path
     assert bdl_eval([str(run)]) == 2
     assert capsys.readouterr().err.startswith(f"bdl-eval: error: {label} is a symbolic link")
     assert snapshot(folder) == before
+
+
+def test_bdl_report_writes_nothing_through_a_linked_report(sweep, tmp_path, capsys):
+    folder, before = victim(tmp_path)
+    (sweep / "report.md").symlink_to(folder / "precious.txt")
+    assert bdl_report([str(sweep)]) == 1
+    err = capsys.readouterr().err
+    assert f"bdl-report: error: {sweep / 'report.md'} is a symbolic link" in err
+    assert snapshot(folder) == before
+    assert not (sweep / "report.csv").exists()

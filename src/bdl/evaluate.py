@@ -40,7 +40,7 @@ from bdl.config import constructor_error
 from bdl.data import DataError, Dataset
 from bdl.data.shift import rotate
 from bdl.network import load_data, resolve_device
-from bdl.outputs import refuse_link_on_path
+from bdl.outputs import refuse_link_on_path, strict_json
 from bdl.overrides import check_group, config_keys, did_you_mean
 from bdl.posterior import CONFIG_FILE, Posterior, RunError
 from bdl.store import StoreError, save_predictive
@@ -222,7 +222,7 @@ def evaluate(run_dir: Path, options: dict[str, str]) -> tuple[dict[str, Any], Pa
     out.mkdir(parents=True, exist_ok=True)
     targets = y if task == "classification" else average.y
     save_predictive(out / "predictive.safetensors", average.predictive(), targets=targets)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    (out / "metrics.json").write_text(json.dumps(strict_json(metrics), indent=2) + "\n")
     return metrics, out
 
 

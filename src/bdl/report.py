@@ -272,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
         from bdl.plots import draw  # matplotlib is imported only when asked for
 
         folder = Path(args.out or (first if first.is_dir() else ".")) / "plots"
+        if folder.is_symlink():
+            _err(f"error: {folder} is a symbolic link: bdl-report writes nothing through a link")
+            return 1
         plotted = df[[_plottable(run, _err) for run in df["run_dir"]]]
         plots = draw(plotted, summary.attrs["by"], folder)
         _err(f"wrote {len(plots)} files in {plots[0].parent}" if plots else "no curve.csv to plot")
@@ -285,6 +288,13 @@ def main(argv: list[str] | None = None) -> int:
         "report.md": lambda f: f.write_text(markdown + "\n", encoding="utf-8"),
         "report.tex": lambda f: f.write_text(to_latex(summary, args.error), encoding="utf-8"),
     }
+    linked = [out / name for name in files if (out / name).is_symlink()]
+    if linked:
+        _err(
+            f"error: {linked[0]} is a symbolic link: bdl-report writes nothing through a link; "
+            "remove it, or choose another --out DIR"
+        )
+        return 1
     try:
         out.mkdir(parents=True, exist_ok=True)
         for name, write in files.items():
