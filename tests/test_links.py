@@ -16,6 +16,7 @@ from bdl import cli
 from bdl import run as runner
 from bdl.config import ConfigError
 from bdl.evaluate import main as bdl_eval
+from bdl.outputs import RunDirectory
 from bdl.report import main as bdl_report
 
 
@@ -115,3 +116,12 @@ def test_bdl_report_writes_nothing_through_a_linked_report(sweep, tmp_path, caps
     assert f"bdl-report: error: {sweep / 'report.md'} is a symbolic link" in err
     assert snapshot(folder) == before
     assert not (sweep / "report.csv").exists()
+
+
+def test_wandb_s_own_links_are_its_business(uci_root, tmp_path):
+    run = tmp_path / "run"
+    (run / "wandb" / "offline-run-1").mkdir(parents=True)
+    (run / "wandb" / "latest-run").symlink_to(run / "wandb" / "offline-run-1")
+    directory = RunDirectory(run)
+    directory.claim(config(uci_root), resume=False)
+    directory.release()

@@ -43,6 +43,8 @@ CURVE = "curve.csv"
 #: Per-chain results of a run of several chains.
 CHAINS = "chains.csv"
 LOCK = ".bdl.lock"
+#: wandb's own folder in a run directory (``wandb.init(dir=...)``).
+WANDB = "wandb"
 #: What a run writes before its first checkpoint, besides its config: a run resumed without a
 #: checkpoint starts again from the beginning without them.
 _BEFORE_CHECKPOINT = (
@@ -86,7 +88,9 @@ def refuse_links(root: Path) -> None:
     """Refuse a run directory ``root`` holding a symbolic link at any depth (its samples, its
     checkpoint, ``eval/<label>``, a log, a temporary), before anything is written: a write, a
     deletion or a truncation through it would reach files outside the run (a resumed run
-    deletes the samples after its checkpoint). ``root`` itself may be a link (a scratch disk)."""
+    deletes the samples after its checkpoint). ``root`` itself may be a link (a scratch disk);
+    ``wandb/``, where wandb links its latest run and which bdl never writes into, is not looked
+    into."""
     folders = [Path(root)]
     while folders:
         try:
@@ -96,7 +100,7 @@ def refuse_links(root: Path) -> None:
         for entry in entries:
             if entry.is_symlink():
                 raise _link_error(Path(entry.path), Path(root))
-            if entry.is_dir(follow_symlinks=False):
+            if entry.is_dir(follow_symlinks=False) and Path(entry.path) != Path(root) / WANDB:
                 folders.append(Path(entry.path))
 
 
