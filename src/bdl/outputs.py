@@ -89,8 +89,8 @@ def refuse_links(root: Path) -> None:
     checkpoint, ``eval/<label>``, a log, a temporary), before anything is written: a write, a
     deletion or a truncation through it would reach files outside the run (a resumed run
     deletes the samples after its checkpoint). ``root`` itself may be a link (a scratch disk);
-    ``wandb/``, where wandb links its latest run and which bdl never writes into, is not looked
-    into."""
+    a ``wandb/`` folder (a run's, or a sweep's job's), where wandb links its latest run and which
+    bdl never writes into, is not looked into."""
     folders = [Path(root)]
     while folders:
         try:
@@ -100,7 +100,7 @@ def refuse_links(root: Path) -> None:
         for entry in entries:
             if entry.is_symlink():
                 raise _link_error(Path(entry.path), Path(root))
-            if entry.is_dir(follow_symlinks=False) and Path(entry.path) != Path(root) / WANDB:
+            if entry.is_dir(follow_symlinks=False) and entry.name != WANDB:
                 folders.append(Path(entry.path))
 
 
