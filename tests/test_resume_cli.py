@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import shlex
 import signal
 import subprocess
 import sys
@@ -83,7 +84,7 @@ def test_a_signal_stops_with_one_line_and_the_resume_command(env, tiny, tmp_path
     (line,) = [line for line in stderr.splitlines() if line.startswith("bdl-run:")]
     assert f"{signum.name}: stopped in epoch" in line
     command = line.split("Resume with: ")[1]
-    resumed = finish(command.split()[1:], env)
+    resumed = finish(shlex.split(command)[1:], env)
     assert resumed.returncode == 0, resumed.stderr
     assert outputs(tmp_path / "run") == outputs(tmp_path / "whole")
 

@@ -96,6 +96,10 @@ def test_a_climb_after_burn_in_is_a_divergence_that_names_the_frozen_step(sharp_
 
 # a few samples: each is scored on the 10 000 test images
 CLASSIFICATION = ["dataset=mnist", "dataset.validation=59000", "epochs=12", "burn_in=8", "thin=2"]
+#: In these twelve epochs at their defaults, these predict the majority class everywhere (or
+#: beat it by 0.0013 in accuracy, within one standard error): a tie with the trivial
+#: predictor, unsound, and said so.
+TIE_IN_TWELVE_EPOCHS = {"bbb_sgd", "mala", "mfvi", "rwmh", "sgd", "sghmc_uci"}
 #: Constant SGD's fitted step is past a network's stability limit (the csgd module): where it
 #: does not refuse, it may diverge, and must then say so.
 MAY_DIVERGE = {"csgd"}
@@ -113,8 +117,9 @@ def test_every_sampler_at_its_defaults_ends_sound_or_refuses(
         with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
             overrides = [f"dataset.root={fake_data_root}", *CLASSIFICATION, f"sampler={sampler}"]
             cfg = compose("config", overrides)
-    else:
-        cfg = sharp(sharp_root, f"sampler={sampler}", *SHORT_UCI)
+        assert_sound_or_refused(sampler, cfg, tmp_path, may_be_unsound=TIE_IN_TWELVE_EPOCHS)
+        return
+    cfg = sharp(sharp_root, f"sampler={sampler}", *SHORT_UCI)
     assert_sound_or_refused(sampler, cfg, tmp_path)
 
 
@@ -132,7 +137,7 @@ def assert_sound_or_refused(
         assert "Choose another sampler" in str(divergence) or "try sampler.lr=" in str(divergence)
         return
     if sampler in may_be_unsound and metrics["status"] == "unsound":
-        assert "worse than ignoring the inputs" in metrics["error"]
+        assert "than ignoring the inputs" in metrics["error"]
         return
     assert metrics["status"] == "completed", metrics.get("error")
 

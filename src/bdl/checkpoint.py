@@ -6,9 +6,9 @@ running model average) under ``chain_<k>/`` and a flat name, and a JSON header (
 metadata) with everything else (positions, counters, the curve so far, the config it belongs to).
 This module is the one place that lays it out (:func:`save_run`, :func:`load_run`). One file
 replaced atomically, so a kill at any moment leaves the previous checkpoint or the new one, never a
-mixture. The header records the SHA-256 of the tensor data, so a file damaged after it was written
-is refused by name rather than resumed from. Nothing here unpickles: safetensors and JSON cannot
-execute code.
+mixture. The header records the SHA-256 of itself and the tensor data, so a file damaged or
+edited after it was written is refused by name rather than resumed from. Nothing here unpickles:
+safetensors and JSON cannot execute code.
 """
 
 from __future__ import annotations
@@ -30,10 +30,11 @@ from bdl.config import ConfigError
 from bdl.experiment import Experiment
 from bdl.loop import Loop
 from bdl.samplers.base import SamplerState
-from bdl.store import StoreError, atomic_write
+from bdl.store import StoreError, atomic_write, read_safetensors
 
 FILE = "checkpoint.safetensors"
-# 2: the state of each chain under chain_<k>/ (bdl-run chains=K); 3: divergent transitions
+# 2: the state of each chain under chain_<k>/ (bdl-run chains=K)
+# 3: divergent transitions; the header inside the SHA-256
 FORMAT_VERSION = 3
 _HEADER = "bdl_checkpoint"
 _BASE_FIELDS = {f.name for f in dataclasses.fields(SamplerState)}
@@ -68,8 +69,12 @@ class CheckpointError(StoreError):
     """A checkpoint that cannot be resumed from; the message names the file and the way out."""
 
 
-def _digest(tensors: dict[str, Tensor]) -> str:
+def _digest(tensors: dict[str, Tensor], header: dict[str, Any]) -> str:
+    """The SHA-256 of the header (less its ``sha256``) and the tensors: an edited header (an
+    empty chain list, a huge epoch, a negative sample count) fails it as damaged data does."""
     sha = hashlib.sha256()
+    fields = {key: value for key, value in header.items() if key != "sha256"}
+    sha.update(json.dumps(fields, sort_keys=True, allow_nan=False).encode())
     for name in sorted(tensors):
         t = tensors[name]
         sha.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
@@ -80,7 +85,8 @@ def _digest(tensors: dict[str, Tensor]) -> str:
 def save(path: Path, tensors: dict[str, Tensor], header: dict[str, Any]) -> None:
     """Write ``tensors`` and the JSON-serialisable ``header`` to ``path`` atomically."""
     cpu = {name: t.detach().to("cpu", copy=True).contiguous() for name, t in tensors.items()}
-    header = {**header, "format_version": FORMAT_VERSION, "sha256": _digest(cpu)}
+    header = {**header, "format_version": FORMAT_VERSION}
+    header["sha256"] = _digest(cpu, header)
     text = json.dumps(header, allow_nan=False)
     atomic_write(path, _st_save(cpu, metadata={_HEADER: text}))
 
@@ -93,9 +99,11 @@ def load(path: Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
         "readable"
     )
     try:
-        data = path.read_bytes()
+        data = read_safetensors(path)
     except OSError as error:
         raise CheckpointError(f"{path} cannot be read ({error.strerror or error}); {fix}") from None
+    except StoreError as error:
+        raise CheckpointError(f"{path} is truncated or corrupt ({error}); {fix}") from None
     try:
         tensors = _st_load(data)
         header = json.loads(_metadata(data)[_HEADER])
@@ -112,8 +120,10 @@ def load(path: Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
             f"{path} was written by an older bdl (checkpoint format {version}; this bdl resumes "
             f"format {FORMAT_VERSION}): finish it with the bdl that started it, or {fix}"
         )
-    if _digest(tensors) != header.get("sha256"):
-        raise CheckpointError(f"{path} is corrupt (its tensors fail their sha256 check); {fix}")
+    if _digest(tensors, header) != header.get("sha256"):
+        raise CheckpointError(
+            f"{path} is corrupt (its tensors or header fail their sha256 check); {fix}"
+        )
     return tensors, header
 
 

@@ -33,8 +33,9 @@ from bdl import distributed
 from bdl.config import ConfigError, constructor_error, print_sweep  # registers the schema
 from bdl.data import DataError
 from bdl.interrupts import Interrupted
-from bdl.outputs import METRICS, RunDirectory
+from bdl.outputs import METRICS, RunDirectory, refuse_links
 from bdl.overrides import check as check_command_line
+from bdl.overrides import check_composition
 from bdl.run import run
 from bdl.stability import DivergedError
 from bdl.store import StoreError
@@ -160,6 +161,12 @@ def _check_output_root(argv: list[str]) -> None:
     path = Path(given[-1] if given else ("multirun" if multirun else "outputs")).absolute()
     if "${" in str(path):
         return  # an interpolation: Hydra resolves it
+    if path.is_dir():
+        # Hydra appends its log (cli.log) to the directory before the run claims it
+        try:
+            refuse_links(path)
+        except ConfigError as error:
+            raise SystemExit(f"bdl-run: error: {error}") from None
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():
         raise SystemExit(
@@ -208,6 +215,7 @@ def main() -> None:
     argv = sys.argv[1:]
     try:
         check_command_line(argv)
+        check_composition(argv, __name__)
     except ConfigError as error:
         raise SystemExit(1 if distributed.rank() > 0 else f"bdl-run: error: {error}") from None
     if print_sweep(argv):  # bdl-run -m <sweep> --cfg job

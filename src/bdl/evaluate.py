@@ -50,6 +50,7 @@ from bdl.data.ood import ood_inputs
 from bdl.data.shift import SEVERITIES, corrupt, rotate
 from bdl.metrics import UncertaintyAverage, ood_detection
 from bdl.network import load_data, resolve_device
+from bdl.outputs import refuse_link_on_path, strict_json
 from bdl.overrides import check_group, config_keys, did_you_mean
 from bdl.posterior import CONFIG_FILE, Posterior, RunError
 from bdl.store import StoreError, save_predictive
@@ -268,10 +269,12 @@ def evaluate(run_dir: Path, options: dict[str, str]) -> tuple[dict[str, Any], Pa
     metrics["evaluated_on"] = label
     metrics |= posterior.verdict  # the chains' verdict, whatever set they are evaluated on
     out = Path(options["out"]) if "out" in options else run_dir / "eval" / label
+    if "out" not in options:  # the run's own eval/, never written through a link
+        refuse_link_on_path(run_dir, out / "metrics.json")
     out.mkdir(parents=True, exist_ok=True)
     targets = y if task == "classification" else average.y
     save_predictive(out / "predictive.safetensors", average.predictive(), targets=targets)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    (out / "metrics.json").write_text(json.dumps(strict_json(metrics), indent=2) + "\n")
     return metrics, out
 
 

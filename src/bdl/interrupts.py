@@ -9,6 +9,8 @@ runner stops where it can checkpoint (:class:`Signals`); the run then ends with
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import shutil
 import signal
 import sys
@@ -62,21 +64,39 @@ class Signals:
             raise Interrupted(self.caught, f"{name} before sampling began; nothing to resume")
 
 
-def resume_command(directory: Path) -> str:
-    """The command line that continues the run in ``directory`` (under ``torchrun`` as it ran:
-    the same number of ranks per node, and on several nodes ``torchrun``'s own options)."""
+def resume_command(directory: Path, overrides: list[str] | None = None) -> str:
+    """The command line that continues the run in ``directory`` with ``overrides`` (by default
+    the run's, as Hydra recorded them), under ``torchrun`` as it ran: the same number of ranks
+    per node, and on several nodes ``torchrun``'s own options. It runs as printed: each word is
+    quoted for the shell, and the directory (a sweep job's holds ``=`` and ``,``) for Hydra's
+    override grammar too."""
     from hydra.core.hydra_config import HydraConfig
 
-    overrides = []
-    if HydraConfig.initialized():
-        overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
-    command = [_program(), *overrides, f"hydra.run.dir={directory}", "resume=true"]
+    if overrides is None:
+        overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    overrides = [o for o in overrides if not o.startswith("resume=")]
+    run_dir = f"hydra.run.dir={hydra_value(str(directory))}"
+    command = [_program(), *overrides, run_dir, "resume=true"]
     size = distributed.world_size()
     if size > 1:
         per_node = int(os.environ.get("LOCAL_WORLD_SIZE", size))
-        nodes = "--standalone" if per_node == size else f"--nnodes={size // per_node} ..."
-        command = ["torchrun", nodes, f"--nproc_per_node={per_node}", "--no-python", *command]
-    return " ".join(command)
+        # on several nodes, the rendezvous options are the cluster's: "..." stands for them
+        nodes = ["--standalone"] if per_node == size else [f"--nnodes={size // per_node}", "..."]
+        command = ["torchrun", *nodes, f"--nproc_per_node={per_node}", "--no-python", *command]
+    return " ".join(word if word == "..." else shlex.quote(word) for word in command)
+
+
+def hydra_value(text: str) -> str:
+    """``text`` as a value of Hydra's override grammar that reads back as ``text``: a path of
+    plain characters as it is, anything else single-quoted, with a quote, the backslashes
+    before one or at the end, and an interpolation's ``${`` escaped (a directory named
+    ``${oc.env:HOME}`` is a name, not a lookup)."""
+    if re.fullmatch(r"[\w.-]*/[\w./-]*", text, flags=re.ASCII):
+        return text
+    escaped = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", text)
+    escaped = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", escaped)
+    escaped = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, escaped)
+    return f"'{escaped}'"
 
 
 def _program() -> str:

@@ -43,6 +43,8 @@ CURVE = "curve.csv"
 #: Per-chain results of a run of several chains.
 CHAINS = "chains.csv"
 LOCK = ".bdl.lock"
+#: wandb's own folder in a run directory (``wandb.init(dir=...)``).
+WANDB = "wandb"
 #: What a run writes before its first checkpoint, besides its config: a run resumed without a
 #: checkpoint starts again from the beginning without them.
 _BEFORE_CHECKPOINT = (
@@ -70,6 +72,51 @@ def strict_json(value: Any) -> Any:
     return value
 
 
+def _link_error(path: Path, root: Path) -> ConfigError:
+    try:
+        target = f" (to {os.readlink(path)})"
+    except OSError:
+        target = ""
+    return ConfigError(
+        f"{path} is a symbolic link{target}: bdl writes, deletes and truncates in the run "
+        f"directory {root} only, never through a link; replace the link with the file or folder "
+        "itself, or choose another directory"
+    )
+
+
+def refuse_links(root: Path) -> None:
+    """Refuse a run directory ``root`` holding a symbolic link at any depth (its samples, its
+    checkpoint, ``eval/<label>``, a log, a temporary), before anything is written: a write, a
+    deletion or a truncation through it would reach files outside the run (a resumed run
+    deletes the samples after its checkpoint). ``root`` itself may be a link (a scratch disk);
+    a ``wandb/`` folder (a run's, or a sweep's job's), where wandb links its latest run and which
+    bdl never writes into, is not looked into."""
+    folders = [Path(root)]
+    while folders:
+        try:
+            entries = list(os.scandir(folders.pop()))
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            if entry.is_symlink():
+                raise _link_error(Path(entry.path), Path(root))
+            if entry.is_dir(follow_symlinks=False) and entry.name != WANDB:
+                folders.append(Path(entry.path))
+
+
+def refuse_link_on_path(root: Path, path: Path) -> None:
+    """Refuse a ``path`` below ``root`` that is a symbolic link, or lies below one, or resolves
+    outside ``root``: what is written there would land elsewhere."""
+    root, path = Path(root), Path(path)
+    for part in (path, *path.parents):
+        if part == root or root not in part.parents:
+            break
+        if part.is_symlink():
+            raise _link_error(part, root)
+    if path.exists() and not path.resolve().is_relative_to(root.resolve()):
+        raise _link_error(path, root)
+
+
 class RunDirectory:
     """The output directory of one run. Not a ``writer`` (the ranks but 0 of a run under
     ``torchrun``), it is only read: every write below does nothing, and there is no store."""
@@ -86,6 +133,7 @@ class RunDirectory:
         again from the beginning (:meth:`_start_afresh`). Writes the run's config (``.hydra/``)
         on every start from the beginning."""
         make_dir(self.path)
+        refuse_links(self.path)
         try:
             self._lock = _lock(self.path / LOCK)
         except OSError as error:
@@ -210,6 +258,10 @@ class RunDirectory:
         unless another run holds the directory."""
         if (self.path / METRICS).exists() or not self.path.is_dir():
             return
+        try:
+            refuse_links(self.path)
+        except ConfigError:
+            return  # claim refused the link already, and the sweep's summary lists the job
         try:
             fd = _lock(self.path / LOCK)
         except OSError:

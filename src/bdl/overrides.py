@@ -17,11 +17,12 @@ import importlib
 import itertools
 from collections.abc import Iterable, Sequence
 from importlib.resources import files
+from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_module
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import ChoiceSweep, Override, RangeSweep
+from hydra.core.override_parser.types import ChoiceSweep, Glob, Override, RangeSweep
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -220,3 +221,148 @@ def _first_lines(error: BaseException) -> str:
     if cause is not None and str(cause).strip():
         lines.append(str(cause).strip().splitlines()[0])
     return ": ".join(lines) or type(error).__name__
+
+
+#: What marks a directory as a run's (:mod:`bdl.outputs`): data, never a config to compose.
+_RUN_MARKS = (".hydra/config.yaml", "metrics.json")
+
+
+def _run_directory(path: Path) -> Path | None:
+    """The run directory ``path`` is or lies in (its ``.hydra/`` included), or None."""
+    for folder in (path, *path.parents):
+        if folder.name == ".hydra" or any((folder / mark).is_file() for mark in _RUN_MARKS):
+            return folder.parent if folder.name == ".hydra" else folder
+    return None
+
+
+def check_composition(argv: Sequence[str], calling_module: str) -> None:
+    """Compose, as Hydra will for the command line ``argv`` of the app in ``calling_module``,
+    the config with its ``hydra`` node (a primary config of ``-cp``/``-cn``, presets of
+    ``--config-dir``, the options a sweep or the sweeper's ``params`` choose) and refuse, before
+    Hydra builds anything, what would import or call code outside bdl's allow-list
+    (:func:`bdl.instantiation.check_hydra_node`); refuse ``--experimental-rerun`` (it
+    unpickles its file) and a run directory as a config folder."""
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_automatic_config_search_path, get_args_parser
+    from hydra.core.config_search_path import SearchPathQuery
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    from bdl.instantiation import check_hydra_node
+
+    try:
+        args = get_args_parser().parse_args(list(argv))
+    except SystemExit:
+        return  # Hydra refuses the same command line with its usage, before composing anything
+    if args.experimental_rerun is not None:
+        raise ConfigError(
+            f"--experimental-rerun {args.experimental_rerun}: Hydra unpickles that file, and a "
+            "pickle runs code; continue a run with bdl-run hydra.run.dir=RUN resume=true"
+        )
+    if args.help or args.hydra_help:
+        return
+    search_path = create_automatic_config_search_path(
+        None, calling_module, args.config_path or "pkg://bdl.conf"
+    )
+    if args.config_dir is not None:
+        search_path.prepend(
+            "command-line",
+            f"file://{Path(args.config_dir).absolute()}",
+            SearchPathQuery(provider="schema"),
+        )
+    name = args.config_name or "config"
+    for entry in search_path.get_path():
+        if entry.path is None or "://" in entry.path.removeprefix("file://"):
+            continue  # a package's configs (pkg://), a schema's (structured://)
+        folder = Path(entry.path.removeprefix("file://")).absolute()
+        run = _run_directory(folder) or _run_directory((folder / name).parent)
+        if run is not None:
+            raise ConfigError(
+                f"{folder} is in the run directory {run}: a run's files are data, never a "
+                f"config to compose; rerun it with bdl-run hydra.run.dir={run} resume=true, or "
+                "copy what you need into a preset of your own (--config-dir)"
+            )
+        _refuse_package_searchpath(folder / f"{name}.yaml")
+    mode = RunMode.MULTIRUN if args.multirun else RunMode.RUN
+    try:
+        hydra = Hydra.create_main_hydra2(task_name="bdl-run", config_search_path=search_path)
+        cfg = hydra.compose_config(
+            name, args.overrides, run_mode=mode, with_log_configuration=False
+        )
+        check_hydra_node(cfg.hydra)
+        for job in _sweep_choices(hydra, cfg, args.overrides):
+            composed = hydra.compose_config(
+                name, job, run_mode=RunMode.RUN, with_log_configuration=False
+            )
+            check_hydra_node(composed.hydra)
+    except (HydraException, OmegaConfBaseException) as error:
+        raise ConfigError(_first_lines(error)) from None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+#: The packages whose configs a primary config's ``hydra.searchpath`` may add (``pkg://``).
+_CONFIG_PACKAGES = ("bdl", "hydra", "hydra_plugins")
+
+
+def _refuse_package_searchpath(primary: Path) -> None:
+    """Refuse a primary config whose ``hydra.searchpath`` names a package other than bdl's or
+    Hydra's: Hydra imports it (running its ``__init__``) while composing, before any check."""
+    if not primary.is_file():
+        return
+    from bdl.instantiation import load_yaml
+
+    entries = OmegaConf.select(load_yaml(primary), "hydra.searchpath", default=None) or []
+    for entry in entries:
+        package = str(entry).removeprefix("pkg://").split(".")[0].split("/")[0]
+        if str(entry).startswith("pkg://") and package not in _CONFIG_PACKAGES:
+            raise ConfigError(
+                f"{primary}: hydra.searchpath names {entry}, whose package Hydra would import "
+                "(running its code) to read its configs: add configs with --config-dir DIR"
+            )
+
+
+def _sweep_choices(hydra: Any, cfg: DictConfig, overrides: Sequence[str]) -> list[list[str]]:
+    """Overrides for one job per option that a sweep (on the command line or in the sweeper's
+    ``params``) gives a config group, the other overrides as given and each other sweep at its
+    first value: every preset a sweep's jobs compose is composed once."""
+    parser = OverridesParser.create()
+    given = parser.parse_overrides(list(overrides))
+    params = OmegaConf.to_container(cfg.hydra.sweeper, resolve=False).get("params") or {}
+    keys = {o.key_or_group for o in given}
+    lines = [f"{key}={value}" for key, value in params.items() if key not in keys]
+    parsed = [*given, *parser.parse_overrides(lines)]
+    choices = set(cfg.hydra.runtime.choices)
+    swept = [o.key_or_group in choices and o.is_sweep_override() for o in parsed]
+    axes = [_group_values(o, hydra) if o.key_or_group in choices else _first(o) for o in parsed]
+    first = [values[:1] for values in axes]
+    jobs = []
+    for i, values in enumerate(axes):
+        if swept[i]:
+            jobs += [sum([*first[:i], [v], *first[i + 1 :]], []) for v in values]
+    return jobs
+
+
+def _first(override: Override) -> list[str]:
+    """The override for one job: a sweep's first value; none for a sweep only its sweeper
+    expands (``interval(0, 1)``), which sets a value, never a group's option."""
+    if not override.is_sweep_override():
+        return [override.input_line]
+    try:
+        return [f"{override.get_key_element()}={next(iter(override.sweep_string_iterator()))}"]
+    except (HydraException, StopIteration):
+        return []
+
+
+def _group_values(override: Override, hydra: Any) -> list[str]:
+    """``group=option`` for each option that the override of a config group chooses (each of a
+    sweep's, the options matching a ``glob``)."""
+    value = override.value()
+    if isinstance(value, Glob):
+        return [
+            f"{override.get_key_element()}={v}"
+            for v in value.filter(hydra.config_loader.get_group_options(override.key_or_group))
+        ]
+    if not override.is_sweep_override():
+        return [override.input_line]
+    return [f"{override.get_key_element()}={v}" for v in override.sweep_string_iterator()]

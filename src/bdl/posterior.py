@@ -37,7 +37,7 @@ from torch import Tensor, nn
 from bdl import plugins
 from bdl.config import RunConfig
 from bdl.data import Dataset
-from bdl.instantiation import inert
+from bdl.instantiation import inert, load_yaml, refuse_recursion
 from bdl.metrics import ClassificationAverage, RegressionAverage
 from bdl.network import build_network, load_data, predict, sample_tensors
 from bdl.outputs import CURVE
@@ -92,7 +92,8 @@ def load_config(directory: Path) -> DictConfig:
     directory never reads the environment of whoever loads it."""
     path = directory / CONFIG_FILE
     try:
-        saved = inert(OmegaConf.to_container(OmegaConf.load(path), resolve=False))
+        saved = inert(OmegaConf.to_container(load_yaml(path), resolve=False))
+        refuse_recursion(saved, path)
         return OmegaConf.merge(OmegaConf.structured(RunConfig), saved)
     except (OSError, OmegaConfBaseException, ValueError) as e:
         message = str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -141,6 +141,21 @@ class Prior:
         return None
 
 
+#: The scales a prior may have: its precision 1/s² times a weight's square, and a weight drawn
+#: from it, stay float32 numbers (at most about 3.4e38) with room for the sums of a network.
+SCALE_RANGE = (1e-12, 1e12)
+
+
+def _check_scale_range(key: str, scale: float) -> None:
+    low, high = SCALE_RANGE
+    if not low <= scale <= high:
+        raise ValueError(
+            f"{key}={scale:g} is outside [{low:g}, {high:g}]: its precision 1/scale² "
+            f"({scale**-2:.3g}) leaves float32 arithmetic (potentials of inf or 0); choose a "
+            "scale in that range"
+        )
+
+
 class ElementwisePrior(Prior):
     r"""An i.i.d. location-scale prior :math:`p(\theta_j) = f(\theta_j / s) / s` on each tensor.
 
@@ -159,6 +174,7 @@ class ElementwisePrior(Prior):
     ) -> None:
         if not 0 < scale < math.inf:
             raise ValueError(f"prior.scale must be positive and finite, got {scale}")
+        _check_scale_range("prior.scale", scale)
         if layers is not None and not isinstance(layers, Mapping):
             raise ValueError(
                 f"prior.layers={layers} is not a mapping of parameter-name patterns to scales: "
@@ -170,6 +186,7 @@ class ElementwisePrior(Prior):
                 raise ValueError(
                     f"prior.layers[{pattern!r}] must be a positive, finite scale, got {value}"
                 )
+            _check_scale_range(f"prior.layers[{pattern!r}]", value)
         self.scale = scale
         self.fan_in = fan_in
         self._scales: dict[str, float] = {}

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from bdl.sweeps import (
+    CURVE_FILE,
     WHAT_IS_A_RUN,
     find_runs,
     is_run_file,
@@ -30,6 +31,8 @@ from bdl.tables import (
     ERRORS,
     PRUNING_FILE,
     choice_columns,
+    csv_safe,
+    markdown_text,
     metric_columns,
     pruning_table,
     summarize,
@@ -83,7 +86,7 @@ def _print_paper(name: str, df: pd.DataFrame, out: Path, unfinished: list[str]) 
 def unconverged_note(df: pd.DataFrame) -> str:
     """The runs averaged in whose chains have not converged, each with its reasons (their
     ``metrics.json``'s ``converged: false``); blank if none."""
-    lines = unconverged_lines(df)
+    lines = [markdown_text(line) for line in unconverged_lines(df)]
     if not lines:
         return ""
     return f"Averaged in without converging (n_unconverged; {len(lines)} runs):\n" + "\n".join(
@@ -180,6 +183,30 @@ def compare(df: pd.DataFrame, skip: Callable[[str], None]) -> pd.DataFrame:
     return table.sort_values("elpd_loo", ascending=False, ignore_index=True)
 
 
+#: The columns of ``curve.csv`` that ``--plot`` draws from (:mod:`bdl.plots`), each numeric.
+PLOTTED = ("epoch", "test_metric", "potential")
+
+
+def _plottable(run_dir: str, err: Callable[[str], None]) -> bool:
+    """Whether ``--plot`` can draw the run's ``curve.csv`` (none is fine: nothing is drawn);
+    a malformed one is left out, with one line through ``err`` naming the file and the fault."""
+    path = Path(run_dir) / CURVE_FILE
+    if not path.is_file():
+        return True
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, ValueError, pd.errors.ParserError) as e:
+        fault = f"unreadable ({type(e).__name__}: {str(e).splitlines()[0]})"
+    else:
+        missing = [c for c in PLOTTED if c not in frame.columns]
+        text = [c for c in PLOTTED if c in frame and not pd.api.types.is_numeric_dtype(frame[c])]
+        if not missing and not text:
+            return True
+        fault = f"has no column {', '.join(missing)}" if missing else f"has text in {text[0]}"
+    err(f"warning: {path} {fault}: not plotted (bdl-run writes it; run that again)")
+    return False
+
+
 def _err(message: str) -> None:
     print(f"bdl-report: {message}", file=sys.stderr)
 
@@ -245,14 +272,15 @@ def main(argv: list[str] | None = None) -> int:
     markdown = to_markdown(summary, args.error)
     if unconverged_note(df):
         markdown += f"\n\n{unconverged_note(df)}"
-    warned = warned_lines(df)
+    warned = [markdown_text(line) for line in warned_lines(df)]
     if warned:
         markdown += (
             f"\n\nAveraged in above with warnings (n_warned; {len(warned)} runs):\n"
             + "\n".join(warned)
         )
     if unfinished:
-        markdown += f"\n\nNot in the table ({len(unfinished)} runs):\n" + "\n".join(unfinished)
+        lines = [markdown_text(line) for line in unfinished]
+        markdown += f"\n\nNot in the table ({len(unfinished)} runs):\n" + "\n".join(lines)
     print(markdown)
 
     first = Path(args.paths[0])
@@ -260,18 +288,29 @@ def main(argv: list[str] | None = None) -> int:
         from bdl.plots import draw  # matplotlib is imported only when asked for
 
         folder = Path(args.out or (first if first.is_dir() else ".")) / "plots"
-        plots = draw(df, summary.attrs["by"], folder)
+        if folder.is_symlink():
+            _err(f"error: {folder} is a symbolic link: bdl-report writes nothing through a link")
+            return 1
+        plotted = df[[_plottable(run, _err) for run in df["run_dir"]]]
+        plots = draw(plotted, summary.attrs["by"], folder)
         _err(f"wrote {len(plots)} files in {plots[0].parent}" if plots else "no curve.csv to plot")
     if args.out is None and not first.is_dir():
         _err("no file written: the first PATH is not a directory (use --out DIR)")
         return 0
     out = Path(args.out or args.paths[0])
     files = {
-        "report.csv": lambda f: df.to_csv(f, index=False),
-        "report_summary.csv": lambda f: summary.to_csv(f, index=False),
+        "report.csv": lambda f: csv_safe(df).to_csv(f, index=False),
+        "report_summary.csv": lambda f: csv_safe(summary).to_csv(f, index=False),
         "report.md": lambda f: f.write_text(markdown + "\n", encoding="utf-8"),
         "report.tex": lambda f: f.write_text(to_latex(summary, args.error), encoding="utf-8"),
     }
+    linked = [out / name for name in files if (out / name).is_symlink()]
+    if linked:
+        _err(
+            f"error: {linked[0]} is a symbolic link: bdl-report writes nothing through a link; "
+            "remove it, or choose another --out DIR"
+        )
+        return 1
     try:
         out.mkdir(parents=True, exist_ok=True)
         for name, write in files.items():

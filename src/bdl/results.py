@@ -74,6 +74,7 @@ def write_metrics(
     if status == "completed" and average.count:
         metrics.update(ood_metrics(exp, directory))
         judge(metrics, exp, len(loops))
+        refuse_tie(metrics, exp, predictive)
         if exp.sampler.declaration.injects_noise:
             judge_convergence(metrics, exp, loops, table, directory)
     directory.write_metrics(metrics)
@@ -218,6 +219,52 @@ def divergences(experiment: Experiment, loops: list[Loop]) -> dict[str, Any]:
         "divergence_fraction": count / tests,
         "divergent_epochs": [[r["epoch"] for r in chain] for chain in rows],
     }
+
+
+#: Standard errors by which the headline metric must beat the trivial predictor's for a run to
+#: be sound: a difference within one is what test points drawn again could take back.
+TIE_MARGIN = 1.0
+
+
+def headline_gain(experiment: Experiment, predictive: torch.Tensor) -> tuple[float, float]:
+    """How much the model average's ``predictive`` beats the trivial predictor on the headline
+    metric, and the standard error of that over the test points: the mean and standard error
+    of the paired per-point gain, in accuracy (1 where only the model is right, -1 where only
+    the trivial predictor is) or in squared error (the trivial predictor's minus the model's,
+    original units), so that RMSE's order is kept."""
+    task = experiment.task
+    data = task.data
+    y = task.y_test.cpu()
+    if task.classification:
+        counts = torch.bincount(data.y_train.long().cpu(), minlength=data.out_features)
+        model = predictive.cpu().argmax(-1) == y
+        gain = model.double() - (y == counts.argmax()).double()
+    else:
+        targets = task.targets().cpu().double()
+        trivial = float(data.y_train.double().mean()) * data.target_std + data.target_mean
+        gain = (targets - trivial) ** 2 - (targets - predictive[:, 0].cpu().double()) ** 2
+    error = float(gain.std() / len(gain) ** 0.5) if len(gain) > 1 else float("inf")
+    return float(gain.mean()), error
+
+
+def refuse_tie(metrics: dict[str, Any], experiment: Experiment, predictive: torch.Tensor) -> None:
+    """A run judged completed whose headline metric does not beat the trivial predictor's by
+    more than :data:`TIE_MARGIN` standard errors (:func:`headline_gain`) is ``unsound``: a
+    blown-up chain predicting the majority class everywhere ties it exactly."""
+    if metrics.get("status") != "completed":
+        return
+    gain, error = headline_gain(experiment, predictive)
+    if gain > TIE_MARGIN * error:
+        return
+    key = experiment.task.headline
+    unit = "accuracy" if experiment.task.classification else "squared error"
+    metrics["status"] = "unsound"
+    metrics["error"] = (
+        f"the posterior predicts no better than ignoring the inputs: {key} "
+        f"{metrics[key]:.4g} against the trivial predictor's {metrics['trivial'][key]:.4g}, a gain "
+        f"in {unit} of {gain:.3g} ± {error:.3g} per test point, within {TIE_MARGIN:g} standard "
+        "errors. Try another sampler, a smaller sampler.lr or more epochs"
+    )
 
 
 def _write_chain_table(experiment: Experiment, loops: list[Loop], directory: RunDirectory) -> None:

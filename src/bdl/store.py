@@ -304,15 +304,45 @@ def read_manifest(directory: str | Path) -> list[dict]:
     return _read_manifest(Path(directory))
 
 
+#: The largest safetensors header read (its JSON: the tensors' names, shapes and offsets).
+MAX_HEADER_BYTES = 100_000_000
+
+
+def read_safetensors(path: Path) -> bytes:
+    """The bytes of the safetensors file ``path``, read only once its size is the one its
+    header declares (8 bytes of length, that JSON, then the tensors' data up to the last
+    offset): a file grown to gigabytes (a sparse file, another file renamed) is refused by name
+    before it is read, not read whole. The :class:`StoreError` says what is wrong, for the caller
+    to name the file; an ``OSError`` propagates for the caller to word."""
+    size = path.stat().st_size
+    with path.open("rb") as file:
+        length = int.from_bytes(file.read(8), "little")
+        if not 0 < length <= min(MAX_HEADER_BYTES, size - 8):
+            raise StoreError(f"not safetensors: a header of {length} bytes")
+        try:
+            header = json.loads(file.read(length))
+            end = max(
+                (t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0
+            )
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+            raise StoreError(f"not safetensors: its header fails ({e})") from None
+        if size != 8 + length + end:
+            raise StoreError(f"it holds {size} bytes where its header declares {8 + length + end}")
+        file.seek(0)
+        return file.read()
+
+
 def _read_checked(directory: Path, entry: dict, fix: str) -> bytes:
     """The bytes of the sample file of manifest ``entry``, checked against its SHA-256."""
     path = directory / entry["file"]
     try:
-        data = path.read_bytes()
+        data = read_safetensors(path)
     except FileNotFoundError:
         raise StoreError(f"sample file {path} is missing; {fix}") from None
     except OSError as e:
         raise StoreError(f"sample file {path} cannot be read ({e}); {fix}") from None
+    except StoreError as e:
+        raise StoreError(f"sample file {path} is corrupt or incomplete ({e}); {fix}") from None
     if _sha256(data) != entry["sha256"]:
         raise StoreError(f"sample file {path} is corrupt or incomplete (sha256 mismatch); {fix}")
     return data
@@ -330,6 +360,12 @@ def _iter_samples(directory: Path, entries: list[dict]) -> Iterator[tuple[dict[s
                 f"sample file {path} is corrupt or incomplete (not safetensors: {e}); {fix}"
             ) from None
         del data
+        for name, tensor in tensors.items():
+            if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+                raise StoreError(
+                    f"sample file {path} holds non-finite weights ({name}): a chain that "
+                    f"diverged wrote it; {fix}"
+                )
         yield dict(sorted(tensors.items())), dict(entry)
 
 

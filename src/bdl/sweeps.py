@@ -13,6 +13,7 @@ YAML is read with OmegaConf (a safe loader) and nothing in a run directory is ev
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import warnings
@@ -23,7 +24,7 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from bdl.instantiation import inert
+from bdl.instantiation import inert, load_yaml
 
 METRICS_FILE = "metrics.json"
 CONFIG_FILE = Path(".hydra") / "config.yaml"
@@ -138,7 +139,7 @@ def config_values(path: Path) -> dict[str, Any]:
     those keep their literal text rather than losing the whole config. Environment lookups are
     never resolved (:func:`bdl.instantiation.inert`).
     """
-    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    raw = OmegaConf.to_container(load_yaml(path), resolve=False)
     cfg = OmegaConf.create(inert(raw, as_written=True))
     try:
         return _flatten(OmegaConf.to_container(cfg, resolve=True))
@@ -160,7 +161,7 @@ def choices(path: Path) -> dict[str, str]:
     """Config-group choices (``{"sampler": "sghmc"}``) from Hydra's own record of the run."""
     if not path.is_file():
         return {}
-    recorded = OmegaConf.select(OmegaConf.load(path), "hydra.runtime.choices")
+    recorded = OmegaConf.select(load_yaml(path), "hydra.runtime.choices")
     if not isinstance(recorded, DictConfig):
         return {}
     raw = OmegaConf.to_container(recorded, resolve=False)
@@ -173,6 +174,25 @@ def choices(path: Path) -> dict[str, str]:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+#: The largest magnitude a metric may have to be averaged: a square of it (in a standard
+#: deviation) stays finite in double precision, whose largest value is about 1.8e308.
+LARGEST = 1e150
+
+
+def _not_averageable(metrics: dict[str, Any]) -> str | None:
+    """The first metric a table cannot average, as ``key=value`` and why: NaN or an infinity
+    (``metrics.json`` may hold them as ``NaN``, ``Infinity`` or ``1e999``), or a magnitude
+    whose mean or spread would overflow; None when every one can be."""
+    for key, value in metrics.items():
+        if not _is_number(value):
+            continue
+        if not math.isfinite(value):
+            return f"{key}={value}, not a finite number: a mean over it would be {value}"
+        if abs(value) > LARGEST:
+            return f"{key}={value:g}, beyond ±{LARGEST:g}: its mean or spread would overflow"
+    return None
 
 
 def _epoch_reached(run: Path) -> int | None:
@@ -209,6 +229,10 @@ def read_runs(runs: Sequence[Path], skip: Callable[[str], None]) -> pd.DataFrame
             run_warnings = metrics.pop("warnings", [])
             unconverged = _unconverged(metrics)
             metrics = _flatten(metrics)
+            unfit = _not_averageable(metrics)
+            if unfit is not None:
+                skip(f"skipped {run}: {METRICS_FILE} holds {unfit}")
+                continue
             metrics[WARNINGS] = "; ".join(map(str, run_warnings))
             metrics[UNCONVERGED] = unconverged
             config = config_values(run / CONFIG_FILE)

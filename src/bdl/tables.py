@@ -82,11 +82,21 @@ def varying_keys(df: pd.DataFrame, exclude: Iterable[str] = DEFAULT_EXCLUDE) -> 
     skip = set(metric_columns(df)) | {"run_dir", WARNINGS, UNCONVERGED}
     return [
         c
-        for c in df.columns
+        for c in _configuration_columns(df)
         if c not in skip
         and not any(fnmatch(str(c), pat) for pat in patterns)
         and df[c].nunique(dropna=False) > 1
     ]
+
+
+def _configuration_columns(df: pd.DataFrame) -> list[str]:
+    """The columns that say how a run was configured: its choices and config keys, never what
+    its ``metrics.json`` says (a warning's text, an error, a status), which differ between
+    seeds of one configuration."""
+    config = df.attrs.get("config_columns")
+    if config is None:  # a table a pandas operation left without its attrs
+        return list(df.columns)
+    return [c for c in df.columns if c in config or c in choice_columns(df)]
 
 
 def _constant_within(df: pd.DataFrame, group_keys: list[str], key: str) -> bool:
@@ -242,7 +252,7 @@ def _label(value: Any) -> str:
         return ""
     if isinstance(value, float):
         return str(int(value)) if value.is_integer() and abs(value) < 1e15 else f"{value:.4g}"
-    return str(value).replace("\n", " ")
+    return str(value).replace("\r", " ").replace("\n", " ")
 
 
 def format_table(summary: pd.DataFrame, error: str = "std") -> pd.DataFrame:
@@ -302,11 +312,36 @@ def to_markdown(summary: pd.DataFrame, error: str = "std") -> str:
     ``tabulate``), then a legend and the columns dropped as constant."""
     table = format_table(summary, error)
     labels = table.attrs["labels"]
-    escaped = table.rename(columns=lambda c: c.replace("|", r"\|"))
-    escaped = escaped.map(lambda c: c.replace("|", r"\|"))
+    escaped = table.rename(columns=markdown_text).map(markdown_text)
     align = ["left" if c in labels else "right" for c in table.columns]
     text = escaped.to_markdown(index=False, disable_numparse=True, colalign=align)
     return "\n\n".join([text, " ".join(_notes(table))])
+
+
+def markdown_text(text: str) -> str:
+    """``text`` as inert Markdown: a run directory or a config value named ``<img src=x
+    onerror=...>`` is shown, never rendered as HTML (no tag, comment or autolink opens without
+    a ``<``), and cannot end a table's cell; ``>=`` reads as it is."""
+    return str(text).replace("<", "&lt;").replace("|", r"\|")
+
+
+#: What makes a spreadsheet read a cell as a formula (OWASP's CSV injection): a cell starting
+#: with one is written after a quote, which the spreadsheet shows and never evaluates.
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every text cell and column name that a spreadsheet would evaluate (a
+    formula prefix) quoted, for ``report.csv``; numbers are left as they are."""
+
+    def cell(value: Any) -> Any:
+        return (
+            f"'{value}" if isinstance(value, str) and value.startswith(FORMULA_PREFIXES) else value
+        )
+
+    safe = frame.rename(columns=lambda c: cell(str(c))).map(cell)
+    safe.attrs = frame.attrs
+    return safe
 
 
 LATEX_SPECIALS = str.maketrans(

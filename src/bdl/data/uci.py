@@ -165,6 +165,54 @@ def _check_indices(path: Path, idx: np.ndarray, bound: int, what: str, data_path
         )
 
 
+#: The largest magnitude a cell may hold: far beyond any measurement of the standard sets, and
+#: small enough that its square (in the standard deviation) and the float32 network see a number.
+LARGEST_CELL = 1e30
+
+
+def _check_split(
+    data_path: Path,
+    data: np.ndarray,
+    features: tuple[Path, np.ndarray],
+    target: tuple[Path, np.ndarray],
+) -> None:
+    """Refuse a cell beyond :data:`LARGEST_CELL` (naming its line and column) and a target
+    listed among the features: a model that reads its target from its inputs scores a test
+    metric no method earns."""
+    (features_path, columns), (target_path, (column,)) = features, target
+    used = np.abs(data[:, [*columns, column]]) > LARGEST_CELL
+    if used.any():
+        row, col = np.argwhere(used)[0]
+        col = [*columns, column][col]
+        raise DataError(
+            f"{data_path}: line {row + 1}, column {col + 1} is {data[row, col]:g}, beyond "
+            f"±{LARGEST_CELL:g}: its square overflows the standardisation. Fix that line or "
+            "replace the file with the original."
+        )
+    listed = np.flatnonzero(columns == column)
+    if listed.size:
+        raise DataError(
+            f"{features_path}: line {listed[0] + 1} lists column {column}, the target "
+            f"({target_path}): the network would read the target from its inputs. Remove that "
+            "line or replace the file with the original."
+        )
+
+
+def _check_disjoint(train: tuple[Path, np.ndarray], test: tuple[Path, np.ndarray]) -> None:
+    """Refuse test rows that are also training rows: a test metric on rows trained on says
+    nothing of held-out data."""
+    (train_path, train_idx), (test_path, test_idx) = train, test
+    shared = np.intersect1d(train_idx, test_idx)
+    if shared.size:
+        line = int(np.flatnonzero(test_idx == shared[0])[0]) + 1
+        raise DataError(
+            f"{test_path}: line {line} holds row {int(shared[0])}, a training row too "
+            f"({train_path}), and {shared.size} of its {test_idx.size} rows are: the test "
+            "metric would be measured on rows trained on. Replace the files with the standard "
+            "splits."
+        )
+
+
 def _standardise(train: np.ndarray, *others: np.ndarray) -> tuple[np.ndarray, ...]:
     """Scale with the training split's statistics only, so nothing leaks from the test set.
 
@@ -253,6 +301,9 @@ def load(
                 f"{path} is empty: split {split} needs at least one training and one test row. "
                 "Replace it with the original file of the standard splits."
             )
+
+    _check_split(data_path, data, (features_path, features), (target_path, target))
+    _check_disjoint((train_path, train_idx), (test_path, test_idx))
 
     held_out = round(validation * train_idx.size)
     if held_out >= train_idx.size:
