@@ -1,5 +1,5 @@
 """Benchmark: seconds per epoch with the data term's gradient compiled (``compile=true``,
-:class:`bdl.potential.Potential`) against eager autograd, for one chain and for K chains stacked
+`bdl.potential.Potential`) against eager autograd, for one chain and for K chains stacked
 as one, through the runner's own epoch (``Sampling.step_epoch``), in this one process,
 alternating, so that machine noise hits both alike. Each run's first epoch, which holds its
 compile, is timed apart ("first"), from Inductor's on-disk cache as this machine holds it

@@ -1,5 +1,5 @@
 """Benchmark: effective samples of the test predictive per second of wall time, for one run of
-one chain against one run of K chains stacked as one (``chains=K``, :mod:`bdl.steppers`), on the
+one chain against one run of K chains stacked as one (``chains=K``, `bdl.steppers`), on the
 same sampler and iterations; full-batch HMC on yacht (277 training points, 401 parameters) by
 default, the small model where per-step overhead dominates and stacking pays most.
 

@@ -9,7 +9,7 @@ interleaved (seed 0 of every variant, then seed 1, ...), so that machine noise h
 - ``both``: the two together.
 
 The figures of merit are the bulk ESS of the test predictive's log density (median and minimum
-over test points, :mod:`bdl.diagnostics`) per thousand full-data gradients and per second of the
+over test points, `bdl.diagnostics`) per thousand full-data gradients and per second of the
 run (sampling, evaluation and files; warm-up included), and each variant's ratio to ``fixed`` on
 the same seed, with its range over seeds. The default posterior is the hard one of the NumPyro
 comparison: yacht, a N(0, 1) prior and a fixed noise of 0.1.

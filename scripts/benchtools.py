@@ -106,5 +106,5 @@ def alternating_times(fns: Sequence[Callable[[], object]], rounds: int) -> list[
 
 
 def alternating_medians(fns: Sequence[Callable[[], object]], rounds: int) -> list[float]:
-    """Median seconds of each of ``fns`` over :func:`alternating_times`' rounds."""
+    """Median seconds of each of ``fns`` over `alternating_times`' rounds."""
     return [statistics.median(fn_times) for fn_times in alternating_times(fns, rounds)]

@@ -5,7 +5,7 @@ every figure in one results file, within 8 minutes of one H100.
     python scripts/gpu_check.py check [--bundle .gpu-bundle] [--out DIR] [--dry]   # make gpu-check
 
 ``bundle`` (here, with network) writes what a GPU machine without network needs and its image
-lacks: the wheels of :data:`WHEELS` at this environment's versions for CPython 3.12 on x86-64
+lacks: the wheels of `WHEELS` at this environment's versions for CPython 3.12 on x86-64
 Linux, one version each, and MNIST's four original archives, with a manifest of their sha256.
 
 ``check`` (there) installs them without network (pip ``--no-index``; bdl itself ``--no-deps``),
@@ -137,7 +137,7 @@ def write_manifest(bundle: Path) -> dict:
 def verify_bundle(bundle: Path) -> list[str]:
     """What is wrong with ``bundle`` (nothing: an empty list): files missing, altered or not
     listed, a wheel pip on the GPU image would refuse, two versions of one package, a package of
-    :data:`WHEELS` or an MNIST file missing, a bundle over :data:`LIMIT`."""
+    `WHEELS` or an MNIST file missing, a bundle over `LIMIT`."""
     path = bundle / "manifest.json"
     if not path.is_file():
         return [f"{bundle} has no manifest.json: make gpu-bundle writes it"]

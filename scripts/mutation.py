@@ -3,7 +3,7 @@
 mutmut generates every mutant of ``src/bdl`` into ``mutants/`` (its generator is deterministic
 for a given source; each mutated function sits behind a trampoline that runs the mutant named by
 ``MUTANT_UNDER_TEST``); a simple random sample of them is drawn with ``--seed``; each sampled
-mutant runs its module's tests (:func:`test_selection`: the mirroring test file, else the test
+mutant runs its module's tests (`test_selection`: the mirroring test file, else the test
 files that import the module, else its package's tests, else the runner's) with ``pytest -x``,
 the default suite's markers. mutmut's own ``run`` is not used: before any mutant it runs the
 whole suite twice (its instrumented run to map tests to functions, then a clean one: over 20

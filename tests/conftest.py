@@ -78,7 +78,7 @@ def data_dir() -> Path:
 
     Unset, the test skips (a machine without the data); set to a folder that does not exist, it
     fails, since that is a broken setup rather than a missing data set. Everything else (the
-    runner, the CLI, the loaders' formats and error paths) runs on :func:`fake_data_root`.
+    runner, the CLI, the loaders' formats and error paths) runs on `fake_data_root`.
     """
     value = os.environ.get("BDL_DATA_DIR")
     if not value:
@@ -327,7 +327,7 @@ def write_fake_uci(
 def fake_data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A data root generated once per session in the real on-disk formats: ``MNIST/raw/`` and
     ``FashionMNIST/raw/`` (IDX, extracted and ``.gz``), ``uci/<name>/`` for every UCI set and
-    ``cifar-10-batches-py/`` (Python 2 pickles; loading it needs :func:`no_cifar_md5`, since the
+    ``cifar-10-batches-py/`` (Python 2 pickles; loading it needs `no_cifar_md5`, since the
     md5s cannot match).
 
     Runner and CLI tests run on it, so they need no real data; what is learnt from it says

@@ -1,5 +1,5 @@
 """Every option of every config group composes with the root schema and instantiates; each group
-sets only its own keys; a mistake in a config is refused by :func:`bdl.config.validate`, before
+sets only its own keys; a mistake in a config is refused by `bdl.config.validate`, before
 any data is read, with one message naming the key."""
 
 from __future__ import annotations

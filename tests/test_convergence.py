@@ -1,4 +1,4 @@
-"""The convergence verdict (:func:`bdl.diagnostics.verdict`) on a target known in closed form:
+"""The convergence verdict (`bdl.diagnostics.verdict`) on a target known in closed form:
 four stacked HMC chains on a standard normal in 5 dimensions, started 8 standard deviations
 apart. The followed quantities are those a run follows: the coordinates stand for the test
 predictive, the potential U = ½‖θ‖² for the scalar summary."""
@@ -48,7 +48,7 @@ def test_chains_stopped_before_they_mix_are_flagged_and_long_ones_are_not(seed):
     """Stopped after 30 transitions of step 0.1 (trajectories of 0.5, while the chains start
     8 standard deviations from the mode): still on their way, flagged by the R-hat of the
     coordinates and of the potential. 700 transitions of step 0.4 from the same starts, the
-    first 100 dropped: not flagged. Measured over seeds 0-39 (:func:`measure_false_alarms`,
+    first 100 dropped: not flagged. Measured over seeds 0-39 (`measure_false_alarms`,
     ``OMP_NUM_THREADS=1``): the short chains flagged in 40 of 40, the long ones in 0 of 40 (a
     false-alarm rate under 9% at 95% confidence), so a seed that passes is no accident."""
     theta, potential = hmc_draws(seed, 30, 0.1)

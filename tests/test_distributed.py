@@ -3,7 +3,7 @@
 The end-to-end tests start ``torchrun`` with two CPU ranks (gloo) and compare every output with a
 one-process run of the same config: the same accept decision at every iteration, the same
 samples and the same ``metrics.json``. The chunk-aligned shards and the float64 sums of
-:meth:`bdl.potential.Potential.full_closure` make them bitwise equal at equal thread counts;
+`bdl.potential.Potential.full_closure` make them bitwise equal at equal thread counts;
 the tolerance asserted on the samples, 1e-6 relative, would not survive a summation-order
 difference (it grows through the trajectories' chaos to 1e-3 within twenty iterations).
 """

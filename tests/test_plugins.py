@@ -1,4 +1,4 @@
-"""Extension by installation (:mod:`bdl.plugins`): the tutorial's package, installed, runs through
+"""Extension by installation (`bdl.plugins`): the tutorial's package, installed, runs through
 ``bdl-run`` (a sweep too), ``bdl-report``, ``bdl-eval`` and ``load_run``; what is not installed,
 or passes for bdl, is refused in one line.
 
@@ -79,7 +79,7 @@ def forget_plugins() -> None:
 
 @pytest.fixture
 def install(monkeypatch):
-    """Install (put on ``sys.path``) a folder written by :func:`write_package` in this process,
+    """Install (put on ``sys.path``) a folder written by `write_package` in this process,
     for the test's length."""
     registered = []
 

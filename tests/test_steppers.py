@@ -264,7 +264,7 @@ def test_rhat_flags_chains_that_never_left_their_starts(uci_root, tmp_path, capl
 
 
 def test_rhat_and_ess_of_known_draws():
-    """arviz's split R-hat and ESS through :func:`bdl.diagnostics.summarise`. Independent draws
+    """arviz's split R-hat and ESS through `bdl.diagnostics.summarise`. Independent draws
     from one normal, 4 chains of 500: R-hat is 1.0006 ± 0.0011 and the bulk ESS 1970 ± 120 over
     coordinates (measured on 400), so the largest of 20 R-hats stays under 1.01 (8 sd) and the
     smallest ESS above 1400 (4.5 sd). Chains stuck in the two modes of a bimodal target (±3,

@@ -198,7 +198,7 @@ def _choices(raw) -> str:
 
 
 def _comments(path: Path) -> tuple[str, dict[str, str]]:
-    """:func:`_yaml_comments` of an option's file, with those of the files it includes
+    """`_yaml_comments` of an option's file, with those of the files it includes
     (``/uci_loader@_here_``) for the keys it leaves undescribed."""
     header, comments = _yaml_comments(path)
     for entry in OmegaConf.load(path).get("defaults", []):

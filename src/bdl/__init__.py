@@ -2,9 +2,9 @@
 
 The command-line tools (``bdl-run``, ``bdl-eval``, ``bdl-report``, ``bdl-check``) are built from
 the pieces exported here, which can also be used directly from Python (docs/guide/python.md): the
-potential ``U`` (:class:`Potential`), priors and likelihoods (:mod:`bdl.priors`,
-:mod:`bdl.likelihoods`), the samplers, a run directory of one's own network and data
-(:func:`run_model`), and a saved run's posterior (:func:`load_run`).
+potential ``U`` (`Potential`), priors and likelihoods (`bdl.priors`,
+`bdl.likelihoods`), the samplers, a run directory of one's own network and data
+(`run_model`), and a saved run's posterior (`load_run`).
 """
 
 from importlib.metadata import version

@@ -1,7 +1,7 @@
 """Writing a file so that readers see the old or the new content, never half of either.
 
 The content goes to a temporary file in the destination's folder (``os.replace`` is atomic only
-within one filesystem), is flushed to disk (unless the caller defers that to :func:`fsync_path`),
+within one filesystem), is flushed to disk (unless the caller defers that to `fsync_path`),
 then renamed over the destination. The temporary is created with mode 0o666 and ``O_EXCL``, so
 the kernel applies the user's umask (and any default ACL) exactly as for an ordinary ``open``:
 ``tempfile.mkstemp`` would make it 0600 and a run's files unreadable to the group that shares them.

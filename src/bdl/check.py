@@ -1,11 +1,11 @@
 r"""``bdl-check``: every sampler of bdl against posteriors whose answer is known.
 
 The samplers run unchanged — the classes ``bdl-run`` uses, stepped through closures — on four toy
-targets (:mod:`bdl.targets`), each with many independent chains stacked in one tensor:
+targets (`bdl.targets`), each with many independent chains stacked in one tensor:
 
-1. **Chen et al.'s double well** (2014, Fig. 1; Bühler, Fig. 2): :math:`U = -2\theta^2 +
-   \theta^4`, gradient noise :math:`\mathcal N(0, 4)`, :math:`\epsilon = 0.1` (``lr`` =
-   :math:`\epsilon^2` = 0.01), :math:`C = 3` (SGHMC's :math:`\alpha = \epsilon C = 0.3`), 50
+1. **Chen et al.'s double well** (2014, Fig. 1; Bühler, Fig. 2): $U = -2\theta^2 +
+   \theta^4$, gradient noise $\mathcal N(0, 4)$, $\epsilon = 0.1$ (``lr`` =
+   $\epsilon^2$ = 0.01), $C = 3$ (SGHMC's $\alpha = \epsilon C = 0.3$), 50
    leapfrog steps, momentum resampled every 50 steps, 80,000 samples, one per 50 gradient
    evaluations. Reported: the total variation between the histogram of the samples and the exact
    bin probabilities, on 25 bins of width 0.2 over [−2.5, 2.5] plus the two tails. Independent
@@ -15,35 +15,35 @@ targets (:mod:`bdl.targets`), each with many independent chains stacked in one t
    SGHMC with and without MH, SGHMC. "psgld, beta 0.9999" isolates pSGLD's bias: with Li et al.'s
    fast-moving preconditioner (β = 0.99) the dropped Γ term shows; with a nearly constant one it
    does not.
-2. **Correlated 2-D Gaussian** (Chen et al., Fig. 3): :math:`\rho = 0.9`, gradient noise
-   :math:`\mathcal N(0, I)`. Reported: the mean absolute error of the covariance's entries; the
+2. **Correlated 2-D Gaussian** (Chen et al., Fig. 3): $\rho = 0.9$, gradient noise
+   $\mathcal N(0, I)$. Reported: the mean absolute error of the covariance's entries; the
    figure sweeps SGLD's and SGHMC's step sizes as Chen et al.'s code does and plots that error
    against the autocorrelation time.
 3. **Bayesian linear regression** with known noise and a Gaussian prior (Ambrogioni), Gaussian
    posterior in closed form; minibatches of 50 out of 500 points for the stochastic-gradient
-   samplers. Reported: :math:`\lVert\hat\mu - \mu\rVert/\lVert\mu\rVert` and
-   :math:`\lVert\hat\Sigma - \Sigma\rVert_F/\lVert\Sigma\rVert_F`.
-4. **The SG-MCMC tutorial (2020)'s regression** (:math:`\beta_0, \beta, \sigma`, :math:`N = 30`,
+   samplers. Reported: $\lVert\hat\mu - \mu\rVert/\lVert\mu\rVert$ and
+   $\lVert\hat\Sigma - \Sigma\rVert_F/\lVert\Sigma\rVert_F$.
+4. **The SG-MCMC tutorial (2020)'s regression** ($\beta_0, \beta, \sigma$, $N = 30$,
    flat prior): random-walk Metropolis with the post's proposal (standard deviation 0.02) and SGLD
    as the post runs them (full-data gradients), and the others, against a long HMC run; same errors
    as 3.
 
-The table gives, per target and sampler, the error, the verdict against :data:`THRESHOLDS`, the
+The table gives, per target and sampler, the error, the verdict against `THRESHOLDS`, the
 bulk effective sample size (arviz, the minimum over coordinates) per gradient evaluation — counted
-per chain, in minibatch gradients (a full-data gradient of target 3 counts :math:`N/n = 10`); for
+per chain, in minibatch gradients (a full-data gradient of target 3 counts $N/n = 10$); for
 random-walk Metropolis, potential evaluations — and the acceptance rate of Metropolis-tested
 samplers. The ESS is left blank where arviz could not measure it
-(:func:`bdl.check_targets.ess`). ``--quick`` draws too few samples for the thresholds, which are
+(`bdl.check_targets.ess`). ``--quick`` draws too few samples for the thresholds, which are
 set for the full runs: its rows are marked ``smoke`` (every sampler ran and gave finite numbers),
 never PASS or FAIL. Constant SGD runs only on
-target 3: Mandt et al.'s step :math:`2/V` assumes the minibatch noise dominates the curvature,
-and with the fixed noise of targets 1 and 2 (:math:`V = 4` and 1 against curvatures up to 8 and
+target 3: Mandt et al.'s step $2/V$ assumes the minibatch noise dominates the curvature,
+and with the fixed noise of targets 1 and 2 ($V = 4$ and 1 against curvatures up to 8 and
 10) that step is beyond SGD's stability limit.
 
     bdl-check [--quick] [--out outputs/check] [--seed 0] [--targets double_well ...]
 
-The targets' runs and figures are :mod:`bdl.check_targets`'; this module holds what they must
-show (:data:`THRESHOLDS`), the verdicts, the table and the CSV, and the command line.
+The targets' runs and figures are `bdl.check_targets`'; this module holds what they must
+show (`THRESHOLDS`), the verdicts, the table and the CSV, and the command line.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ THRESHOLDS: dict[tuple[str, str], tuple[Bound, ...]] = {
 
 
 def judge(rows: Sequence[Row]) -> list[str]:
-    """``PASS`` or ``FAIL`` per row against :data:`THRESHOLDS`, ``""`` for rows without one (a
+    """``PASS`` or ``FAIL`` per row against `THRESHOLDS`, ``""`` for rows without one (a
     relative bound counts only when its reference row was run too)."""
     errors = {(row.target, row.sampler): row.errors for row in rows}
     verdicts = []

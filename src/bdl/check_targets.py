@@ -1,6 +1,6 @@
-r"""The four toy targets of ``bdl-check`` (:mod:`bdl.check`): which samplers, with which settings
-and for how long, each runs on each target (:mod:`bdl.targets`); how its chains are stepped
-(:func:`run_chains`, the samplers' public API, many chains stacked in one tensor) and how their
+r"""The four toy targets of ``bdl-check`` (`bdl.check`): which samplers, with which settings
+and for how long, each runs on each target (`bdl.targets`); how its chains are stepped
+(`run_chains`, the samplers' public API, many chains stacked in one tensor) and how their
 draws are measured against the known posterior; and Chen et al. (2014)'s figures, redrawn.
 """
 
@@ -106,7 +106,7 @@ def ess(draws: Tensor) -> np.ndarray:
 
     NaN where arviz measured nothing: its estimator (Vehtari et al. 2021) sums autocorrelations
     by Geyer's initial sequence over split chains and caps the result
-    (:func:`bdl.diagnostics.cap`); a value at the cap depends on the number of draws alone, not
+    (`bdl.diagnostics.cap`); a value at the cap depends on the number of draws alone, not
     on the sampler.
     """
     values = diagnostics.ess(draws.numpy())

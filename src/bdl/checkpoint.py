@@ -1,10 +1,10 @@
 """Checkpoints: a run's whole state in one safetensors file, written atomically.
 
 A checkpoint is one ``checkpoint.safetensors``: every tensor of each chain's loop state
-(:class:`bdl.loop.Loop`: parameters, sampler buffers, generator states, hyperparameters, the
+(`bdl.loop.Loop`: parameters, sampler buffers, generator states, hyperparameters, the
 running model average) under ``chain_<k>/`` and a flat name, and a JSON header (the safetensors
 metadata) with everything else (positions, counters, the curve so far, the config it belongs to).
-This module is the one place that lays it out (:func:`save_run`, :func:`load_run`). One file
+This module is the one place that lays it out (`save_run`, `load_run`). One file
 replaced atomically, so a kill at any moment leaves the previous checkpoint or the new one, never a
 mixture. The header records the SHA-256 of itself and the tensor data, so a file damaged or
 edited after it was written is refused by name rather than resumed from. Nothing here unpickles:
@@ -38,7 +38,7 @@ FILE = "checkpoint.safetensors"
 FORMAT_VERSION = 3
 _HEADER = "bdl_checkpoint"
 _BASE_FIELDS = {f.name for f in dataclasses.fields(SamplerState)}
-#: What of a Loop the JSON header holds; its tensors are named by :func:`_chain_state`.
+#: What of a Loop the JSON header holds; its tensors are named by `_chain_state`.
 _POSITION = (
     "epoch",
     "step",
@@ -190,7 +190,7 @@ def save_run(
     loops: list[Loop],
     **header: Any,
 ) -> None:
-    """Checkpoint every chain of a run (``config``: :func:`resumable_config` of its config;
+    """Checkpoint every chain of a run (``config``: `resumable_config` of its config;
     ``header``: the run's own JSON-serialisable fields, its elapsed time, wandb id and
     thread count)."""
     tensors, chains = {}, []
@@ -212,7 +212,7 @@ def load_run(path: Path, cfg: DictConfig) -> tuple[dict[str, Tensor], dict[str, 
 def restore_loops(
     experiments: list[Experiment], tensors: dict[str, Tensor], header: dict[str, Any]
 ) -> list[Loop]:
-    """The loops of a run's checkpoint (:func:`load_run`), each chain's generators and potential
+    """The loops of a run's checkpoint (`load_run`), each chain's generators and potential
     set in its experiment."""
     return [
         _restore_chain(experiment, _prefixed(tensors, f"chain_{k}/"), header["chains"][k])
@@ -252,7 +252,7 @@ def _chain_state(loop: Loop, experiment: Experiment) -> tuple[dict[str, Tensor],
 def _restore_chain(
     experiment: Experiment, tensors: dict[str, Tensor], header: dict[str, Any]
 ) -> Loop:
-    """The loop :func:`_chain_state` wrote, with the experiment's generators and potential set."""
+    """The loop `_chain_state` wrote, with the experiment's generators and potential set."""
     loop = Loop.start(experiment)
     restore_sampler_state(loop.sampler, _prefixed(tensors, "sampler/"), header["sampler"])
     for name, generator in experiment.generators.items():

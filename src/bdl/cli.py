@@ -1,11 +1,11 @@
-"""``bdl-run``: the Hydra entry point. All the work is in :mod:`bdl.run`.
+"""``bdl-run``: the Hydra entry point. All the work is in `bdl.run`.
 
 Mistakes a user can make end in one line, without a traceback. In a sweep (``-m``) a failing job
 is reported and the sweep goes on with the others; ``bdl-run`` then exits non-zero at the end,
-listing the failed jobs from their directories' ``metrics.json`` (:class:`SweepFailures`), so that
+listing the failed jobs from their directories' ``metrics.json`` (`SweepFailures`), so that
 jobs run by a launcher in other processes (joblib, SLURM) are listed too.
 
-Under ``torchrun`` every rank runs ``bdl-run`` (:mod:`bdl.distributed`): rank 0 logs, writes and
+Under ``torchrun`` every rank runs ``bdl-run`` (`bdl.distributed`): rank 0 logs, writes and
 reports errors; the other ranks log nothing, leave no directory behind and exit with rank 0.
 """
 

@@ -2,9 +2,9 @@
 
 A sampler never sees a network: it sees a *closure* that evaluates the potential ``U`` (and its
 gradient) at the parameters' current values, following ``torch.optim``'s closure protocol. The
-potential (:class:`bdl.potential.Potential`) and the toy targets (:mod:`bdl.targets`) make them;
-the samplers (:mod:`bdl.samplers`) call them. This module names their shapes, and makes
-autograd's gradients meet the contract (:func:`writable_gradients`); it depends on nothing in
+potential (`bdl.potential.Potential`) and the toy targets (`bdl.targets`) make them;
+the samplers (`bdl.samplers`) call them. This module names their shapes, and makes
+autograd's gradients meet the contract (`writable_gradients`); it depends on nothing in
 bdl, so a sampler can be read, and written, without the potential.
 """
 
@@ -44,9 +44,9 @@ class Program(Protocol):
     by step through the closure.
 
     A full-data closure of a run with ``compile=true`` offers one as its attribute ``program``
-    where its potential can be traced whole (:meth:`bdl.potential.Potential.full_closure`), so
+    where its potential can be traced whole (`bdl.potential.Potential.full_closure`), so
     that a kernel runs a whole trajectory without Python between its steps (HMC's leapfrog,
-    :func:`bdl.samplers.metropolis.leapfrog_program`); other closures have none.
+    `bdl.samplers.metropolis.leapfrog_program`); other closures have none.
     """
 
     def __call__(self, fn: Callable[..., R], params: list[Tensor], /, *args: Any) -> R | None: ...
@@ -54,16 +54,16 @@ class Program(Protocol):
 
 class VariationalClosure(Protocol[Q]):
     """``closure(q) -> (F, [∇F])``: a Monte Carlo estimate of the negative evidence lower bound
-    ``F`` of the variational distribution ``q`` (for :class:`bdl.variational.MeanField`: the
+    ``F`` of the variational distribution ``q`` (for `bdl.variational.MeanField`: the
     gradients in ``q.mean`` followed by those in ``q.std``). The potential's minibatch closure is
-    both a :class:`Closure` and one of these."""
+    both a `Closure` and one of these."""
 
     def __call__(self, q: Q, /) -> Evaluation: ...
 
 
 class ClosureFactory(Protocol):
     """``closures() -> Closure``: a fresh closure for each step (a new minibatch, or new gradient
-    noise), as the toy targets of :mod:`bdl.targets` hand them out."""
+    noise), as the toy targets of `bdl.targets` hand them out."""
 
     def __call__(self) -> Closure: ...
 

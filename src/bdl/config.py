@@ -1,9 +1,9 @@
 """The root config's schema and its validation: every mistake in a config fails before any data is
 read, with one message naming the key.
 
-Hydra merges the YAML files of ``conf/`` into :class:`RunConfig` (registered as ``base_config``),
+Hydra merges the YAML files of ``conf/`` into `RunConfig` (registered as ``base_config``),
 so a misspelt override (``epoch=3``) or a value of the wrong type (``seed=abc``) is rejected at
-composition. :func:`validate` checks the rest: keys added with ``+`` (which Hydra lets through
+composition. `validate` checks the rest: keys added with ``+`` (which Hydra lets through
 even into a schema), the ranges of the top-level keys, and each option group (``dataset``,
 ``model``, ``prior``, ``sampler``, ``schedule``) against the signature of the ``_target_`` it names
 (unknown keys, values of the wrong type or not finite); it then builds the objects that need no
@@ -157,7 +157,7 @@ SCALARS = {float: "a finite number", int: "an integer", bool: "true or false", s
 
 
 def validate(cfg: Any) -> None:
-    """Check a composed config before any data is read; raises :class:`ConfigError` naming the
+    """Check a composed config before any data is read; raises `ConfigError` naming the
     key and the fix."""
     plugins.check()
     check_targets(cfg)  # before _check_group imports a target

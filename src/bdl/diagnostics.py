@@ -4,12 +4,12 @@ Weight space says little about a neural network's posterior: permutations of hid
 other symmetries give many equivalent modes, so chains that agree on every prediction can
 disagree on every weight. Convergence is therefore judged in function space, as Izmailov et al.
 (2021) and the NeurIPS 2021 approximate-inference competition do: for each test point
-:math:`i` and each posterior sample :math:`s` of each chain, the quantity followed is the
-log-probability of its label, :math:`\log p(y_i \mid x_i, \theta_s)` (a Gaussian density in the
+$i$ and each posterior sample $s$ of each chain, the quantity followed is the
+log-probability of its label, $\log p(y_i \mid x_i, \theta_s)$ (a Gaussian density in the
 targets' original units for regression). Split R-hat and the bulk and tail effective sample
 sizes of Vehtari et al. (2021) (rank-normalised, arviz's defaults) are computed per test point.
 
-Thresholds, and where each applies (:func:`verdict`; a run is ``converged`` when none fails):
+Thresholds, and where each applies (`verdict`; a run is ``converged`` when none fails):
 
 - **R-hat of a scalar summary** (the potential, a sampled hyperparameter): at most 1.01
   (Vehtari et al. 2021, §4.3).
@@ -20,19 +20,19 @@ Thresholds, and where each applies (:func:`verdict`; a run is ``converged`` when
   over 10,000 points is then 1.013 and maximum 1.04 (measured). ``rhat_p95`` is reported against
   1.01 for a reader, not judged.
 - **Bulk and tail ESS** of the potential, of each sampled hyperparameter and of the test
-  predictive (the smallest over test points): at least :data:`ESS_PER_CHAIN` per chain (Vehtari
+  predictive (the smallest over test points): at least `ESS_PER_CHAIN` per chain (Vehtari
   et al. 2021, §4.3: below it R-hat and the Monte Carlo errors are themselves unreliable) and at
-  least :data:`ESS_FRACTION` of the draws (PyMC3's warning; Salvatier, Wiecki & Fonnesbeck 2016);
+  least `ESS_FRACTION` of the draws (PyMC3's warning; Salvatier, Wiecki & Fonnesbeck 2016);
   a run of fewer than 100 draws per chain cannot pass, and says which ``epochs`` or ``thin``
   would give enough.
-- **Divergent transitions** after burn-in (:mod:`bdl.samplers.metropolis`): none.
+- **Divergent transitions** after burn-in (`bdl.samplers.metropolis`): none.
 - **One chain** is judged by its ESS and by the split R-hat of its two halves taken as two chains
   (arviz splits each again, so four quarters are compared); nothing says that a single chain has
   found every mode, which the verdict's note says.
-- **Too few draws**: under :data:`MIN_DRAWS` per chain nothing is measured, and the verdict says
+- **Too few draws**: under `MIN_DRAWS` per chain nothing is measured, and the verdict says
   so in one line.
 
-A documented subset of weights is followed too (:data:`WEIGHT_PROBES` coordinates evenly spaced
+A documented subset of weights is followed too (`WEIGHT_PROBES` coordinates evenly spaced
 over the concatenated parameter vector), for a reader who wants weight-space numbers; expect them
 to be poor for networks, for the reason above.
 """
@@ -66,7 +66,7 @@ SUMMARY_FILE = "summary.csv"
 HDI_PROB = 0.94
 #: The summary table's diagnostic columns.
 RATINGS = ("ess_bulk", "ess_tail", "rhat")
-#: Draws per chain under which arviz's ESS sits at its ceiling (:func:`cap`): no measurement.
+#: Draws per chain under which arviz's ESS sits at its ceiling (`cap`): no measurement.
 MEASURABLE_DRAWS = 10
 #: Coordinates of the parameter vector followed for weight-space R-hat and ESS.
 WEIGHT_PROBES = 16
@@ -113,7 +113,7 @@ def weight_probes(params: Iterable[Tensor]) -> Tensor:
 
 
 def split_rhat(draws: np.ndarray) -> np.ndarray:
-    """:func:`rhat` of ``(chains, draws, dim)``; one chain's is that of its two halves taken as
+    """`rhat` of ``(chains, draws, dim)``; one chain's is that of its two halves taken as
     two chains (its first draw dropped where the count is odd), NaN under 8 draws."""
     if draws.shape[0] == 1:
         half = draws.shape[1] // 2
@@ -125,7 +125,7 @@ def split_rhat(draws: np.ndarray) -> np.ndarray:
 
 def summarise(pointwise: np.ndarray, weights: np.ndarray) -> tuple[dict[str, float], dict]:
     """Metrics and the per-test-point table from ``pointwise`` ``(chains, draws, points)`` and
-    ``weights`` ``(chains, draws, probes)``: R-hat (:func:`split_rhat`, so one chain gets its
+    ``weights`` ``(chains, draws, probes)``: R-hat (`split_rhat`, so one chain gets its
     halves') and bulk and tail ESS, each summarised by its median, its worst and its 95th
     percentile towards the worst (``ess_*_p5``: the 5th percentile).
 
@@ -154,7 +154,7 @@ def summarise(pointwise: np.ndarray, weights: np.ndarray) -> tuple[dict[str, flo
 
 
 def scalar_diagnostics(draws: dict[str, np.ndarray]) -> dict[str, dict[str, float | None]]:
-    """R-hat (:func:`split_rhat`) and bulk and tail ESS of each non-constant scalar of
+    """R-hat (`split_rhat`) and bulk and tail ESS of each non-constant scalar of
     ``draws`` (name: ``(chains, draws)``); None where not measurable."""
     found: dict[str, dict[str, float | None]] = {}
     for name, values in draws.items():
@@ -176,9 +176,9 @@ def number(value: float) -> float | None:
 
 
 def summary_rows(draws: dict[str, np.ndarray], measured: dict[str, dict]) -> list[dict]:
-    """``az.summary``'s columns (mean, sd, the :data:`HDI_PROB` highest-density interval, bulk
+    """``az.summary``'s columns (mean, sd, the `HDI_PROB` highest-density interval, bulk
     and tail ESS, R-hat) for each quantity of ``draws`` (name: ``(chains, draws)``), its ESS and
-    R-hat those of ``measured`` (:func:`scalar_diagnostics`; blank where absent)."""
+    R-hat those of ``measured`` (`scalar_diagnostics`; blank where absent)."""
     az = _arviz()
     low, high = f"hdi_{(1 - HDI_PROB) / 2:.0%}", f"hdi_{(1 + HDI_PROB) / 2:.0%}"
     rows = []
@@ -205,7 +205,7 @@ def summary_rows(draws: dict[str, np.ndarray], measured: dict[str, dict]) -> lis
 
 
 def _measured(values: np.ndarray, chains: int, draws: int) -> np.ndarray:
-    """``values`` with the effective sample sizes at arviz's :func:`cap` set to NaN: there no
+    """``values`` with the effective sample sizes at arviz's `cap` set to NaN: there no
     autocorrelation was measured, and the number is the estimator's ceiling, not an ESS."""
     return np.where(values >= cap(chains, draws) * (1 - 1e-9), np.nan, values)
 
@@ -224,10 +224,10 @@ def verdict(
     more_draws: str,
 ) -> tuple[list[str], list[str]]:
     """Why a run's chains have not converged (empty if they have), by the thresholds of the
-    module docstring, and notes that inform without judging. ``metrics``: :func:`summarise`'s
-    and the divergences'; ``scalars``: :func:`scalar_diagnostics` of the potential and the
+    module docstring, and notes that inform without judging. ``metrics``: `summarise`'s
+    and the divergences'; ``scalars``: `scalar_diagnostics` of the potential and the
     sampled hyperparameters; ``chains`` of ``draws`` each; ``more_draws``: the settings that
-    would give :data:`ESS_PER_CHAIN` draws per chain."""
+    would give `ESS_PER_CHAIN` draws per chain."""
     reasons: list[str] = []
     notes: list[str] = []
     if metrics.get("divergences"):

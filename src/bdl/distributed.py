@@ -2,9 +2,9 @@ r"""Data parallelism for the full-data kernels: the training set split across pr
 
 Started under ``torchrun`` (which sets ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK``), every process
 (rank) of ``bdl-run`` reads the whole dataset but evaluates the potential's data term on its own
-contiguous shard of the training points only; the shards' sums of :math:`-\log p(y\mid x,\theta)`
-and of their gradients are added by an all-reduce (:meth:`Group.all_reduce`, called by
-:class:`bdl.potential.Potential`), and the prior term is added after it, once. This is how
+contiguous shard of the training points only; the shards' sums of $-\log p(y\mid x,\theta)$
+and of their gradients are added by an all-reduce (`Group.all_reduce`, called by
+`bdl.potential.Potential`), and the prior term is added after it, once. This is how
 Izmailov et al. (2021) ran full-batch HMC on CIFAR-10 across 512 TPU devices: the data sharded,
 the gradients summed.
 
@@ -13,7 +13,7 @@ all-reduce hands every rank bitwise the same sum, so the momenta, proposals and 
 decisions are the same everywhere without any broadcast of the state. Rank 0 alone writes the
 run's directory (outputs, samples, checkpoints); on resume every rank reads the checkpoint.
 
-Only kernels whose every step reads the full training set are split (:data:`SUPPORTED`): a
+Only kernels whose every step reads the full training set are split (`SUPPORTED`): a
 minibatch sampler's steps are too small for the all-reduce to pay for itself on one machine, and
 their per-rank minibatch order would need its own bookkeeping.
 """
@@ -60,7 +60,7 @@ class Group:
     def shard(self, num: int, chunk: int) -> slice:
         """This rank's contiguous share of ``num`` points: whole chunks of the ``chunk`` points
         that one process would evaluate together, so that every chunk's value and gradient are
-        bitwise one process's (:meth:`bdl.potential.Potential.full_closure`)."""
+        bitwise one process's (`bdl.potential.Potential.full_closure`)."""
         chunks = -(-num // chunk)
         first = self.rank * chunks // self.world_size
         last = (self.rank + 1) * chunks // self.world_size
@@ -143,7 +143,7 @@ def check_supported(
 ) -> None:
     """Refuse what cannot be split: a minibatch sampler, fewer points than ranks. (A full-batch
     kernel's chunks are made small enough for every rank to hold some:
-    :func:`bdl.experiment.build`.)"""
+    `bdl.experiment.build`.)"""
     if group is None:
         return
     if not full_batch:

@@ -1,6 +1,6 @@
-"""The error of a config a user can fix, shared by the config's validation (:mod:`bdl.config`) and
-what a config may build (:mod:`bdl.instantiation`), which the validation runs; ``bdl-run``
-prints it as one line (:mod:`bdl.cli`)."""
+"""The error of a config a user can fix, shared by the config's validation (`bdl.config`) and
+what a config may build (`bdl.instantiation`), which the validation runs; ``bdl-run``
+prints it as one line (`bdl.cli`)."""
 
 
 class ConfigError(ValueError):

@@ -14,7 +14,7 @@ Dietterich 2019), and ``shift.severity=all`` at each of 1-5, printed as one tabl
 and severity: a sweep of samplers gives the metrics against severity per sampler).
 ``ood=fashion_mnist`` (or ``mnist``, ``noise``) adds the AUROC and AUPR of telling that set's test
 inputs from the evaluation set by each uncertainty score
-(:func:`bdl.metrics.ood_detection`). ``data=FILE`` is a ``.safetensors`` file with
+(`bdl.metrics.ood_detection`). ``data=FILE`` is a ``.safetensors`` file with
 tensors ``x`` (inputs preprocessed as the run's dataset preprocesses them) and ``y`` (integer
 labels, or regression targets in original units). The metrics and the model average are written
 to ``OUT/metrics.json`` and ``OUT/predictive.safetensors``, ``OUT`` being
@@ -281,7 +281,7 @@ def evaluate(run_dir: Path, options: dict[str, str]) -> tuple[dict[str, Any], Pa
 def evaluate_sweep(
     sweep: Path, runs: list[Path], options: dict[str, Any]
 ) -> tuple[pd.DataFrame, list[str]]:
-    """The ``runs`` found below ``sweep`` evaluated as :func:`evaluate` does, each written into
+    """The ``runs`` found below ``sweep`` evaluated as `evaluate` does, each written into
     its own ``eval/`` (``out=DIR``: ``DIR/<the run's path in the sweep>``): their metrics, a row
     per run, and the runs that could not be evaluated, each with why."""
     rows, failures = [], []
@@ -301,7 +301,7 @@ def severity_table(
     run_dir: Path, runs: list[Path], options: dict[str, Any]
 ) -> tuple[pd.DataFrame, list[str]]:
     """``shift.severity=all``: the run (or each of the sweep's ``runs``) evaluated under
-    ``shift.corrupt`` at every severity, 1 to 5, each written where :func:`evaluate` writes it;
+    ``shift.corrupt`` at every severity, 1 to 5, each written where `evaluate` writes it;
     the metrics as one table, a row per run and severity, and the evaluations that failed."""
     if "shift.corrupt" not in options:
         raise ValueError("shift.severity=all grades a corruption: give shift.corrupt=NAME with it")

@@ -1,8 +1,8 @@
-"""Building a run: the config turned into an :class:`Experiment` per chain, fixed while sampling.
+"""Building a run: the config turned into an `Experiment` per chain, fixed while sampling.
 
-:func:`build_chains` builds every chain of a run: the data (read once and shared), the task, the
+`build_chains` builds every chain of a run: the data (read once and shared), the task, the
 network initialised from the chain's seed, prior and potential, the sampler (the step converted to
-its unit, :class:`bdl.samplers.base.Declaration`) and its schedule, and the random generators.
+its unit, `bdl.samplers.base.Declaration`) and its schedule, and the random generators.
 Every refusal a config can earn from what it builds (a reference of the wrong shape, a sampler that
 needs a trained start, a run too short to keep a sample, chains that do not fit in memory) is
 raised here, before the first step.
@@ -276,7 +276,7 @@ def build_chains(
     cfg: DictConfig, group: distributed.Group | None = None, resumed_threads: int | None = None
 ) -> list[Experiment]:
     """The experiment of each of the ``cfg.chains`` chains, sharing one copy of the data, with
-    torch's thread count set (:mod:`bdl.threads`; ``resumed_threads``: the count a resumed run's
+    torch's thread count set (`bdl.threads`; ``resumed_threads``: the count a resumed run's
     checkpoint recorded, kept under ``threads=auto``)."""
     first = build(cfg, group)
     parameters = sum(p.numel() for p in first.potential.params)

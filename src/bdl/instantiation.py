@@ -3,14 +3,14 @@
 Hydra's ``instantiate`` imports and calls whatever a ``_target_`` says, with whatever keys sit
 beside it: ``numpy.load`` with ``allow_pickle: true`` or ``torch.load`` with ``weights_only:
 false`` in a downloaded run directory, an experiment preset or a sweep file would unpickle (run)
-a payload. Every object bdl builds from a config is therefore built by :func:`instantiate` here,
+a payload. Every object bdl builds from a config is therefore built by `instantiate` here,
 which first checks, before anything is imported or called, that every ``_target_`` in the node
 is one that a YAML file of the packaged ``bdl.conf`` names (the list is read from those files, so
 a new option is allowed by adding its file), written as plain text rather than interpolated, and
 that every other key is an argument of that target's signature (Hydra's ``_args_``, positional
 arguments that no name checks, are refused with the rest).
 
-A run directory is data: :func:`inert` makes the config it holds unable to call any resolver
+A run directory is data: `inert` makes the config it holds unable to call any resolver
 (``${oc.env:...}``, ``${oc.decode:...}``) when it is read back, so that reading it never looks
 into the environment of whoever reads it.
 """
@@ -215,8 +215,8 @@ _LOADING_VARIABLES = re.compile(r"(LD_|DYLD_|PYTHON|PERL5|RUBY|NODE_).*|PATH|BAS
 def check_hydra_node(hydra: Any) -> None:
     """Refuse, before Hydra builds any of it, a composed ``hydra`` node (as a mapping,
     unresolved) that would import or call what is not bdl's: a callback that is not one of
-    bdl's targets, a launcher or sweeper that is neither bdl's nor one of :data:`HYDRA_PLUGINS`,
-    a logging handler, formatter or filter that is not one of :data:`LOGGING_CLASSES`, a stream
+    bdl's targets, a launcher or sweeper that is neither bdl's nor one of `HYDRA_PLUGINS`,
+    a logging handler, formatter or filter that is not one of `LOGGING_CLASSES`, a stream
     that is not stdout or stderr, an environment variable that loads code in a later process.
     """
     hydra = OmegaConf.to_container(hydra, resolve=False) if isinstance(hydra, DictConfig) else hydra
@@ -275,7 +275,7 @@ MAX_YAML_BYTES = 10_000_000
 def load_yaml(path: Path) -> DictConfig | ListConfig:
     """The YAML file ``path`` of a run directory as OmegaConf reads it, once its size and the
     number of nodes its aliases expand to are known to be bounded; a file that is not YAML, or
-    is too large, ends in one line naming it (:class:`ConfigError`)."""
+    is too large, ends in one line naming it (`ConfigError`)."""
     path = Path(path)
     size = path.stat().st_size
     if size > MAX_YAML_BYTES:
@@ -311,7 +311,7 @@ def load_yaml(path: Path) -> DictConfig | ListConfig:
 
 
 def refuse_recursion(raw: Any, path: Path) -> None:
-    """Refuse a run directory's config (``raw``, made :func:`inert`) whose interpolation refers
+    """Refuse a run directory's config (``raw``, made `inert`) whose interpolation refers
     back to itself (``a: ${b}``, ``b: ${a}``), naming the key and ``path``: OmegaConf would only
     say "Recursive interpolation detected" when a builder first read it."""
     cfg = OmegaConf.create(raw)

@@ -2,8 +2,8 @@
 resumes it.
 
 A cluster's preemption (SIGTERM, or submitit's SIGUSR2) or Ctrl-C (SIGINT) is caught, and the
-runner stops where it can checkpoint (:class:`Signals`); the run then ends with
-:class:`Interrupted`, whose message gives the command that resumes it (:func:`resume_command`).
+runner stops where it can checkpoint (`Signals`); the run then ends with
+`Interrupted`, whose message gives the command that resumes it (`resume_command`).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class Signals:
         self.caught = signum
 
     def check(self) -> None:
-        """Raise :class:`Interrupted` for a signal caught before sampling began."""
+        """Raise `Interrupted` for a signal caught before sampling began."""
         if self.caught is not None:
             name = signal.Signals(self.caught).name
             raise Interrupted(self.caught, f"{name} before sampling began; nothing to resume")

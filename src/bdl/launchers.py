@@ -1,7 +1,7 @@
 """The SLURM launcher of ``hydra/launcher=slurm``: Hydra's submitit launcher, whose jobs resume.
 
 submitit requeues a job that SLURM signals before its time limit or at a preemption, submitting
-again what :meth:`SlurmLauncher.checkpoint` returns. Hydra's launcher resubmits the job as it was
+again what `SlurmLauncher.checkpoint` returns. Hydra's launcher resubmits the job as it was
 first submitted, which bdl would refuse (its directory already holds a run); this one adds
 ``resume=true``, so the requeued job carries on from its checkpoint, or, preempted before its
 first one, starts again from the beginning.

@@ -1,10 +1,10 @@
-r"""Likelihoods :math:`\log p(y \mid f(x), \phi)`, summed over a batch.
+r"""Likelihoods $\log p(y \mid f(x), \phi)$, summed over a batch.
 
-Each is an ``nn.Module`` whose parameters :math:`\phi` (if any) are sampled with the network's,
-and whose ``log_prior`` is :math:`\log p(\phi)`. ``predict`` turns network outputs into the
+Each is an ``nn.Module`` whose parameters $\phi$ (if any) are sampled with the network's,
+and whose ``log_prior`` is $\log p(\phi)$. ``predict`` turns network outputs into the
 predictive distribution of one posterior sample. A likelihood whose hyperparameters have a
 conjugate conditional (the Gaussian's noise precision) may instead resample them by Gibbs steps
-(:meth:`Likelihood.gibbs_step`), which :meth:`bdl.potential.Potential.gibbs_step` drives with the
+(`Likelihood.gibbs_step`), which `bdl.potential.Potential.gibbs_step` drives with the
 network's outputs on the whole training set.
 """
 
@@ -32,7 +32,7 @@ class Likelihood(nn.Module):
 
     def chain_forward(self, output: Tensor, y: Tensor, phi: list[Tensor]) -> Tensor:
         """``forward`` for chains stacked along a first dimension of ``output``
-        (:mod:`bdl.steppers`), one sum per chain, at ``phi``: the chains' stacked values of this
+        (`bdl.steppers`), one sum per chain, at ``phi``: the chains' stacked values of this
         module's parameters."""
         if not phi:  # nothing to substitute: functional_call's swap would be a fifth of the call
             return self(output, y)
@@ -61,7 +61,7 @@ class Likelihood(nn.Module):
 
 
 class Categorical(Likelihood):
-    r"""Softmax classification: :math:`\log p(y\mid x,\theta) = \log\mathrm{softmax}(f(x))_y`."""
+    r"""Softmax classification: $\log p(y\mid x,\theta) = \log\mathrm{softmax}(f(x))_y$."""
 
     task = "classification"
 
@@ -78,20 +78,19 @@ class Categorical(Likelihood):
 
 
 class Gaussian(Likelihood):
-    r"""Regression :math:`y \sim \mathcal{N}(f(x), \tau^{-1})` with noise precision :math:`\tau`.
+    r"""Regression $y \sim \mathcal{N}(f(x), \tau^{-1})$ with noise precision $\tau$.
 
-    With ``noise_std`` set, :math:`\tau = 1/\sigma^2` is fixed. Otherwise :math:`\tau` has the prior
-    :math:`\mathrm{Gamma}(a, b)` (shape, rate; Nalisnick: "σ₀ ~ Gamma") and is sampled in one of two
+    With ``noise_std`` set, $\tau = 1/\sigma^2$ is fixed. Otherwise $\tau$ has the prior
+    $\mathrm{Gamma}(a, b)$ (shape, rate; Nalisnick: "σ₀ ~ Gamma") and is sampled in one of two
     ways:
 
-    - by default :math:`s = \log\tau` is a parameter moved by the sampler with the network, with
-      :math:`\log p(s) = a s - b e^{s} + \mathrm{const}` including the Jacobian;
+    - by default $s = \log\tau$ is a parameter moved by the sampler with the network, with
+      $\log p(s) = a s - b e^{s} + \mathrm{const}$ including the Jacobian;
     - with ``gibbs=True`` it is resampled from its conjugate conditional given the residuals
-      :math:`r_i = y_i - f(x_i)` of all :math:`N` training points (as the weight precisions of
-      :class:`bdl.priors.GammaHierarchical`; at temperature :math:`T`, shape and rate as there),
-
-      .. math:: \tau \mid \theta, \mathcal{D} \sim
-                \mathrm{Gamma}\big(a + N/2,\ b + \textstyle\sum_i r_i^2/2\big).
+      $r_i = y_i - f(x_i)$ of all $N$ training points (as the weight precisions of
+      `bdl.priors.GammaHierarchical`; at temperature $T$, shape and rate as there),
+      $\tau \mid \theta, \mathcal{D} \sim
+      \mathrm{Gamma}\big(a + N/2,\ b + \textstyle\sum_i r_i^2/2\big)$.
 
     Targets are in standardised units, so the default Gamma(1, 1) puts the noise near the targets'
     own scale.

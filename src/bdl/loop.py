@@ -1,7 +1,7 @@
 """The loop's state: everything that changes in one chain while it samples, and the check of
-each of its epochs against the yardstick of :mod:`bdl.stability`.
+each of its epochs against the yardstick of `bdl.stability`.
 
-A :class:`Loop` is what a checkpoint holds of a chain (:mod:`bdl.checkpoint` writes and reads it),
+A `Loop` is what a checkpoint holds of a chain (`bdl.checkpoint` writes and reads it),
 so resuming a run is loading its loops and carrying on.
 """
 
@@ -87,7 +87,7 @@ class Loop:
         return min(self.recent, default=None)
 
     def live_state(self, experiment: Experiment) -> dict[str, Tensor]:
-        """The tensors that a back-off returns to their snapshot (:mod:`bdl.stability`): the
+        """The tensors that a back-off returns to their snapshot (`bdl.stability`): the
         parameters, the sampler's buffers and the Gibbs-sampled hyperparameters."""
         state = self.sampler
         live = {f"params/{i}": p for i, p in enumerate(state.params)}
@@ -100,9 +100,9 @@ class Loop:
     def check_stability(self, experiment: Experiment, mean_potential: float, name: str) -> None:
         """Hold this chain's epoch (the chain ``name``d, of ``experiment``), whose mean
         potential was ``mean_potential``, against its level, the lowest mean potential of its last
-        epochs (:mod:`bdl.stability`): during burn-in, a climb or a non-finite state returns the
+        epochs (`bdl.stability`): during burn-in, a climb or a non-finite state returns the
         chain to its snapshot and halves the run's step; after burn-in (and for kernels that do
-        not back off), a climb past :data:`DIVERGENCE_LIMITS` limits, or a
+        not back off), a climb past `DIVERGENCE_LIMITS` limits, or a
         non-finite state, is a divergence."""
         exp = experiment
         finite = torch.stack(torch._foreach_norm(self.sampler.params)).isfinite().all().item()

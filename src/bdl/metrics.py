@@ -1,6 +1,6 @@
 r"""Predictive metrics and running Bayesian model averages.
 
-The Bayesian predictive :math:`p(y \mid x, D) \approx \frac1S \sum_s p(y \mid x, \theta_s)`
+The Bayesian predictive $p(y \mid x, D) \approx \frac1S \sum_s p(y \mid x, \theta_s)$
 is scored with the usual test metrics, and compared with a reference posterior (e.g. HMC) by
 agreement and total variation as in Izmailov et al. (2021), "What are Bayesian neural network
 posteriors really like?". The averages keep running sums only, so a long chain costs no more
@@ -62,7 +62,7 @@ def nll(probs: Tensor, y: Tensor) -> float:
 
 
 def label_log_probability(probs: Tensor, y: Tensor) -> Tensor:
-    """``log p(y_i | x_i)`` of each point, float64, the probabilities floored as in :func:`nll`."""
+    """``log p(y_i | x_i)`` of each point, float64, the probabilities floored as in `nll`."""
     p_y = probs.double().gather(-1, y.long().to(probs.device).unsqueeze(-1)).squeeze(-1)
     return p_y.clamp_min(_PROB_FLOOR).log()
 
@@ -80,9 +80,9 @@ def gaussian_log_likelihood(prediction: Tensor, y: Tensor, mean: float, std: flo
 def ece(probs: Tensor, y: Tensor, bins: int = 15) -> float:
     r"""Expected calibration error (Guo et al. 2017, "On calibration of modern neural networks").
 
-    :math:`\sum_b \frac{|B_b|}{n} |\mathrm{acc}(B_b) - \mathrm{conf}(B_b)|` over ``bins``
-    equal-width bins of the top-class confidence, bin ``b`` covering :math:`(b/M, (b+1)/M]`
-    (:func:`calibration_bins`).
+    $\sum_b \frac{|B_b|}{n} |\mathrm{acc}(B_b) - \mathrm{conf}(B_b)|$ over ``bins``
+    equal-width bins of the top-class confidence, bin ``b`` covering $(b/M, (b+1)/M]$
+    (`calibration_bins`).
     """
     count, conf_sum, acc_sum = calibration_bins(probs, y, bins)
     # |sum acc - sum conf| / n per bin equals |B_b|/n |acc_b - conf_b|, and is 0 for empty bins.
@@ -92,7 +92,7 @@ def ece(probs: Tensor, y: Tensor, bins: int = 15) -> float:
 def calibration_bins(probs: Tensor, y: Tensor, bins: int = 15) -> tuple[Tensor, Tensor, Tensor]:
     """Per bin of the top-class confidence (``bins`` equal-width bins, right-closed as in Guo et
     al. 2017's code): the number of points, the sum of their confidences and the number of them
-    predicted correctly, float64; the reliability diagram's bars and :func:`ece`'s terms."""
+    predicted correctly, float64; the reliability diagram's bars and `ece`'s terms."""
     _check_classification(probs, y)
     if bins < 1:
         raise ValueError(f"ece needs at least one bin, got {bins}")
@@ -109,7 +109,7 @@ def calibration_bins(probs: Tensor, y: Tensor, bins: int = 15) -> tuple[Tensor, 
 
 
 def brier(probs: Tensor, y: Tensor) -> float:
-    r"""Brier score (Brier 1950): mean over points of :math:`\sum_k (p_k - 1[k=y])^2`."""
+    r"""Brier score (Brier 1950): mean over points of $\sum_k (p_k - 1[k=y])^2$."""
     _check_classification(probs, y)
     one_hot = torch.nn.functional.one_hot(y.long(), probs.shape[-1]).double()
     return (probs.double() - one_hot).square().sum(-1).mean().item()
@@ -122,7 +122,7 @@ def agreement(probs: Tensor, ref: Tensor) -> float:
 
 
 def total_variation(probs: Tensor, ref: Tensor) -> float:
-    r"""Mean total variation :math:`\frac12 \sum_k |p_k - p^{\mathrm{ref}}_k|` to a reference
+    r"""Mean total variation $\frac12 \sum_k |p_k - p^{\mathrm{ref}}_k|$ to a reference
     predictive (Izmailov et al. 2021); 0 for identical and 1 for disjoint predictions."""
     _check_reference(probs, ref)
     return (0.5 * (probs.double() - ref.double()).abs().sum(-1)).mean().item()
@@ -202,11 +202,11 @@ class ClassificationAverage:
 
 
 class UncertaintyAverage(ClassificationAverage):
-    r"""A :class:`ClassificationAverage` that also keeps the running mean of each sample's
+    r"""A `ClassificationAverage` that also keeps the running mean of each sample's
     predictive entropy, which splits the model average's uncertainty (Depeweg et al. 2018;
-    Smith & Gal 2018): the total :math:`\mathbb H[\bar p]` of the average
-    :math:`\bar p = \frac1S\sum_s p_s` is the expected entropy
-    :math:`\frac1S\sum_s \mathbb H[p_s]` (aleatoric) plus the mutual information between the
+    Smith & Gal 2018): the total $\mathbb H[\bar p]$ of the average
+    $\bar p = \frac1S\sum_s p_s$ is the expected entropy
+    $\frac1S\sum_s \mathbb H[p_s]$ (aleatoric) plus the mutual information between the
     label and the weights (epistemic), which is zero where all samples agree."""
 
     def __init__(self) -> None:
@@ -247,14 +247,14 @@ class UncertaintyAverage(ClassificationAverage):
 
 
 def _entropy(probs: Tensor) -> Tensor:
-    r"""Entropy in nats of each row of probabilities, with :math:`0 \log 0 = 0`."""
+    r"""Entropy in nats of each row of probabilities, with $0 \log 0 = 0$."""
     return -torch.special.xlogy(probs, probs).sum(-1)
 
 
 def auroc(inside: Tensor, outside: Tensor) -> float:
     r"""Area under the ROC curve of telling ``outside`` from ``inside`` points by a score that
-    is higher outside: :math:`P(s_\mathrm{out} > s_\mathrm{in}) + \frac12 P(s_\mathrm{out} =
-    s_\mathrm{in})`, the Mann-Whitney statistic (Hanley & McNeil 1982) from average ranks."""
+    is higher outside: $P(s_\mathrm{out} > s_\mathrm{in}) + \frac12 P(s_\mathrm{out} =
+    s_\mathrm{in})$, the Mann-Whitney statistic (Hanley & McNeil 1982) from average ranks."""
     _check_scores(inside, outside)
     scores = torch.cat([inside, outside]).double()
     ranks = _average_ranks(scores)
@@ -265,8 +265,8 @@ def auroc(inside: Tensor, outside: Tensor) -> float:
 
 def aupr(inside: Tensor, outside: Tensor) -> float:
     r"""Area under the precision-recall curve with the ``outside`` points as positives, as
-    average precision :math:`\sum_t (R_t - R_{t-1}) P_t` over the distinct score thresholds
-    :math:`t` from the highest down (tied scores enter together), the step-wise estimate
+    average precision $\sum_t (R_t - R_{t-1}) P_t$ over the distinct score thresholds
+    $t$ from the highest down (tied scores enter together), the step-wise estimate
     without interpolation (Davis & Goadrich 2006)."""
     _check_scores(inside, outside)
     scores = torch.cat([inside, outside]).double()
@@ -301,7 +301,7 @@ def _check_scores(inside: Tensor, outside: Tensor) -> None:
 
 def ood_detection(inside: UncertaintyAverage, outside: UncertaintyAverage) -> dict[str, float]:
     """AUROC and AUPR (out-of-distribution points positive) of each uncertainty score of
-    :meth:`UncertaintyAverage.scores` at telling the ``outside`` set from the ``inside`` one
+    `UncertaintyAverage.scores` at telling the ``outside`` set from the ``inside`` one
     (Hendrycks & Gimpel 2017), from the model average over the posterior's samples:
     ``ood_auroc_entropy``, ``ood_aupr_entropy``, ``ood_auroc_mutual_information``, …"""
     ins, outs = inside.scores(), outside.scores()
@@ -315,15 +315,15 @@ def ood_detection(inside: UncertaintyAverage, outside: UncertaintyAverage) -> di
 class RegressionAverage:
     r"""Mixture of Gaussians over samples, in ORIGINAL target units.
 
-    Each sample predicts :math:`\mathcal N(\mu_s, \sigma_s^2)`; the model average is their equal
+    Each sample predicts $\mathcal N(\mu_s, \sigma_s^2)$; the model average is their equal
     mixture. Metrics are reported in the data's original units so they are comparable with the
     UCI literature (Hernández-Lobato & Adams 2015), which standardised units are not: the
-    log-likelihood shifts by :math:`-\log \mathrm{std}` and the RMSE scales by ``std``.
+    log-likelihood shifts by $-\log \mathrm{std}$ and the RMSE scales by ``std``.
 
-    The mixture's mean and variance :math:`E[\sigma^2] + \mathrm{Var}[\mu]` come from running sums
+    The mixture's mean and variance $E[\sigma^2] + \mathrm{Var}[\mu]$ come from running sums
     (Welford 1962 for the variance of the means, which avoids the cancellation of
-    :math:`E[\mu^2] - E[\mu]^2`), and the test log-likelihood
-    :math:`\frac1n\sum_i \log \frac1S \sum_s \mathcal N(y_i \mid \mu_{s,i}, \sigma_{s,i}^2)` from a
+    $E[\mu^2] - E[\mu]^2$), and the test log-likelihood
+    $\frac1n\sum_i \log \frac1S \sum_s \mathcal N(y_i \mid \mu_{s,i}, \sigma_{s,i}^2)$ from a
     running log-sum-exp per point, which neither underflows for far-off samples nor needs the
     samples kept.
     """
@@ -409,7 +409,7 @@ class RegressionAverage:
         return torch.stack([self._mean, variance], dim=-1)
 
     def function_moments(self) -> tuple[Tensor, Tensor]:
-        """Mean and standard deviation over the samples of the network's output :math:`f` per
+        """Mean and standard deviation over the samples of the network's output $f$ per
         test point, original units: the posterior of the regression function, without the
         noise that the predictive adds."""
         if self._mean is None:
@@ -454,17 +454,17 @@ def function_agreement(
     standard_errors: tuple[Tensor, Tensor] | None = None,
 ) -> dict[str, float]:
     r"""How well the posterior of a regression function ``other`` matches ``reference`` (e.g. a
-    long full-batch HMC run), each the per-point mean and standard deviation of :math:`f`
-    (:meth:`RegressionAverage.function_moments`): ``width_ratio`` the mean over points of the
+    long full-batch HMC run), each the per-point mean and standard deviation of $f$
+    (`RegressionAverage.function_moments`): ``width_ratio`` the mean over points of the
     ratio of standard deviations (1 for the same width; its least and largest as
     ``width_ratio_min``, ``width_ratio_max``), and ``mean_offset`` the mean over points of the
     distance between the means in the reference's standard deviations.
 
     With the Monte Carlo ``standard_errors`` of the two means per point (the reference's, then
-    ``other``'s; :meth:`bdl.posterior.Posterior.function_standard_error`), also
+    ``other``'s; `bdl.posterior.Posterior.function_standard_error`), also
     ``mean_offset_noise``: the offset two unbiased runs of these lengths would show on average,
-    :math:`\sqrt{2/\pi}\,\sqrt{e_\mathrm{ref}^2 + e^2}/s_\mathrm{ref}` averaged over points
-    (the mean of :math:`|\mathcal{N}(0, e^2)|` is :math:`e\sqrt{2/\pi}`). An offset near it is
+    $\sqrt{2/\pi}\,\sqrt{e_\mathrm{ref}^2 + e^2}/s_\mathrm{ref}$ averaged over points
+    (the mean of $|\mathcal{N}(0, e^2)|$ is $e\sqrt{2/\pi}$). An offset near it is
     Monte Carlo error, one well above it a bias."""
     (ref_mean, ref_std), (mean, std) = reference, other
     ratio = std / ref_std

@@ -1,7 +1,7 @@
 """The building blocks a run and its readers share: the dataset and network a config describes,
 their device, the predictive of the current parameters, and what a posterior sample holds.
 
-The runner (:mod:`bdl.experiment`) and the read side (:mod:`bdl.posterior`, ``bdl-eval``) both
+The runner (`bdl.experiment`) and the read side (`bdl.posterior`, ``bdl-eval``) both
 build from here, so a sample means the same thing to both.
 """
 

@@ -2,7 +2,7 @@
 variational reparameterisation.
 
 A *generator* here is a ``torch.Generator``, or a list of them, one per chain, for tensors that
-stack ``K`` chains along their first dimension (:mod:`bdl.steppers`): chain ``k``'s slice is then
+stack ``K`` chains along their first dimension (`bdl.steppers`): chain ``k``'s slice is then
 drawn from generator ``k`` exactly as a run of that chain alone draws it, so that stacking the
 chains does not change any chain's random numbers.
 """
@@ -22,7 +22,7 @@ class StandardNormal:
 
     One flat draw split into views costs a single kernel launch however many tensors there are,
     and gives a foreach update and its loop twin the very same noise. The buffer is kept across
-    calls (:class:`bdl.numerics.Buffer`: a fresh allocation of a network's size costs the
+    calls (`bdl.numerics.Buffer`: a fresh allocation of a network's size costs the
     allocator page faults that took longer than drawing the numbers). Each call overwrites the
     previous call's draws.
     """

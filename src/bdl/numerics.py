@@ -1,13 +1,13 @@
 r"""Elementwise functions in the forms that are fast on a CPU, for the passes over every weight
-that variational inference makes at each step (:mod:`bdl.samplers.bbb`, :mod:`bdl.variational`,
-the scale-mixture prior of :mod:`bdl.priors`).
+that variational inference makes at each step (`bdl.samplers.bbb`, `bdl.variational`,
+the scale-mixture prior of `bdl.priors`).
 
 At torch 2.14 the CPU kernels of ``log1p``, and with it of ``softplus``, ``logaddexp`` and
 ``logsigmoid``, take some 10-15 ns an element, against about 1 for ``exp`` and ``log``: on Blundell
-et al. (2015)'s 784-1200-1200-10 network one ``softplus`` over the weights' :math:`\rho` cost more
-than a step's matrix products. :func:`softplus` takes the same function in a few vectorised passes,
+et al. (2015)'s 784-1200-1200-10 network one ``softplus`` over the weights' $\rho$ cost more
+than a step's matrix products. `softplus` takes the same function in a few vectorised passes,
 within a few units in the last place. Fresh tensors of a network's size cost the allocator page
-faults at every step, which took longer than the arithmetic in them: :class:`Buffer` keeps one.
+faults at every step, which took longer than the arithmetic in them: `Buffer` keeps one.
 """
 
 from __future__ import annotations
@@ -20,17 +20,17 @@ from torch import Tensor
 
 
 def softplus(x: Tensor, out: Tensor | None = None, scratch: Tensor | None = None) -> Tensor:
-    r""":math:`\log(1 + e^x)`, differentiable (its derivative :math:`1/(1 + e^{-x})`) where it
+    r"""$\log(1 + e^x)$, differentiable (its derivative $1/(1 + e^{-x})$) where it
     allocates its result; ``out`` and ``scratch``, shaped like ``x``, take the result and the
     intermediate values instead of fresh memory (not differentiable then).
 
-    As :math:`\max(x, 0) + \log(1 + u)` with :math:`u = e^{-|x|} \le 1`, and
-    :math:`\log(1 + u) = \log w - ((w - 1) - u)/w` for :math:`w = 1 + u` rounded: :math:`(w - 1)
-    - u` is the rounding error of :math:`w`, exact in floating point, and the correction restores
-    what :math:`\log w` lost of a small :math:`u` (Goldberg, "What every computer scientist should
+    As $\max(x, 0) + \log(1 + u)$ with $u = e^{-|x|} \le 1$, and
+    $\log(1 + u) = \log w - ((w - 1) - u)/w$ for $w = 1 + u$ rounded: $(w - 1)
+    - u$ is the rounding error of $w$, exact in floating point, and the correction restores
+    what $\log w$ lost of a small $u$ (Goldberg, "What every computer scientist should
     know about floating-point arithmetic", 1991, theorem 4's idea), to within a few units in the
-    last place. :math:`u` stops at :math:`e^2` times the smallest normal number (:math:`8.7 \cdot
-    10^{-38}` in float32): near and below that number the CPU's ``exp`` takes ten to fifty times
+    last place. $u$ stops at $e^2$ times the smallest normal number ($8.7 \cdot
+    10^{-38}$ in float32): near and below that number the CPU's ``exp`` takes ten to fifty times
     as long; the result there is off by less than that, and never 0.
     Other devices than the CPU take ``torch.nn.functional.softplus``, one kernel there.
     """

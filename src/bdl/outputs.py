@@ -1,6 +1,6 @@
 """A run's directory: who owns it, and every file the run writes into it.
 
-One directory is one experiment. :meth:`RunDirectory.claim` takes an exclusive lock (released by
+One directory is one experiment. `RunDirectory.claim` takes an exclusive lock (released by
 the operating system when the process ends, however it ends) and refuses a directory that already
 holds another run's samples or checkpoint unless the run is being resumed. Everything else
 is written through the methods here: the curve (rewritten from the checkpoint's rows on resume,
@@ -130,7 +130,7 @@ class RunDirectory:
     def claim(self, cfg: DictConfig, resume: bool) -> None:
         """Make this process the directory's only writer; refuse a directory holding another
         run unless ``resume``. Resuming a run that never reached its first checkpoint starts it
-        again from the beginning (:meth:`_start_afresh`). Writes the run's config (``.hydra/``)
+        again from the beginning (`_start_afresh`). Writes the run's config (``.hydra/``)
         on every start from the beginning."""
         make_dir(self.path)
         refuse_links(self.path)
@@ -191,7 +191,7 @@ class RunDirectory:
                 path.unlink()
 
     def remove_temporaries(self) -> None:
-        """The temporary files of writes that a kill interrupted (:mod:`bdl.atomic`); only the
+        """The temporary files of writes that a kill interrupted (`bdl.atomic`); only the
         directory's owner may remove them, since another process's write may be under way."""
         if not self.writer or self._lock is None:
             return
@@ -218,7 +218,7 @@ class RunDirectory:
 
     def open_stores(self, chains: int) -> list[SampleStore] | None:
         """The sample store of each of ``chains`` chains: ``samples/`` for one,
-        ``samples/chain_<k>/`` for several (as :func:`bdl.posterior.chain_stores` reads them).
+        ``samples/chain_<k>/`` for several (as `bdl.posterior.chain_stores` reads them).
         They flush to disk when synced, which the runner does before each checkpoint."""
         if not self.writer:
             return None

@@ -5,7 +5,7 @@ Hydra answers a misspelt option of a group (``sampler=SGHMC``) with its whole se
 misspelt key (``epoch=20``) with the advice to add it (``+epoch=20``, which the schema then
 refuses), a key given without its group (``lr=0.01`` for ``sampler.lr``) the same way, and a
 ``--key value`` with argparse's usage; and it creates the run's directory before the config is
-validated. :func:`check` finds these in the overrides, against the options of the packaged config
+validated. `check` finds these in the overrides, against the options of the packaged config
 groups and the keys of the config they compose, and (for a single run) composes and validates
 the whole config before Hydra creates anything.
 """
@@ -57,7 +57,7 @@ def groups() -> list[str]:
 
 def group_options(group: str) -> list[str]:
     """The options of a config group: the names of its YAML files, and those that installed
-    plugins add (:mod:`bdl.plugins`)."""
+    plugins add (`bdl.plugins`)."""
     return sorted(
         [
             entry.name.removesuffix(".yaml")
@@ -175,7 +175,7 @@ def check_group(group: str, value: Any) -> None:
 
 
 def check(argv: Sequence[str]) -> None:
-    """Check ``bdl-run``'s command line; raises :class:`ConfigError` with the line for the first
+    """Check ``bdl-run``'s command line; raises `ConfigError` with the line for the first
     mistake. A single run's config is composed and validated, so that a mistake Hydra would
     only find after creating the run's directory is found before."""
     try:
@@ -223,7 +223,7 @@ def _first_lines(error: BaseException) -> str:
     return ": ".join(lines) or type(error).__name__
 
 
-#: What marks a directory as a run's (:mod:`bdl.outputs`): data, never a config to compose.
+#: What marks a directory as a run's (`bdl.outputs`): data, never a config to compose.
 _RUN_MARKS = (".hydra/config.yaml", "metrics.json")
 
 
@@ -240,7 +240,7 @@ def check_composition(argv: Sequence[str], calling_module: str) -> None:
     the config with its ``hydra`` node (a primary config of ``-cp``/``-cn``, presets of
     ``--config-dir``, the options a sweep or the sweeper's ``params`` choose) and refuse, before
     Hydra builds anything, what would import or call code outside bdl's allow-list
-    (:func:`bdl.instantiation.check_hydra_node`); refuse ``--experimental-rerun`` (it
+    (`bdl.instantiation.check_hydra_node`); refuse ``--experimental-rerun`` (it
     unpickles its file) and a run directory as a config folder."""
     from hydra._internal.hydra import Hydra
     from hydra._internal.utils import create_automatic_config_search_path, get_args_parser

@@ -12,7 +12,7 @@
   under the table says whether bdl's means keep the paper's order SGHMC < SGLD < SGD.
 
 Published values are the papers' means, as printed: two decimals. bdl's means are compared with
-them at that precision (:data:`PUBLISHED_DECIMALS`), both for the bold and for the count of sets
+them at that precision (`PUBLISHED_DECIMALS`), both for the bold and for the count of sets
 where bdl beats PBP: naval's deep-ensemble RMSE is printed 0.00, which says only that it is below
 0.005, and a bdl RMSE of 0.0013 ties with it rather than losing.
 """
@@ -122,8 +122,8 @@ def _bold_best(row: dict[str, float], cells: dict[str, str], lower: bool) -> dic
 
 
 def uci(runs: pd.DataFrame) -> PaperTable:
-    """The UCI table of completed runs (:func:`bdl.sweeps.load_runs`) that have a ``dataset``
-    choice among :data:`UCI_SETS`; bdl's cells are mean ± standard error over splits."""
+    """The UCI table of completed runs (`bdl.sweeps.load_runs`) that have a ``dataset``
+    choice among `UCI_SETS`; bdl's cells are mean ± standard error over splits."""
     if not {"dataset", "sampler"} <= set(runs.columns):
         raise ValueError("no run has dataset= and sampler= choices: pass bdl-run's directories")
     runs = runs[runs["dataset"].isin(UCI_SETS)]
@@ -209,7 +209,7 @@ def _uci_figure(numbers: pd.DataFrame, methods: list[str], title: str) -> Figure
 
 
 def chen2014(runs: pd.DataFrame) -> PaperTable:
-    """Test error per (sampler, prior) over seeds, beside :data:`CHEN2014_FIG3` (Chen et al.
+    """Test error per (sampler, prior) over seeds, beside `CHEN2014_FIG3` (Chen et al.
     sampled under a Gamma hyperprior, so the column stands beside every prior's row), with the
     running test error of each row against epochs and gradient evaluations (their Fig. 3)."""
     if "test_accuracy" not in runs or "sampler" not in runs:

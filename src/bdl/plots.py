@@ -13,9 +13,9 @@
 - ``rhat_<run>``: the histogram of the split R-hat per test point (Vehtari et al. 2021), when the
   run has a ``diagnostics.csv`` with an ``rhat`` column; the dashed line is their 1.01 threshold.
 
-Every run writes ``summary.png`` (:func:`write_summary`): its test metric per chain, its
+Every run writes ``summary.png`` (`write_summary`): its test metric per chain, its
 potential per chain and, for several chains, the R-hat histogram, drawn by the same functions;
-a classification run also writes ``reliability.png`` (:func:`reliability_figure`), the reliability
+a classification run also writes ``reliability.png`` (`reliability_figure`), the reliability
 diagram of its model average on the test set (DeGroot & Fienberg 1983; Guo et al. 2017): the
 accuracy of the points in each bin of top-class confidence against their mean confidence, the
 diagonal being perfect calibration, with the number of points per bin below and the ECE titled.
@@ -23,7 +23,7 @@ diagonal being perfect calibration, with the number of points per bin below and 
 How they read: a dashed vertical line marks the end of burn-in (the run's ``burn_in`` epoch) where
 the run has one; an optimiser's or variational fit's curve has its test metric from the first
 epoch, burn-in is moot there and not marked. A y axis is logarithmic when every value drawn on it
-is positive and the largest is more than :data:`SPREAD` times the smallest (a potential that
+is positive and the largest is more than `SPREAD` times the smallest (a potential that
 falls from 10⁵ to 10³ would otherwise flatten into its first epochs); linear otherwise. Titles
 name the dataset, sampler and seed of a run (with the keys its sweep varies), or the sweep.
 
@@ -33,7 +33,7 @@ the count per epoch, exact for every sampler whose epochs cost the same number o
 but HMC with a random trajectory length). A ``grad_evals`` column in ``curve.csv``, where present,
 is used instead.
 
-Figures are made with :class:`matplotlib.figure.Figure` rather than ``pyplot``, so that drawing
+Figures are made with `matplotlib.figure.Figure` rather than ``pyplot``, so that drawing
 touches no global state and needs no display.
 """
 
@@ -87,7 +87,7 @@ TASKS = {"classification": ("test_error", "test error"), "regression": ("test_rm
 #: The ratio of the largest to the smallest value on an axis above which it is logarithmic.
 SPREAD = 20.0
 
-#: Keys that :func:`run_label` names by themselves.
+#: Keys that `run_label` names by themselves.
 _NAMED = ("dataset", "dataset.name", "sampler", "sampler.name", "seed")
 
 
@@ -127,7 +127,7 @@ def _value(record: Mapping[str, Any], *keys: str) -> Any:
 
 def run_label(record: Mapping[str, Any], by: Sequence[str] = ()) -> str:
     """``"yacht sghmc seed 0"``: a run's dataset, sampler and seed from its config (a
-    :func:`bdl.sweeps.load_runs` row, or :func:`_record`), then the keys ``by`` that a sweep
+    `bdl.sweeps.load_runs` row, or `_record`), then the keys ``by`` that a sweep
     varies; the run directory's name when the config names none of them."""
     sampler = _value(record, "sampler", "sampler.name")
     if sampler is None and _value(record, "sampler._target_"):
@@ -153,7 +153,7 @@ def _burn_in(record: Mapping[str, Any], frame: pd.DataFrame) -> int | None:
 
 def scale_to_spread(ax: Axes, values: Sequence[float] | np.ndarray, axis: str = "y") -> str:
     """Set ``ax``'s ``axis`` logarithmic when every finite value of ``values`` is positive and
-    the largest exceeds :data:`SPREAD` times the smallest, linear otherwise; returns the scale."""
+    the largest exceeds `SPREAD` times the smallest, linear otherwise; returns the scale."""
     finite = np.asarray(values, dtype=float)
     finite = finite[np.isfinite(finite)]
     spread = finite.size and finite.min() > 0 and finite.max() > SPREAD * finite.min()
@@ -211,7 +211,7 @@ def _metric_lines(
 
 def test_error_figure(groups: Sequence[Group], column: str, name: str, title: str) -> Figure:
     """Two panels, against epochs and against gradient evaluations, of the groups' ``column``
-    (:func:`_metric_lines`), under the suptitle ``title``."""
+    (`_metric_lines`), under the suptitle ``title``."""
     # 8 inches, not wider: shown at a documentation page's width (about 760 pixels), its legend and
     # ticks keep a readable size
     figure = Figure(figsize=(8, 3.6), layout="constrained")
@@ -319,14 +319,14 @@ def sweep_title(runs: pd.DataFrame) -> str:
 def group_of(
     label: str, records: Sequence[Mapping[str, Any]], curves: Mapping[str, pd.DataFrame]
 ) -> Group:
-    """The runs ``records`` (:func:`bdl.sweeps.load_runs` rows) drawn as one line: their
+    """The runs ``records`` (`bdl.sweeps.load_runs` rows) drawn as one line: their
     ``curves`` (by ``run_dir``) and the latest burn-in among them to mark."""
     marks = {_burn_in(r, curves[r["run_dir"]]) for r in records} - {None}
     return Group(label, [curves[r["run_dir"]] for r in records], max(marks) if marks else None)
 
 
 def figures(runs: pd.DataFrame, by: Sequence[str]) -> dict[str, Figure]:
-    """Every figure of the runs of ``runs`` (a :func:`bdl.sweeps.load_runs` table) grouped by
+    """Every figure of the runs of ``runs`` (a `bdl.sweeps.load_runs` table) grouped by
     ``by``, by file stem."""
     records = {row["run_dir"]: row for _, row in runs.iterrows()}
     metrics = {
@@ -360,12 +360,12 @@ def figures(runs: pd.DataFrame, by: Sequence[str]) -> dict[str, Figure]:
 
 
 def draw(runs: pd.DataFrame, by: Sequence[str], out: Path) -> list[Path]:
-    """:func:`figures`, saved under ``out``; returns the files written."""
+    """`figures`, saved under ``out``; returns the files written."""
     return [path for stem, fig in figures(runs, by).items() for path in save(fig, out / stem)]
 
 
 def _record(run_dir: str | Path) -> dict[str, Any]:
-    """A run's flattened config with its Hydra choices, as a :func:`bdl.sweeps.load_runs` row
+    """A run's flattened config with its Hydra choices, as a `bdl.sweeps.load_runs` row
     holds them."""
     from bdl.sweeps import CONFIG_FILE, HYDRA_FILE, choices, config_values
 
@@ -414,13 +414,13 @@ def summary_figure(run_dir: str | Path) -> Figure:
 
 
 def run_title(run_dir: str | Path) -> str:
-    """:func:`run_label` of the run in ``run_dir``, from its config."""
+    """`run_label` of the run in ``run_dir``, from its config."""
     return run_label(_record(run_dir))
 
 
 def reliability_figure(probs: Tensor, y: Tensor, title: str, bins: int = 15) -> Figure:
     """The reliability diagram of class probabilities ``probs`` against labels ``y``: per bin of
-    top-class confidence (:func:`bdl.metrics.calibration_bins`, :func:`bdl.metrics.ece`'s), the
+    top-class confidence (`bdl.metrics.calibration_bins`, `bdl.metrics.ece`'s), the
     accuracy of its points drawn as a bar over the bin, the gap from it to their mean confidence
     hatched, the diagonal where the two agree; below, the number of points in each bin."""
     from bdl.metrics import calibration_bins, ece
@@ -455,8 +455,8 @@ def reliability_figure(probs: Tensor, y: Tensor, title: str, bins: int = 15) -> 
 
 
 def write_summary(run_dir: str | Path) -> Path | None:
-    """``summary.png`` of the run in ``run_dir`` (:func:`summary_figure`), and for a
-    classification run ``reliability.png`` (:func:`reliability_figure`) from its
+    """``summary.png`` of the run in ``run_dir`` (`summary_figure`), and for a
+    classification run ``reliability.png`` (`reliability_figure`) from its
     ``predictive.safetensors``; returns the summary's path, or None, with a warning, when it
     cannot be drawn: the run's results are already written, and a figure is no reason to fail
     it."""

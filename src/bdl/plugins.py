@@ -15,7 +15,7 @@ whose ``_target_`` is that class or function (``mypkg.nets.MyNet``); without one
 the target alone, its arguments added on the command line (``+model.width=64``).
 
 Installing the package is the act of trust, and the only one: the targets its entry points name
-join bdl's own in the allow-list of :mod:`bdl.instantiation`, and its YAML files join the config
+join bdl's own in the allow-list of `bdl.instantiation`, and its YAML files join the config
 groups (registered in Hydra's config store, so every ``compose`` of bdl's config finds them). A
 run directory, a sweep file or an experiment preset can name a plugin's target only while its
 package is installed; one naming a target of a package that is not is refused in one line naming
@@ -24,7 +24,7 @@ text (the package's folder found by ``importlib.util.find_spec``, which runs non
 
 A plugin may not pass for bdl, nor vouch for code that is not its own: an option named as one of
 bdl's own in the same group, a target inside the ``bdl`` package, in the standard library or in
-another installed distribution (``numpy.load``) is refused (:func:`check`), and so is a YAML file
+another installed distribution (``numpy.load``) is refused (`check`), and so is a YAML file
 that names any target but the plugin's own and bdl's.
 """
 
@@ -111,7 +111,7 @@ def _yaml_of(entry: EntryPoint, group: str) -> Path | None:
 
 
 def _option(entry: EntryPoint, group: str, own_targets: frozenset[str]) -> Option:
-    """The option ``entry`` declares; raises :class:`ConfigError` for one bdl refuses."""
+    """The option ``entry`` declares; raises `ConfigError` for one bdl refuses."""
     package = _package_name(entry)
     where = f"{package}'s entry point {entry.group}:{entry.name}"
     if not entry.attr:
@@ -205,13 +205,13 @@ def _installed_targets() -> dict[str, str]:
     return {o.target: o.package for o in discover()[0]}
 
 
-#: Targets that a Python caller handed over as objects, while its call lasts (:func:`trusted`).
+#: Targets that a Python caller handed over as objects, while its call lasts (`trusted`).
 _trusted: list[str] = []
 
 
 def admits(target: Any) -> bool:
     """Whether ``target`` is one that an installed plugin declares, or an object that this
-    process's own code handed over (:func:`trusted`)."""
+    process's own code handed over (`trusted`)."""
     return isinstance(target, str) and (target in _installed_targets() or target in _trusted)
 
 

@@ -3,17 +3,17 @@
 ``load_run(directory)`` reads what ``bdl-run`` wrote: the composed config (``.hydra/config.yaml``,
 checked against the root schema), ``metrics.json`` and the sample store. Samples come per chain:
 a run of one chain keeps them in ``samples/`` (chain 0), a run of several chains in
-``samples/chain_<k>/``, each a sample store of :mod:`bdl.store`. Everything is read with
+``samples/chain_<k>/``, each a sample store of `bdl.store`. Everything is read with
 safetensors, JSON and OmegaConf's YAML loader, and the network and data are built only from
-bdl's own targets (:mod:`bdl.instantiation`), so loading a run never executes code from it.
+bdl's own targets (`bdl.instantiation`), so loading a run never executes code from it.
 
-The network is rebuilt from the config by the runner's own builders (:func:`bdl.network.load_data`,
-:func:`bdl.network.build_network`), so a sample means here exactly what it meant during the run;
+The network is rebuilt from the config by the runner's own builders (`bdl.network.load_data`,
+`bdl.network.build_network`), so a sample means here exactly what it meant during the run;
 the run's dataset is read (lazily) because only it knows the input shape, the number of classes
 and, for regression, the target standardisation that predictions are reported in.
 
 Predictions stream over the samples, one on the device at a time, into the running averages of
-:mod:`bdl.metrics`: on the run's own test set and device they reproduce its ``metrics.json``.
+`bdl.metrics`: on the run's own test set and device they reproduce its ``metrics.json``.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def chain_stores(samples: Path) -> list[Path]:
 
 def load_config(directory: Path) -> DictConfig:
     """The run's composed config, merged into the root schema so that it has the types (the
-    device enum) the runner's builders expect, and calling no resolver (:func:`inert`): a run
+    device enum) the runner's builders expect, and calling no resolver (`inert`): a run
     directory never reads the environment of whoever loads it."""
     path = directory / CONFIG_FILE
     try:
@@ -139,7 +139,7 @@ class Posterior:
 
     @property
     def verdict(self) -> dict[str, Any]:
-        """The run's convergence verdict, as ``metrics.json`` holds it (:mod:`bdl.diagnostics`):
+        """The run's convergence verdict, as ``metrics.json`` holds it (`bdl.diagnostics`):
         ``converged`` (True, False, or None for a run without one: an optimiser's, a
         variational fit's, or one that did not complete), its ``reasons`` and ``notes``."""
         return {
@@ -268,7 +268,7 @@ class Posterior:
     def function_standard_error(
         self, x: Tensor | None = None, device: str | torch.device | None = None
     ) -> Tensor:
-        """The Monte Carlo standard error of :meth:`function_moments`' mean on each point, from
+        """The Monte Carlo standard error of `function_moments`' mean on each point, from
         the spread of the chains' own means: their standard deviation over ``sqrt(K)``, the
         chains taken as independent batches (as in R-hat, no autocorrelation to estimate; a
         slow direction of the posterior that every chain is still crossing shows as spread)."""
@@ -309,7 +309,7 @@ class Posterior:
         - ``sample_stats``: ``epoch`` of each draw and, from ``curve.csv`` for the epoch that
           ended with it, ``potential`` (the mean of U over its steps), ``step_size`` (``sampler.lr``
           times the schedule), ``acceptance_rate`` (kernels with a Metropolis test),
-          ``diverging`` (whether a divergent transition, :mod:`bdl.samplers.metropolis`, happened
+          ``diverging`` (whether a divergent transition, `bdl.samplers.metropolis`, happened
           since the draw before, or after burn-in for the first draw: with ``thin`` above 1 a
           draw stands for several transitions) and ``n_divergent`` (how many);
         - with ``log_likelihood``: ``log_likelihood`` (``y``, ``log p(y_i | x_i, θ)`` of each test
@@ -458,7 +458,7 @@ def _append(table: dict[str, list[list[Any]]], key: str, chain: int, value: Any)
 
 
 def load_run(directory: str | Path, trust: Sequence[Any] = ()) -> Posterior:
-    """The posterior of the run in ``directory`` (see :class:`Posterior`). ``trust``: the
+    """The posterior of the run in ``directory`` (see `Posterior`). ``trust``: the
     classes or functions of the caller's own that the run names (a network given to
-    :func:`bdl.run_model`), admitted as the targets they are (:func:`bdl.plugins.trusted`)."""
+    `bdl.run_model`), admitted as the targets they are (`bdl.plugins.trusted`)."""
     return Posterior(directory, trust)

@@ -2,31 +2,31 @@ r"""The potential energy: the one place where minibatch scaling and temperature 
 
 Every sampler in bdl moves on the same function,
 
-.. math::
+$$
+U_T(\theta) = \frac{1}{T}\Big[-\frac{N}{n}\sum_{i\in\mathcal{B}}\log p(y_i \mid x_i, \theta)
+              - \log p(\theta)\Big],
+$$
 
-    U_T(\theta) = \frac{1}{T}\Big[-\frac{N}{n}\sum_{i\in\mathcal{B}}\log p(y_i \mid x_i, \theta)
-                  - \log p(\theta)\Big],
-
-an unbiased estimate of :math:`-\log p(\theta\mid\mathcal{D})/T` from a minibatch
-:math:`\mathcal{B}` of size :math:`n` out of :math:`N` training points (Bühler, eq. 30). The
-target of every sampler is :math:`\propto \exp(-U_T)`: ``T = 1`` is the Bayes posterior, ``T < 1``
+an unbiased estimate of $-\log p(\theta\mid\mathcal{D})/T$ from a minibatch
+$\mathcal{B}$ of size $n$ out of $N$ training points (Bühler, eq. 30). The
+target of every sampler is $\propto \exp(-U_T)$: ``T = 1`` is the Bayes posterior, ``T < 1``
 a cold posterior. Samplers receive ``U_T`` and its gradient through a closure and never rescale
-either. :meth:`Potential.step_size` is the single conversion from the per-datum learning rates of
+either. `Potential.step_size` is the single conversion from the per-datum learning rates of
 the configs (the convention of Chen et al.'s code and of deep-learning practice) to the step size
 on the scale of ``U``.
 
-**Prior weight.** A minibatch closure may carry a weight :math:`\kappa` on the prior term,
-:math:`U = [-\frac{N}{n}\sum\log p(y_i\mid x_i,\theta) - \kappa\log p(\theta)]/T`, which leaves
-the above untouched at its default of 1. Any weights with :math:`\frac{n}{N}\sum_{\text{epoch}}
-\kappa_i = 1` keep the epoch's sum of estimates unbiased; Blundell et al.'s :math:`\kappa_i =
-M\pi_i`, :math:`\pi_i = 2^{M-i}/(2^M - 1)` over the :math:`M` minibatches of an epoch (Bühler
+**Prior weight.** A minibatch closure may carry a weight $\kappa$ on the prior term,
+$U = [-\frac{N}{n}\sum\log p(y_i\mid x_i,\theta) - \kappa\log p(\theta)]/T$, which leaves
+the above untouched at its default of 1. Any weights with $\frac{n}{N}\sum_{\text{epoch}}
+\kappa_i = 1$ keep the epoch's sum of estimates unbiased; Blundell et al.'s $\kappa_i =
+M\pi_i$, $\pi_i = 2^{M-i}/(2^M - 1)$ over the $M$ minibatches of an epoch (Bühler
 §2.2; ``sampler=bbb``) is one.
 
-**Variational expectations.** Called with a variational distribution ``q`` (:class:`Variational`;
-the mean-field Gaussian of :mod:`bdl.variational`), a minibatch closure returns instead ``q``'s
+**Variational expectations.** Called with a variational distribution ``q`` (`Variational`;
+the mean-field Gaussian of `bdl.variational`), a minibatch closure returns instead ``q``'s
 Monte Carlo estimate of the negative evidence lower bound, which ``q`` computes from this
-module's scaling (:meth:`Potential.energy`, :meth:`Potential.prior_scale`) and model
-(:meth:`Potential.log_joint`).
+module's scaling (`Potential.energy`, `Potential.prior_scale`) and model
+(`Potential.log_joint`).
 """
 
 from __future__ import annotations
@@ -56,10 +56,10 @@ FALLBACKS = {
 
 
 class Variational(Protocol):
-    """A variational distribution over a potential's ``params`` (:mod:`bdl.variational`), which
-    :meth:`Potential.closure` hands the potential and its minibatch to:
+    """A variational distribution over a potential's ``params`` (`bdl.variational`), which
+    `Potential.closure` hands the potential and its minibatch to:
     ``q.negative_elbo(potential, x, y, prior_weight)`` returns ``q``'s estimate of the negative
-    evidence lower bound on the minibatch ``(x, y)``, the expectation of :meth:`Potential.energy`
+    evidence lower bound on the minibatch ``(x, y)``, the expectation of `Potential.energy`
     under ``q`` less ``prior_weight`` times its entropy, and the gradient in ``q``'s parameters."""
 
     def negative_elbo(
@@ -93,16 +93,16 @@ class Potential:
         prior: ``log p(θ)`` over the model's named parameters.
         num_data: ``N``, the number of training points.
         temperature: ``T > 0``.
-        reduce: for a training set split across processes (:mod:`bdl.distributed`), sums a list
+        reduce: for a training set split across processes (`bdl.distributed`), sums a list
             of tensors in place over the processes; the full-data closure and the Gibbs step
             pass it their per-process data terms, before the prior is added once.
         compile: differentiate the data term by ``torch.compile`` of
-            ``torch.func.grad_and_value`` (:meth:`_log_likelihood_grad`) instead of eager
+            ``torch.func.grad_and_value`` (`_log_likelihood_grad`) instead of eager
             autograd: the forward and backward passes become one fused function per input shape,
             compiled at its first call (seconds), which removes most of a small network's
-            per-operation cost; the prior's term is compiled too (:meth:`_add_prior`). A
+            per-operation cost; the prior's term is compiled too (`_add_prior`). A
             full-data closure on one chunk also offers a sampler's program
-            (:class:`~bdl.closures.Program`, :meth:`_program`): HMC's whole trajectory as one
+            (`Program`, `_program`): HMC's whole trajectory as one
             compiled loop. Gradients agree with autograd's to float rounding. The variational
             closure (a ``MeanField`` ``q``) stays eager. Without a working compiler (Inductor
             needs a C++ compiler on the CPU) the run warns and goes on eagerly.
@@ -135,7 +135,7 @@ class Potential:
         prior.bind(self.model_params)
         self._closed_form_prior = self.prior_stds() is not None
         self._joint = _Joint(model, likelihood)
-        #: the names of ``params`` in :meth:`log_joint`'s ``values``: ``model.…``, ``likelihood.…``
+        #: the names of ``params`` in `log_joint`'s ``values``: ``model.…``, ``likelihood.…``
         self.param_names = [name for name, _ in self._joint.named_parameters()]
         # compile=true: the compiled functions, one per kind of closure and one for the prior
         # (torch.compile keys each on its input shapes); None: eager autograd
@@ -155,7 +155,7 @@ class Potential:
     ) -> Tensor:
         """``U_T`` from a minibatch's summed ``log p(y | x, θ)`` and the prior's log densities
         (``log p(φ)``, ``log p(θ)``) at one draw of the parameters, as a graph: the scaling of
-        :meth:`closure` for the variational closure's stochastic forward pass."""
+        `closure` for the variational closure's stochastic forward pass."""
         energy = -self.num_data / batch_size * log_likelihood
         if prior_weight:
             for log_prior in log_priors:
@@ -168,7 +168,7 @@ class Potential:
 
     def log_joint(self, values: dict[str, Tensor], x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         """``log p(y | f(x))`` summed over the batch and ``log p(φ)``, at the parameters
-        ``values`` (by :attr:`param_names`) in place of :attr:`params`' values."""
+        ``values`` (by `param_names`) in place of `params`' values."""
         return functional_call(self._joint, values, (x, y))
 
     def _data_scale(self, batch_size: int) -> float:
@@ -178,9 +178,9 @@ class Potential:
     def closure(self, x: Tensor, y: Tensor, prior_weight: float = 1.0) -> Closure:
         """A closure returning ``(U_T, ∇U_T)`` on ``(x, y)`` at the parameters' current values.
 
-        Called with a variational distribution ``q`` (:class:`Variational`), it returns instead
+        Called with a variational distribution ``q`` (`Variational`), it returns instead
         ``q``'s Monte Carlo estimate of the negative ELBO and its gradient in ``q``'s parameters
-        (for :class:`bdl.variational.MeanField`: the gradients in ``q.mean`` followed by those in
+        (for `bdl.variational.MeanField`: the gradients in ``q.mean`` followed by those in
         ``q.std``).
         """
 
@@ -205,7 +205,7 @@ class Potential:
 
         With ``compile``, a training set of one chunk (a UCI set at ``batch_size`` beyond its
         size) on one process and a prior in closed form, the closure has a ``program``
-        (:class:`~bdl.closures.Program`, :meth:`_program`); otherwise that attribute is None.
+        (`Program`, `_program`); otherwise that attribute is None.
         """
 
         return self._chunked_closure(self.params, batches, stacked=False)
@@ -218,8 +218,8 @@ class Potential:
         prior_weight: float = 1.0,
         shared: bool = False,
     ) -> Closure:
-        """:meth:`closure` for ``K`` chains at once (:mod:`bdl.chains`): ``params`` aligned with
-        :attr:`params`, each stacked along a leading chain dimension, and one minibatch per chain,
+        """`closure` for ``K`` chains at once (`bdl.chains`): ``params`` aligned with
+        `params`, each stacked along a leading chain dimension, and one minibatch per chain,
         ``x`` of shape ``(K, n, ...)``, or one minibatch of shape ``(n, ...)`` ``shared`` by all.
         Returns ``U_T`` of each chain, shape ``(K,)``, and the gradients stacked like
         ``params``."""
@@ -239,7 +239,7 @@ class Potential:
     def chain_full_closure(
         self, params: list[Tensor], batches: Callable[[], Iterator[tuple[Tensor, Tensor]]]
     ) -> Closure:
-        """:meth:`full_closure` for ``K`` chains stacked as in :meth:`chain_closure`, every
+        """`full_closure` for ``K`` chains stacked as in `chain_closure`, every
         chunk of the training set shared by all chains; sums in float64 as there."""
 
         return self._chunked_closure(params, batches, stacked=True)
@@ -247,9 +247,9 @@ class Potential:
     def _program(
         self, batches: Callable[[], Iterator[tuple[Tensor, Tensor]]], stacked: bool
     ) -> Program | None:
-        """The full-data closures' :class:`~bdl.closures.Program` with ``compile``: where the
+        """The full-data closures' `Program` with ``compile``: where the
         potential can be traced whole, a training set in one chunk on one process and a prior in
-        closed form (:meth:`_evaluation_at`); None otherwise."""
+        closed form (`_evaluation_at`); None otherwise."""
         if self._compiled is None or self._programs_failed or self.reduce is not None:
             return None
         if not self._closed_form_prior:
@@ -269,8 +269,8 @@ class Potential:
     def _bound_program(
         self, fn: Callable, stacked: bool, x: Tensor, y: Tensor, params: list[Tensor]
     ) -> Callable:
-        """``fn`` of :meth:`_program` as a function of the training set and ``fn``'s arguments,
-        for ``torch.compile``: its ``evaluate`` is :meth:`_evaluation_at` on that set. The
+        """``fn`` of `_program` as a function of the training set and ``fn``'s arguments,
+        for ``torch.compile``: its ``evaluate`` is `_evaluation_at` on that set. The
         priors keep constants of each layout from their first use, which a traced loop's body
         may not do: that first use is an eager evaluation here, at ``params``."""
         with torch.no_grad():
@@ -285,10 +285,10 @@ class Potential:
         self, params: list[Tensor], x: Tensor, y: Tensor, stacked: bool
     ) -> Evaluation:
         """``U_T`` (float64, one value per chain when ``stacked``) and its gradient at the values
-        ``params``, aligned with :attr:`params`, on the whole training set ``(x, y)``: the
+        ``params``, aligned with `params`, on the whole training set ``(x, y)``: the
         full-data closures' evaluation as a pure function of its arguments, differentiated by
         ``torch.func``, which ``torch.compile`` traces into a sampler's program
-        (:meth:`_program`)."""
+        (`_program`)."""
         potential = functools.partial(self._potential_at, x=x, y=y, stacked=stacked)
         grads, value = torch.func.grad(potential, has_aux=True)(list(params))
         return value, grads
@@ -296,7 +296,7 @@ class Potential:
     def _potential_at(
         self, values: list[Tensor], x: Tensor, y: Tensor, stacked: bool
     ) -> tuple[Tensor, Tensor]:
-        """:meth:`_evaluation_at`'s ``U_T`` at ``values``: summed over the chains, to be
+        """`_evaluation_at`'s ``U_T`` at ``values``: summed over the chains, to be
         differentiated, and each chain's in float64."""
         model = dict(zip(self.model_params, values, strict=False))  # the model's come first
         if stacked:
@@ -316,8 +316,8 @@ class Potential:
         batches: Callable[[], Iterator[tuple[Tensor, Tensor]]],
         stacked: bool,
     ) -> Closure:
-        """The full-data closure of :meth:`full_closure` (``params``: :attr:`params`) or of
-        :meth:`chain_full_closure` (``stacked``: ``params`` stacked chains, a value each)."""
+        """The full-data closure of `full_closure` (``params``: `params`) or of
+        `chain_full_closure` (``stacked``: ``params`` stacked chains, a value each)."""
 
         def evaluate() -> Evaluation:
             leaves = [p.detach().requires_grad_() for p in params] if stacked else params
@@ -349,7 +349,7 @@ class Potential:
         self, leaves: list[Tensor], x: Tensor, y: Tensor, data_dim: int | None
     ) -> Tensor:
         """Each chain's ``log p(y | x, θ)`` summed over the batch (a graph), at the stacked
-        ``leaves`` aligned with :attr:`params`; ``data_dim``: x's and y's chain dimension (None:
+        ``leaves`` aligned with `params`; ``data_dim``: x's and y's chain dimension (None:
         the same data for every chain). By the model's ``chain_forward`` where it has one, else
         by ``torch.func.vmap`` of the one-chain model over the chain dimension."""
         with torch.enable_grad():
@@ -375,8 +375,8 @@ class Potential:
         stacked: bool = False,
     ) -> Evaluation:
         """``scale · log p(y | x, θ)`` summed over the batch, detached, and its gradient in
-        ``params`` (aligned with :attr:`params`): of one network, or of each of the ``stacked``
-        chains as in :meth:`_chain_log_likelihood` (leaves for ``params``; a value per chain).
+        ``params`` (aligned with `params`): of one network, or of each of the ``stacked``
+        chains as in `_chain_log_likelihood` (leaves for ``params``; a value per chain).
         By eager autograd, or, with ``compile``, by the compiled ``torch.func.grad_and_value`` of
         the same forward pass. Both come scaled in the parameters' dtype, as the full-data
         closures' float64 sums need; the gradients can be added to in place."""
@@ -443,7 +443,7 @@ class Potential:
         prior_weight: float,
         stacked: list[Tensor] | None = None,
     ) -> Evaluation:
-        """:meth:`_prior_term`, compiled with ``compile`` where it is in closed form (a prior
+        """`_prior_term`, compiled with ``compile`` where it is in closed form (a prior
         Gaussian given its hyperparameters): its dozen small eager operations were a third of a
         small network's compiled step (yacht's MLP, one chain or eight stacked). Other priors'
         terms differentiate by autograd, which the compiled function would leave by a graph
@@ -463,12 +463,12 @@ class Potential:
     ) -> Evaluation:
         r"""``value - κ log p(θ, φ) / T`` and ``grads`` plus its gradient in ``params``, added in
         place: the data term, already divided by ``T``, and its gradient
-        (:meth:`_log_likelihood_grad`) made ``U_T``. For chains stacked as one, ``stacked``
+        (`_log_likelihood_grad`) made ``U_T``. For chains stacked as one, ``stacked``
         holds the leaves standing for ``params``; the value is then one per chain.
 
         A prior that is Gaussian given its hyperparameters is differentiated in closed form,
-        :math:`\kappa\theta/\sigma^2 T` added to the gradient, and so is the likelihood's
-        :math:`\log p(\phi)` (:meth:`bdl.likelihoods.Likelihood.log_prior_grad`), instead of
+        $\kappa\theta/\sigma^2 T$ added to the gradient, and so is the likelihood's
+        $\log p(\phi)$ (`bdl.likelihoods.Likelihood.log_prior_grad`), instead of
         through autograd: a backward pass through the prior's graph was a tenth of a small MLP's
         step, and one through the noise precision's prior a quarter of a UCI network's.
         """
@@ -531,7 +531,7 @@ class Potential:
 
     @property
     def has_gibbs_step(self) -> bool:
-        """Whether :meth:`gibbs_step` changes anything (else ``U`` never changes under a
+        """Whether `gibbs_step` changes anything (else ``U`` never changes under a
         kernel, and the runner need not call it)."""
         return bool(self.prior.state_dict()) or self.likelihood.gibbs
 
@@ -552,9 +552,9 @@ class Potential:
 
     def prior_precision(self) -> dict[str, Tensor] | None:
         r"""The curvature of ``U_T``'s prior term per model parameter, by name and shaped like
-        it: :math:`-\partial^2 \log p(\theta) / \partial\theta_j^2 / T = 1/(\sigma_j^2 T)`
+        it: $-\partial^2 \log p(\theta) / \partial\theta_j^2 / T = 1/(\sigma_j^2 T)$
         when the prior is Gaussian given its hyperparameters, None otherwise. A Laplace
-        approximation adds it to the likelihood term's Hessian (:mod:`bdl.samplers.laplace`)."""
+        approximation adds it to the likelihood term's Hessian (`bdl.samplers.laplace`)."""
         stds = self.prior_stds()
         if stds is None:
             return None

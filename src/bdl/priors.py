@@ -1,22 +1,22 @@
-r"""Priors :math:`p(\theta)` over a network's named parameters.
+r"""Priors $p(\theta)$ over a network's named parameters.
 
 A prior maps parameter names (``"layers.0.weight"``) to tensors and returns ``log_prob(params)``;
-autograd through :class:`bdl.potential.Potential` supplies its gradient, so a new prior is one
+autograd through `bdl.potential.Potential` supplies its gradient, so a new prior is one
 method. Nalisnick's lectures ("Bayesian deep learning: priors") lay out the families written here:
 
-- **per weight, per layer** — :class:`Gaussian`, :class:`Laplace`, :class:`StudentT` and
-  :class:`ScaleMixture` are i.i.d. over the elements of a tensor, with a scale that may differ per
+- **per weight, per layer** — `Gaussian`, `Laplace`, `StudentT` and
+  `ScaleMixture` are i.i.d. over the elements of a tensor, with a scale that may differ per
   layer (``layers``, fnmatch patterns on parameter names) and may shrink with the layer's fan-in
-  :math:`H` (``fan_in``: :math:`\sigma^2/H`, Neal's scaling under which a wide network tends to a
+  $H$ (``fan_in``: $\sigma^2/H$, Neal's scaling under which a wide network tends to a
   Gaussian process);
-- **hierarchical** — :class:`GammaHierarchical` puts a Gamma hyperprior on the precision of each
-  parameter tensor and :class:`ARD` on the precision of each input unit (MacKay's automatic
+- **hierarchical** — `GammaHierarchical` puts a Gamma hyperprior on the precision of each
+  parameter tensor and `ARD` on the precision of each input unit (MacKay's automatic
   relevance determination). Their precisions are state of the prior, on the run's device, resampled
-  by the conjugate Gibbs step of Neal 1996 (:meth:`Prior.gibbs_step`) between the sampler's updates.
+  by the conjugate Gibbs step of Neal 1996 (`Prior.gibbs_step`) between the sampler's updates.
 
 Priors whose parameters are, given their hyperparameters, Gaussian say so through
-:meth:`Prior.gaussian_std`, which lets the potential differentiate them in closed form
-(:math:`-\theta/\sigma^2`, no autograd graph at every step) and variational methods use the
+`Prior.gaussian_std`, which lets the potential differentiate them in closed form
+($-\theta/\sigma^2$, no autograd graph at every step) and variational methods use the
 closed-form KL divergence.
 """
 
@@ -53,18 +53,18 @@ def conjugate_precision(
     generator: torch.Generator,
     like: Tensor,
 ) -> Tensor:
-    r"""A draw of a Gaussian precision :math:`\lambda` from its conjugate conditional under a
-    :math:`\mathrm{Gamma}(\alpha, \beta)` prior, given ``count`` values with sum of squares
-    ``squares`` (Neal 1996): :math:`\mathrm{Gamma}(\alpha + n/2,\ \beta + \sum x^2/2)`, or at
-    temperature :math:`T`, for the joint density to the power :math:`1/T`, shape
-    :math:`(\alpha - 1 + n/2)/T + 1` and rate :math:`(\beta + \sum x^2/2)/T`. The Gamma variates
+    r"""A draw of a Gaussian precision $\lambda$ from its conjugate conditional under a
+    $\mathrm{Gamma}(\alpha, \beta)$ prior, given ``count`` values with sum of squares
+    ``squares`` (Neal 1996): $\mathrm{Gamma}(\alpha + n/2,\ \beta + \sum x^2/2)$, or at
+    temperature $T$, for the joint density to the power $1/T$, shape
+    $(\alpha - 1 + n/2)/T + 1$ and rate $(\beta + \sum x^2/2)/T$. The Gamma variates
     are drawn in ``like``'s shape and dtype."""
     concentration = torch.full_like(like, (alpha - 1 + 0.5 * count) / temperature + 1)
     rate = (beta + 0.5 * squares) / temperature
     return torch._standard_gamma(concentration, generator=generator) / rate
 
 
-#: Elements per part of :meth:`ElementwisePrior.log_prob_grad` (a megabyte in float32)
+#: Elements per part of `ElementwisePrior.log_prob_grad` (a megabyte in float32)
 ELEMENTWISE_CHUNK = 2**18
 
 #: Where the logistic function is 0 or 1 to within 2e-35 (``exp(-80)``)
@@ -93,7 +93,7 @@ class Prior:
         settings, check they name real parameters, and allocate hyperparameter state on their
         device."""
 
-    #: whether :meth:`chain_log_prob` is implemented (chains stepped as one, :mod:`bdl.steppers`)
+    #: whether `chain_log_prob` is implemented (chains stepped as one, `bdl.steppers`)
     vectorisable = False
 
     def log_prob(self, params: Mapping[str, Tensor]) -> Tensor:
@@ -133,7 +133,7 @@ class Prior:
         return {}
 
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
-        """Restore :meth:`state_dict` in place."""
+        """Restore `state_dict` in place."""
 
     def gaussian_std(self, name: str, param: Tensor) -> Tensor | float | None:
         """If ``param`` is ``N(0, σ²)`` elementwise given the hyperparameters: σ, broadcastable
@@ -157,16 +157,16 @@ def _check_scale_range(key: str, scale: float) -> None:
 
 
 class ElementwisePrior(Prior):
-    r"""An i.i.d. location-scale prior :math:`p(\theta_j) = f(\theta_j / s) / s` on each tensor.
+    r"""An i.i.d. location-scale prior $p(\theta_j) = f(\theta_j / s) / s$ on each tensor.
 
     Args:
-        scale: the default scale :math:`s`.
+        scale: the default scale $s$.
         layers: per-layer scales, ``{fnmatch pattern on the parameter name: scale}``; the first
             matching pattern wins (e.g. ``{"*.bias": 10.0, "layers.4.*": 0.1}``).
         fan_in: divide the scale of every weight tensor (two or more dimensions) by
-            :math:`\sqrt{H}`, :math:`H` the fan-in of its layer (input features times kernel
-            size), so that the variance is :math:`s^2/H` (Nalisnick, "Normal prior"; Neal 1996).
-            Biases keep :math:`s`: they feed one unit whatever the width.
+            $\sqrt{H}$, $H$ the fan-in of its layer (input features times kernel
+            size), so that the variance is $s^2/H$ (Nalisnick, "Normal prior"; Neal 1996).
+            Biases keep $s$: they feed one unit whatever the width.
     """
 
     def __init__(
@@ -201,7 +201,7 @@ class ElementwisePrior(Prior):
         self._scales = {name: self.scale_of(name, p) for name, p in params.items()}
 
     def scale_of(self, name: str, param: Tensor) -> float:
-        """The scale :math:`s` of the tensor ``name``: its layer's, over :math:`\\sqrt{H}`."""
+        """The scale $s$ of the tensor ``name``: its layer's, over $\\sqrt{H}$."""
         if name in self._scales:
             return self._scales[name]
         scale = next((s for p, s in self.layers.items() if fnmatch(name, p)), self.scale)
@@ -223,7 +223,7 @@ class ElementwisePrior(Prior):
         )
 
     def log_density(self, theta: Tensor, scale: float) -> Tensor:
-        """Elementwise :math:`\\log p(\\theta_j)` at scale ``scale``."""
+        """Elementwise $\\log p(\\theta_j)$ at scale ``scale``."""
         raise NotImplementedError
 
     def log_prob_grad(
@@ -250,18 +250,18 @@ class ElementwisePrior(Prior):
         return torch.stack(values).sum(), grads
 
     def log_density_grad(self, theta: Tensor, scale: float) -> tuple[Tensor, Tensor]:
-        """:math:`\\sum_j \\log p(\\theta_j)` at scale ``scale`` and its gradient in ``theta``
+        """$\\sum_j \\log p(\\theta_j)$ at scale ``scale`` and its gradient in ``theta``
         (by autograd unless a prior writes it out)."""
         value, (grad,) = _value_and_grad(lambda t: self.log_density(t, scale).sum(), [theta])
         return value, grad
 
 
 class Gaussian(ElementwisePrior):
-    r"""Gaussian :math:`\theta_j \sim \mathcal{N}(0, \sigma^2)`, ``scale`` :math:`= \sigma`.
+    r"""Gaussian $\theta_j \sim \mathcal{N}(0, \sigma^2)$, ``scale`` $= \sigma$.
 
-    :math:`\log p(\theta) = -\lVert\theta\rVert^2 / 2\sigma^2 - \tfrac{D}{2}\log 2\pi\sigma^2`
-    per tensor (Bühler, §2.1, step 1). Its gradient :math:`-\theta/\sigma^2` is weight decay
-    :math:`1/\sigma^2` on the scale of ``U`` (Ambrogioni, "MAP as weight decay").
+    $\log p(\theta) = -\lVert\theta\rVert^2 / 2\sigma^2 - \tfrac{D}{2}\log 2\pi\sigma^2$
+    per tensor (Bühler, §2.1, step 1). Its gradient $-\theta/\sigma^2$ is weight decay
+    $1/\sigma^2$ on the scale of ``U`` (Ambrogioni, "MAP as weight decay").
     """
 
     def __init__(
@@ -311,7 +311,7 @@ class Gaussian(ElementwisePrior):
 
 
 class Laplace(ElementwisePrior):
-    r"""Laplace :math:`p(\theta_j) = e^{-|\theta_j|/b} / 2b`, ``scale`` :math:`= b`: the MAP is
+    r"""Laplace $p(\theta_j) = e^{-|\theta_j|/b} / 2b$, ``scale`` $= b$: the MAP is
     L1-regularised (sparse) where the Gaussian's is L2 (Nalisnick, "On Bayesian classification
     with Laplace priors")."""
 
@@ -320,15 +320,15 @@ class Laplace(ElementwisePrior):
 
 
 class StudentT(ElementwisePrior):
-    r"""Student-t with ``df`` :math:`= \nu` degrees of freedom and scale :math:`s`, heavy-tailed:
+    r"""Student-t with ``df`` $= \nu$ degrees of freedom and scale $s$, heavy-tailed:
 
-    .. math::
+    $$
+    \log p(\theta_j) = \log\frac{\Gamma(\frac{\nu+1}{2})}{\Gamma(\frac{\nu}{2})\sqrt{\nu\pi}\,s}
+        - \frac{\nu+1}{2}\log\Big(1 + \frac{\theta_j^2}{\nu s^2}\Big),
+    $$
 
-        \log p(\theta_j) = \log\frac{\Gamma(\frac{\nu+1}{2})}{\Gamma(\frac{\nu}{2})\sqrt{\nu\pi}\,s}
-            - \frac{\nu+1}{2}\log\Big(1 + \frac{\theta_j^2}{\nu s^2}\Big),
-
-    the marginal of :math:`\theta_j \sim \mathcal{N}(0, \tau^2)` under the inverse-Gamma hyperprior
-    :math:`\tau^2 \sim \Gamma^{-1}(\nu/2, \nu s^2/2)` (Nalisnick, "Hierarchical priors").
+    the marginal of $\theta_j \sim \mathcal{N}(0, \tau^2)$ under the inverse-Gamma hyperprior
+    $\tau^2 \sim \Gamma^{-1}(\nu/2, \nu s^2/2)$ (Nalisnick, "Hierarchical priors").
     """
 
     def __init__(
@@ -358,16 +358,16 @@ MAX_LOG_WIDTH = 100
 class ScaleMixture(ElementwisePrior):
     r"""Blundell et al. (2015)'s scale mixture of two Gaussians (Bühler, §2.2):
 
-    .. math::
-
-        p(\theta_j) = \pi\,\mathcal{N}(\theta_j; 0, \sigma_1^2) + (1 - \pi)\,\mathcal{N}(\theta_j;
-        0, \sigma_2^2),\qquad \sigma_1 > \sigma_2,\ \sigma_2 \ll 1,
+    $$
+    p(\theta_j) = \pi\,\mathcal{N}(\theta_j; 0, \sigma_1^2) + (1 - \pi)\,\mathcal{N}(\theta_j;
+    0, \sigma_2^2),\qquad \sigma_1 > \sigma_2,\ \sigma_2 \ll 1,
+    $$
 
     a wide component that lets weights be large and a narrow one that pulls the rest to zero.
-    Following the paper, the widths are given as ``neg_log_sigma1`` :math:`= -\ln\sigma_1` and
-    ``neg_log_sigma2`` :math:`= -\ln\sigma_2` (natural logarithms; the paper searched
-    :math:`\{0, 1, 2\}` and :math:`\{6, 7, 8\}`, i.e. :math:`\sigma_1 = 1` and
-    :math:`\sigma_2 = e^{-6} \approx 0.0025` at the defaults). ``scale`` (and ``layers``,
+    Following the paper, the widths are given as ``neg_log_sigma1`` $= -\ln\sigma_1$ and
+    ``neg_log_sigma2`` $= -\ln\sigma_2$ (natural logarithms; the paper searched
+    $\{0, 1, 2\}$ and $\{6, 7, 8\}$, i.e. $\sigma_1 = 1$ and
+    $\sigma_2 = e^{-6} \approx 0.0025$ at the defaults). ``scale`` (and ``layers``,
     ``fan_in``) multiply both widths.
     """
 
@@ -434,30 +434,30 @@ class ScaleMixture(ElementwisePrior):
 class GammaHierarchical(Prior):
     r"""Gaussian weights with a Gamma hyperprior on the precision of each parameter group:
 
-    .. math::
-
-        \theta_g \mid \lambda_g \sim \mathcal{N}(0, \lambda_g^{-1} I), \qquad
-        \lambda_g \sim \mathrm{Gamma}(\alpha, \beta)\ \ \text{(shape, rate)},
+    $$
+    \theta_g \mid \lambda_g \sim \mathcal{N}(0, \lambda_g^{-1} I), \qquad
+    \lambda_g \sim \mathrm{Gamma}(\alpha, \beta)\ \ \text{(shape, rate)},
+    $$
 
     one group per parameter tensor, so each layer's weights and biases separately, as in Chen et
     al. (2014)'s MNIST code (``hyperupdater = 'gibbs-sep'``; Neal 1996). ``log_prob`` is
-    :math:`\log p(\theta \mid \lambda)` at the current precisions; :meth:`gibbs_step` draws them
+    $\log p(\theta \mid \lambda)$ at the current precisions; `gibbs_step` draws them
     from their conjugate conditional (Neal 1996)
 
-    .. math::
+    $$
+    \lambda_g \mid \theta_g \sim \mathrm{Gamma}\big(\alpha + n_g/2,\ \beta +
+    \lVert\theta_g\rVert^2/2\big),
+    $$
 
-        \lambda_g \mid \theta_g \sim \mathrm{Gamma}\big(\alpha + n_g/2,\ \beta +
-        \lVert\theta_g\rVert^2/2\big),
-
-    :math:`n_g` the size of the group. At temperature :math:`T` the target is the joint density to
-    the power :math:`1/T`, whose conditional is Gamma with shape
-    :math:`(\alpha - 1 + n_g/2)/T + 1` and rate :math:`(\beta + \lVert\theta_g\rVert^2/2)/T`.
+    $n_g$ the size of the group. At temperature $T$ the target is the joint density to
+    the power $1/T$, whose conditional is Gamma with shape
+    $(\alpha - 1 + n_g/2)/T + 1$ and rate $(\beta + \lVert\theta_g\rVert^2/2)/T$.
 
     Args:
-        alpha, beta: the hyperprior's shape :math:`\alpha` and rate :math:`\beta` (Chen et al.:
-            Gamma(1, 1)).
-        precision: the initial :math:`\lambda` (Chen et al.'s initial weight decay 2·10⁻⁵ per datum
-            at N = 50 000 is :math:`\lambda = 1`).
+        alpha: the hyperprior's shape $\alpha$ (Chen et al.: Gamma(1, 1)).
+        beta: the hyperprior's rate $\beta$.
+        precision: the initial $\lambda$ (Chen et al.'s initial weight decay 2·10⁻⁵ per datum
+            at N = 50 000 is $\lambda = 1$).
     """
 
     def __init__(self, alpha: float = 1.0, beta: float = 1.0, precision: float = 1.0) -> None:
@@ -533,15 +533,15 @@ class ARD(GammaHierarchical):
     r"""Automatic relevance determination (MacKay 1994; Nalisnick, "Hierarchical priors:
     structure"): one Gamma-distributed precision per *input unit* of each weight tensor,
 
-    .. math::
-
-        W_{ij} \mid \lambda_j \sim \mathcal{N}(0, \lambda_j^{-1}), \qquad
-        \lambda_j \sim \mathrm{Gamma}(\alpha, \beta),
+    $$
+    W_{ij} \mid \lambda_j \sim \mathcal{N}(0, \lambda_j^{-1}), \qquad
+    \lambda_j \sim \mathrm{Gamma}(\alpha, \beta),
+    $$
 
     so that an input whose outgoing weights are all small is switched off as a whole. Biases (and
     other one-dimensional tensors) keep one precision each. The Gibbs step is
-    :class:`GammaHierarchical`'s with groups the columns :math:`W_{:,j}` (for a convolution, input
-    channel :math:`j` across output channels and kernel positions); ``curve.csv`` traces the mean
+    `GammaHierarchical`'s with groups the columns $W_{:,j}$ (for a convolution, input
+    channel $j$ across output channels and kernel positions); ``curve.csv`` traces the mean
     precision of each tensor.
     """
 

@@ -1,14 +1,14 @@
 r"""Signal-to-noise pruning curves (Blundell et al. 2015, Table 1; Bühler §2.2.1).
 
 The network's parameters are ordered by their posterior signal-to-noise ratio
-:math:`|\mu_j|/\sigma_j` — the mean and standard deviation of :math:`q` for variational methods, the
+$|\mu_j|/\sigma_j$ — the mean and standard deviation of $q$ for variational methods, the
 sample mean and standard deviation across the kept samples for MCMC (streamed from the sample
 store with Welford's running moments, so a long chain costs one sample's memory) — and the lowest
 fraction is set to zero ("replacing their variational posterior with a constant zero"). At each
 fraction the Bayesian model average over the run's samples (at most ``max_samples`` of them,
 evenly spaced, which bounds the cost to ``fractions × max_samples`` test-set passes) is scored on
-the test set. Ties in the ratio (e.g. :math:`\sigma = 0` for a single SGD solution) are broken by
-:math:`|\mu|`, so that a point estimate is pruned by magnitude.
+the test set. Ties in the ratio (e.g. $\sigma = 0$ for a single SGD solution) are broken by
+$|\mu|$, so that a point estimate is pruned by magnitude.
 
 All of the network's parameters are candidates, biases included (they too have a posterior); the
 likelihood's (a noise precision) are not. ``pruning.csv`` has one row per fraction:
@@ -16,10 +16,10 @@ likelihood's (a noise precision) are not. ``pruning.csv`` has one row per fracti
 ``test_rmse`` (original units) for regression; ``pruning.png`` plots it.
 
 Whether the ratio can rank the weights is seen in its distribution: ``signal_to_noise.png``
-draws the histograms of :math:`\sigma` and of the ratio in decibels, :math:`10\log_{10}
-(|\mu|/\sigma)` (Blundell et al.'s Fig. 4), and ``signal_to_noise.csv`` holds their quantiles. A
-:math:`\sigma` that barely left its initial value, the same for every weight, makes the ratio a
-ranking by :math:`|\mu|` alone.
+draws the histograms of $\sigma$ and of the ratio in decibels, $10\log_{10}
+(|\mu|/\sigma)$ (Blundell et al.'s Fig. 4), and ``signal_to_noise.csv`` holds their quantiles. A
+$\sigma$ that barely left its initial value, the same for every weight, makes the ratio a
+ranking by $|\mu|$ alone.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def running_moments(
 
 def signal_to_noise_order(mean: Mapping[str, Tensor], std: Mapping[str, Tensor]) -> Tensor:
     """Flat indices (over the concatenated tensors, in ``mean``'s order) from the lowest
-    :math:`|\\mu|/\\sigma` to the highest, ties broken by :math:`|\\mu|`."""
+    $|\\mu|/\\sigma$ to the highest, ties broken by $|\\mu|$."""
     magnitude = torch.cat([m.detach().flatten().abs().double() for m in mean.values()])
     sigma = torch.cat([std[name].detach().flatten().double() for name in mean])
     ratio = magnitude / sigma  # |μ|/0 = inf, 0/0 = nan: both are resolved below
@@ -185,7 +185,7 @@ def write_curve(directory: Path, rows: list[dict[str, float]], metric: str) -> P
 def write_signal_to_noise(
     directory: Path, mean: Mapping[str, Tensor], std: Mapping[str, Tensor]
 ) -> Path:
-    r"""``signal_to_noise.csv`` (quantiles of :math:`\sigma` and of :math:`|\mu|/\sigma` in dB
+    r"""``signal_to_noise.csv`` (quantiles of $\sigma$ and of $|\mu|/\sigma$ in dB
     over every parameter of ``mean``) and the histograms ``signal_to_noise.png``."""
     sigma = torch.cat([std[name].detach().flatten().double().cpu() for name in mean])
     magnitude = torch.cat([m.detach().flatten().double().cpu().abs() for m in mean.values()])
@@ -208,7 +208,7 @@ def write_signal_to_noise(
 
 
 def pruning_figure(rows: Sequence[Mapping[str, float]], metric: str, title: str) -> Figure:
-    """The pruning curve ``rows`` (:func:`pruning_curve`) of ``metric``, titled with the run."""
+    """The pruning curve ``rows`` (`pruning_curve`) of ``metric``, titled with the run."""
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(5.5, 3.8), layout="constrained")
@@ -224,7 +224,7 @@ def pruning_figure(rows: Sequence[Mapping[str, float]], metric: str, title: str)
 
 def signal_to_noise_figure(sigma: np.ndarray, decibels: np.ndarray, title: str) -> Figure:
     """The histograms of the posterior standard deviations ``sigma`` (on a log axis where they
-    span more than :data:`bdl.plots.SPREAD`) and of the finite ratios ``decibels``."""
+    span more than `bdl.plots.SPREAD`) and of the finite ratios ``decibels``."""
     from matplotlib.figure import Figure
 
     from bdl.plots import scale_to_spread
@@ -253,8 +253,8 @@ def curve_from_store(
     score: Callable[[list[Tensor]], float],
     max_samples: int,
 ) -> tuple[list[dict[str, float]], dict[str, Tensor], dict[str, Tensor]]:
-    """:func:`pruning_curve` of the run whose samples are in ``store_directory``, in one pass over
-    the store: running moments (unless ``moments`` are given, as :math:`q`'s are) and the at most
+    """`pruning_curve` of the run whose samples are in ``store_directory``, in one pass over
+    the store: running moments (unless ``moments`` are given, as $q$'s are) and the at most
     ``max_samples`` evenly spaced samples of the model average. Returns the curve and the
     moments of the ``prunable`` parameters it ranked them by."""
     count = len(SampleStore(store_directory))

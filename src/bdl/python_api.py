@@ -1,18 +1,18 @@
-"""A run directory from Python: :func:`run_model` runs a network and data of the caller's own
-through the runner that ``bdl-run`` uses, and returns the :class:`~bdl.posterior.Posterior`.
+"""A run directory from Python: `run_model` runs a network and data of the caller's own
+through the runner that ``bdl-run`` uses, and returns the `Posterior`.
 
 The call composes the same config ``bdl-run`` would (the sampler, prior and schedule options, the
-protocol's keys) and hands it to :func:`bdl.run.run`: chains, burn-in, thinning, checkpoints and
+protocol's keys) and hands it to `bdl.run.run`: chains, burn-in, thinning, checkpoints and
 ``resume``, the stability checks, the trivial-predictor verdict, R-hat and ESS, ``metrics.json``.
 The run directory is one like any other, read by ``bdl-report``, ``bdl-eval`` and
-:func:`bdl.load_run`.
+`bdl.load_run`.
 
 Nothing in it is a pickle. Tensors handed over as data are written into the run directory as
 safetensors files (``data/train.safetensors`` ...) and read back by the ``files`` dataset
-(:mod:`bdl.data.files`). A network is recorded by where it lives: a bdl option (``"mlp"``), an
+(`bdl.data.files`). A network is recorded by where it lives: a bdl option (``"mlp"``), an
 installed plugin's option, or a class or function of the caller's own module, recorded as its
 ``module.name``; the caller's handing it over admits that target for this call alone
-(:func:`bdl.plugins.trusted`), so that reading the run back in another process needs the
+(`bdl.plugins.trusted`), so that reading the run back in another process needs the
 object again (``bdl.load_run(directory, trust=[MyNet])``) or the package installed as a plugin.
 """
 

@@ -1,8 +1,8 @@
 """``bdl-report``: turn a tree of Hydra runs into one table of metrics, mean ± std over seeds.
 
-The command line over :mod:`bdl.sweeps` (finding and reading the runs), :mod:`bdl.tables`
-(grouping, averaging, Markdown and LaTeX), :mod:`bdl.papers` (``--paper``), :mod:`bdl.plots`
-(``--plot``) and :mod:`bdl.posterior` (``--compare``); it writes ``report.csv``,
+The command line over `bdl.sweeps` (finding and reading the runs), `bdl.tables`
+(grouping, averaging, Markdown and LaTeX), `bdl.papers` (``--paper``), `bdl.plots`
+(``--plot``) and `bdl.posterior` (``--compare``); it writes ``report.csv``,
 ``report_summary.csv``, ``report.md`` and ``report.tex``.
 """
 
@@ -183,7 +183,7 @@ def compare(df: pd.DataFrame, skip: Callable[[str], None]) -> pd.DataFrame:
     return table.sort_values("elpd_loo", ascending=False, ignore_index=True)
 
 
-#: The columns of ``curve.csv`` that ``--plot`` draws from (:mod:`bdl.plots`), each numeric.
+#: The columns of ``curve.csv`` that ``--plot`` draws from (`bdl.plots`), each numeric.
 PLOTTED = ("epoch", "test_metric", "potential")
 
 

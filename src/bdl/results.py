@@ -1,11 +1,11 @@
 """The end of a run: its metrics, the verdict on them, and the tables and figures beside.
 
-:func:`write_metrics` writes ``metrics.json`` (with ``predictive.safetensors``, ``chains.csv``,
+`write_metrics` writes ``metrics.json`` (with ``predictive.safetensors``, ``chains.csv``,
 ``diagnostics.csv`` and ``summary.csv``) for a run that completed, diverged or failed: the pooled
 model average's test and validation metrics, agreement and total variation against a reference,
 the work done, divergent transitions, R-hat and ESS over the chains, and for a completed run its
-verdicts (:func:`judge`, and :func:`judge_convergence` for a sampler's chains).
-:func:`write_pruning` adds the pruning curve of ``pruning=true``.
+verdicts (`judge`, and `judge_convergence` for a sampler's chains).
+`write_pruning` adds the pruning curve of ``pruning=true``.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def write_metrics(
 
 def ood_metrics(experiment: Experiment, directory: RunDirectory) -> dict[str, Any]:
     """The out-of-distribution detection metrics of the run's stored samples
-    (:func:`bdl.metrics.ood_detection`: the test set against ``ood=``'s), the network holding
+    (`bdl.metrics.ood_detection`: the test set against ``ood=``'s), the network holding
     each in turn and given back its own state after; nothing without ``ood=`` or samples."""
     exp = experiment
     stores = directory.path / "samples"
@@ -138,7 +138,7 @@ def judge_convergence(
     directory: RunDirectory,
 ) -> None:
     """Set ``metrics``' ``converged`` (true or false), the ``reasons`` it is false and the
-    ``notes`` that inform without judging (:func:`bdl.diagnostics.verdict`), from the draws of
+    ``notes`` that inform without judging (`bdl.diagnostics.verdict`), from the draws of
     the test predictive (``table``: its per-point R-hat and ESS), of the potential and of the
     sampled hyperparameters, whose ``az.summary``-like table it writes (``summary.csv``)."""
     draws = min(len(loop.log_likelihoods) for loop in loops)
@@ -185,7 +185,7 @@ def _write_summary(
     table: dict[str, np.ndarray],
     directory: RunDirectory,
 ) -> None:
-    """``summary.csv``: :func:`bdl.diagnostics.summary_rows` of the scalars and of each test
+    """``summary.csv``: `bdl.diagnostics.summary_rows` of the scalars and of each test
     point's log predictive density, ``log_lik[i]``, with the R-hat and ESS of ``table``."""
     draws = min(len(loop.log_likelihoods) for loop in loops)
     pointwise = np.stack(
@@ -203,7 +203,7 @@ def _write_summary(
 
 
 def divergences(experiment: Experiment, loops: list[Loop]) -> dict[str, Any]:
-    """The divergent transitions after burn-in (:mod:`bdl.samplers.metropolis`): their count
+    """The divergent transitions after burn-in (`bdl.samplers.metropolis`): their count
     over all chains, their fraction of the Metropolis tests, and each chain's list of the
     (1-based) epochs that had any; nothing for a kernel without a Metropolis test."""
     tests = sum(loop.sampling_tests for loop in loops)
@@ -249,7 +249,7 @@ def headline_gain(experiment: Experiment, predictive: torch.Tensor) -> tuple[flo
 
 def refuse_tie(metrics: dict[str, Any], experiment: Experiment, predictive: torch.Tensor) -> None:
     """A run judged completed whose headline metric does not beat the trivial predictor's by
-    more than :data:`TIE_MARGIN` standard errors (:func:`headline_gain`) is ``unsound``: a
+    more than `TIE_MARGIN` standard errors (`headline_gain`) is ``unsound``: a
     blown-up chain predicting the majority class everywhere ties it exactly."""
     if metrics.get("status") != "completed":
         return
@@ -301,7 +301,7 @@ def _diagnostics(
 
 def write_pruning(experiment: Experiment, loop: Loop, directory: RunDirectory) -> None:
     """``pruning.csv`` and ``pruning.png``: the model average's test metric as the weights
-    with the lowest signal-to-noise ratio are removed (:mod:`bdl.pruning`); one chain's.
+    with the lowest signal-to-noise ratio are removed (`bdl.pruning`); one chain's.
     ``signal_to_noise.{csv,png}``: the distribution of σ and of the ratio it ranked by."""
     exp = experiment
     live = named_parameters(exp.potential.model, exp.potential.likelihood)

@@ -1,20 +1,20 @@
 """The runner: one config in, a run directory of samples and metrics out.
 
-:func:`run` is the whole story of a run, top to bottom:
+`run` is the whole story of a run, top to bottom:
 
-1. **Validate** the config (:func:`bdl.config.validate`): a typo fails before anything is
-   written. Under ``torchrun``, join the other ranks (:mod:`bdl.distributed`).
-2. **Claim the run directory** (:class:`bdl.outputs.RunDirectory`): one writer at a time, and a
+1. **Validate** the config (`bdl.config.validate`): a typo fails before anything is
+   written. Under ``torchrun``, join the other ranks (`bdl.distributed`).
+2. **Claim the run directory** (`bdl.outputs.RunDirectory`): one writer at a time, and a
    directory that holds another run is refused unless ``resume=true``.
-3. **Build** every chain's :class:`~bdl.experiment.Experiment` (:mod:`bdl.experiment`): the data,
+3. **Build** every chain's `Experiment` (`bdl.experiment`): the data,
    task, network, prior, potential, sampler, schedule and generators, fixed while sampling.
-4. **Start or resume the loops** (:mod:`bdl.loop`): fresh ones, or those of the checkpoint
-   (:mod:`bdl.checkpoint`, refused if it belongs to another config; a run that had ended is
+4. **Start or resume the loops** (`bdl.loop`): fresh ones, or those of the checkpoint
+   (`bdl.checkpoint`, refused if it belongs to another config; a run that had ended is
    not run again).
-5. **Sample** (:mod:`bdl.sampling`): the one epoch loop over the chains' steppers
-   (:mod:`bdl.steppers`), with the stability check (:mod:`bdl.stability`), checkpoints, and a
-   clean stop on SIGTERM or SIGINT (:mod:`bdl.interrupts`).
-6. **Write the outputs** (:mod:`bdl.results`): metrics and their verdict, the predictive, the
+5. **Sample** (`bdl.sampling`): the one epoch loop over the chains' steppers
+   (`bdl.steppers`), with the stability check (`bdl.stability`), checkpoints, and a
+   clean stop on SIGTERM or SIGINT (`bdl.interrupts`).
+6. **Write the outputs** (`bdl.results`): metrics and their verdict, the predictive, the
    chains' table and diagnostics, the pruning curve.
 
 On the CPU a resumed run is bitwise the uninterrupted one: every generator's state, the epoch's
@@ -44,7 +44,7 @@ log = logging.getLogger("bdl")
 def run(cfg: DictConfig, directory: str | Path = ".") -> dict[str, Any]:
     """Run the experiment ``cfg`` into ``directory`` (continuing it there if ``cfg.resume``);
     returns the metrics written to ``metrics.json``. Under ``torchrun`` every rank runs this
-    (:mod:`bdl.distributed`): rank 0 owns ``directory``, the others only read it on resume."""
+    (`bdl.distributed`): rank 0 owns ``directory``, the others only read it on resume."""
     validate(cfg)  # before anything is written: a typo leaves no trace
     group = distributed.join(cfg.distributed.backend, resolve_device(cfg.device.name))
     output = RunDirectory(directory, writer=group is None or group.leader)

@@ -1,11 +1,11 @@
 """Sampling: the run's one epoch loop, from its first step (or where it stopped) to its outputs.
 
-:class:`Sampling` moves every chain of a run through its epochs by :mod:`bdl.steppers` (one
+`Sampling` moves every chain of a run through its epochs by `bdl.steppers` (one
 stepper for chains stacked as one, else one per chain, in turn), and closes each chain's epoch:
-the stability check (:mod:`bdl.stability`), the sample kept at the epochs the schedule collects,
+the stability check (`bdl.stability`), the sample kept at the epochs the schedule collects,
 the curve row. It checkpoints every ``checkpoint_every`` epochs (by default about once a minute)
-and on SIGTERM or SIGINT (:mod:`bdl.interrupts`), and writes the outputs at the end
-(:mod:`bdl.results`).
+and on SIGTERM or SIGINT (`bdl.interrupts`), and writes the outputs at the end
+(`bdl.results`).
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ CHECKPOINT_SECONDS = 60.0
 
 
 class Sampling:
-    """Runs the chains of a run, one :class:`~bdl.loop.Loop` each, to the end: an epoch of every
+    """Runs the chains of a run, one `Loop` each, to the end: an epoch of every
     chain, then the next epoch. Writes into ``directory`` (under ``torchrun``, only rank 0 writes:
     the others' ``directory`` is not a ``writer``). ``config`` is the run's config as its
-    checkpoint records it (:func:`bdl.checkpoint.resumable_config`)."""
+    checkpoint records it (`bdl.checkpoint.resumable_config`)."""
 
     def __init__(
         self,

@@ -39,11 +39,11 @@ Constant = Schedule
 
 
 class Polynomial(Schedule):
-    r"""Welling & Teh (2011): :math:`\epsilon_t = a (b + t)^{-\gamma}`, :math:`\gamma\in(0.5, 1]`.
+    r"""Welling & Teh (2011): $\epsilon_t = a (b + t)^{-\gamma}$, $\gamma\in(0.5, 1]$.
 
-    Returned as the multiplier :math:`(1 + t/b)^{-\gamma}` of the sampler's step size, which is
-    therefore :math:`\epsilon_0` (i.e. :math:`a = \epsilon_0 b^{\gamma}`). The decay satisfies
-    :math:`\sum\epsilon_t = \infty`, :math:`\sum\epsilon_t^2 < \infty` (Bühler, eq. 40).
+    Returned as the multiplier $(1 + t/b)^{-\gamma}$ of the sampler's step size, which is
+    therefore $\epsilon_0$ (i.e. $a = \epsilon_0 b^{\gamma}$). The decay satisfies
+    $\sum\epsilon_t = \infty$, $\sum\epsilon_t^2 < \infty$ (Bühler, eq. 40).
     """
 
     def __init__(
@@ -64,13 +64,13 @@ class Polynomial(Schedule):
 class Cyclical(Schedule):
     r"""Cyclical cosine step sizes (Zhang et al., ICLR 2020, cSG-MCMC).
 
-    .. math::
+    $$
+    \alpha_k = \frac{\alpha_0}{2}\Big[\cos\Big(\frac{\pi\,\mathrm{mod}(k, \lceil K/M\rceil)}
+               {\lceil K/M\rceil}\Big) + 1\Big]
+    $$
 
-        \alpha_k = \frac{\alpha_0}{2}\Big[\cos\Big(\frac{\pi\,\mathrm{mod}(k, \lceil K/M\rceil)}
-                   {\lceil K/M\rceil}\Big) + 1\Big]
-
-    for ``cycles`` :math:`= M` cycles over :math:`K` steps. In the first ``exploration``
-    :math:`= \beta` fraction of each cycle the sampler runs without noise (an optimiser); in the
+    for ``cycles`` $= M$ cycles over $K$ steps. In the first ``exploration``
+    $= \beta$ fraction of each cycle the sampler runs without noise (an optimiser); in the
     rest it samples, and the last ``samples_per_cycle`` epochs of each cycle are kept.
     """
 

@@ -1,18 +1,18 @@
 r"""What a healthy chain's potential does, and what the runner does when a chain's does not.
 
-**The yardstick.** Near a mode, a posterior in :math:`d` dimensions is close to Gaussian, and
-under it :math:`U(\theta) - U(\theta^\ast)` follows a :math:`\mathrm{Gamma}(d/2, 1)` distribution
-(:math:`\tfrac12\chi^2_d`): a chain at stationarity sits about :math:`d/2` above the mode, with a
-spread of :math:`\sqrt{d/2}`, whatever the data set, the temperature (``U`` is :math:`U_T`) or the
-parametrisation. :func:`rise_limit` is the rise an exact sampler exceeds with probability
-:data:`TAIL` at any one epoch, the Gamma's upper quantile. A rise past it is not noise: the chain
+**The yardstick.** Near a mode, a posterior in $d$ dimensions is close to Gaussian, and
+under it $U(\theta) - U(\theta^\ast)$ follows a $\mathrm{Gamma}(d/2, 1)$ distribution
+($\tfrac12\chi^2_d$): a chain at stationarity sits about $d/2$ above the mode, with a
+spread of $\sqrt{d/2}$, whatever the data set, the temperature (``U`` is $U_T$) or the
+parametrisation. `rise_limit` is the rise an exact sampler exceeds with probability
+`TAIL` at any one epoch, the Gamma's upper quantile. A rise past it is not noise: the chain
 is heating up (a step too large for the posterior's curvature), or has left for a worse region.
 
 **During burn-in** (samplers that declare ``backs_off``: the SG-MCMC kernels, whose step unit, a
 learning rate per datum, does not transfer between data sets; the Metropolis kernels adapt their
 step by dual averaging instead), each chain keeps its level, the lowest epoch-mean potential of
-its last :func:`window` epochs, and a snapshot of the state it began that epoch in. An epoch whose
-mean potential rises more than :func:`rise_limit` above that level, or is not finite, restores
+its last `window` epochs, and a snapshot of the state it began that epoch in. An epoch whose
+mean potential rises more than `rise_limit` above that level, or is not finite, restores
 the chain to its snapshot and halves the run's step (every chain's, as HMC's pooled adaptation
 shares one step size). The step is frozen when burn-in
 ends, so that the samples kept come from one fixed kernel; where burn-in backed off, at half the
@@ -28,7 +28,7 @@ test RMSE of 74 380 before this existed; its healthy chains at a hundredth of th
 most 44 above their level (``rise_limit`` = 297 for its 402 parameters).
 
 **After burn-in** a chain whose epoch-mean potential exceeds its level by more than
-:data:`DIVERGENCE_LIMITS` times :func:`rise_limit` has diverged: the run ends with status
+`DIVERGENCE_LIMITS` times `rise_limit` has diverged: the run ends with status
 ``diverged`` and one line naming the cause and the fix. The factor is set from the spread of
 healthy runs, ``rise_max`` in their ``metrics.json`` (``scripts/matrix.py`` collects it). At
 every sampler's defaults on yacht and boston the largest was 0.42 (``psgld``; the others
@@ -49,7 +49,7 @@ from torch import Tensor
 
 log = logging.getLogger("bdl")
 
-#: The per-epoch probability with which an exact sampler's rise exceeds :func:`rise_limit`.
+#: The per-epoch probability with which an exact sampler's rise exceeds `rise_limit`.
 #: A potential above this multiple of its starting value (or of N, if larger) has diverged, for
 #: optimisers and variational fits, whose objective has no stationary spread: no fit recovers
 #: from a jump of six orders of magnitude, and a NaN would follow.
@@ -57,9 +57,9 @@ DIVERGENCE_FACTOR = 1e6
 #: How the messages name the chain of a run of one.
 ONE_CHAIN = "the chain"
 TAIL = 1e-9
-#: After burn-in, a rise above the level of this many :func:`rise_limit` is a divergence.
+#: After burn-in, a rise above the level of this many `rise_limit` is a divergence.
 DIVERGENCE_LIMITS = 8.0
-#: The fewest epochs over which the level is the lowest mean potential (:func:`window`).
+#: The fewest epochs over which the level is the lowest mean potential (`window`).
 MIN_WINDOW = 10
 #: Halvings of the step during burn-in after which the chain is declared diverged: a step 2^-20 of
 #: the configured one is no longer a setting to fix by halving.
@@ -67,8 +67,8 @@ MAX_BACKOFFS = 20
 
 
 def rise_limit(dimensions: int) -> float:
-    r"""The rise of the potential above its mode that a :math:`\mathrm{Gamma}(d/2, 1)` variable
-    exceeds with probability :data:`TAIL` (its upper quantile)."""
+    r"""The rise of the potential above its mode that a $\mathrm{Gamma}(d/2, 1)$ variable
+    exceeds with probability `TAIL` (its upper quantile)."""
     return float(gammainccinv(dimensions / 2, TAIL))
 
 
@@ -89,9 +89,9 @@ def restore(live: dict[str, Tensor], saved: dict[str, Tensor]) -> None:
 
 def window(burn_in: int) -> int:
     r"""The epochs over which a chain's level is its lowest mean potential: a tenth of burn-in,
-    and at least :data:`MIN_WINDOW`. A potential drifts slowly and legitimately as Gibbs-sampled
+    and at least `MIN_WINDOW`. A potential drifts slowly and legitimately as Gibbs-sampled
     hyperparameters move (a hierarchical prior's precisions fall as the weights grow, raising
-    :math:`-\tfrac d2\log\lambda`: on MNIST, Chen et al.'s Gamma hyperprior raises ``U/N`` from
+    $-\tfrac d2\log\lambda$: on MNIST, Chen et al.'s Gamma hyperprior raises ``U/N`` from
     -0.29 to 0.47 over epochs 10-50 of burn-in); a step that heats the chain climbs within
     epochs."""
     return max(MIN_WINDOW, burn_in // 10)

@@ -1,10 +1,10 @@
 """Steppers: what moves a run's chains through an epoch, one chain or several stacked as one.
 
-The runner's one epoch loop (:class:`bdl.sampling.Sampling`) drives a list of steppers with the
-same few methods (:class:`Stepper`): a :class:`ChainStepper` moves one chain; a
-:class:`StackedStepper` moves ``K`` chains as one batched computation (``chains=K``,
+The runner's one epoch loop (`bdl.sampling.Sampling`) drives a list of steppers with the
+same few methods (`Stepper`): a `ChainStepper` moves one chain; a
+`StackedStepper` moves ``K`` chains as one batched computation (``chains=K``,
 ``vectorise=true``). Both tally each step's potential and Metropolis decision the same way and
-hand them to the chains' loops when the epoch ends or stops (:meth:`Stepper.sync`).
+hand them to the chains' loops when the epoch ends or stops (`Stepper.sync`).
 
 **Stacking.**
 
@@ -14,12 +14,12 @@ turns ``K`` such steps into one step on ``K`` times the numbers:
 
 - **the potential** of every chain is evaluated by ``torch.func.vmap`` of the one-chain network
   over the chain dimension (or by the model's batched ``chain_forward``), each chain on its own
-  minibatch (:meth:`bdl.potential.Potential.chain_closure`; the full-data closure of the
+  minibatch (`bdl.potential.Potential.chain_closure`; the full-data closure of the
   Metropolis kernels shares the chunks);
 - **the sampler** updates the stacked tensors with the same elementwise ``torch._foreach_*``
   arithmetic as one chain's (samplers that declare ``vectorisable``,
-  :class:`bdl.samplers.base.Declaration`), drawing chain ``k``'s noise and Metropolis uniforms from
-  chain ``k``'s own generator (:mod:`bdl.noise`).
+  `bdl.samplers.base.Declaration`), drawing chain ``k``'s noise and Metropolis uniforms from
+  chain ``k``'s own generator (`bdl.noise`).
 
 Chain ``k`` therefore follows the run ``seed=<seed+k>`` of one chain: the same initial network,
 minibatch order (each chain draws its own) and noise, up to the rounding of the batched matrix
@@ -37,7 +37,7 @@ once for all chains' products, is measured by ``scripts/bench_chains.py``.
 
 Each chain's network keeps its own parameter objects, which become views of the stacked tensors
 (``param.data = stacked[k]``), and each chain's loop state is pointed at its slice of the stacked
-sampler state (:meth:`Stepper.sync`): evaluation, sample stores, checkpoints and resume read
+sampler state (`Stepper.sync`): evaluation, sample stores, checkpoints and resume read
 and write every chain exactly as in a run whose chains are stepped in turn.
 """
 
@@ -120,7 +120,7 @@ class Stepper(ABC):
 
     def step(self, step: int, lr_scale: float, noise: bool, tune: bool) -> None:
         """Step ``step`` of the epoch in every chain; its potentials and Metropolis decisions
-        are tallied, and handed to the chains' loops by :meth:`sync`."""
+        are tallied, and handed to the chains' loops by `sync`."""
         self.state = self.sampler.step(self.state, self.closure(step), lr_scale, noise, tune)
         info = self.state.info
         potentials = info["potential"].reshape(-1)  # one per chain

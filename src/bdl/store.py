@@ -1,6 +1,6 @@
 """Posterior samples and predictive distributions on disk, in formats that never execute code.
 
-A chain of thousands of network samples does not fit in memory, so :class:`SampleStore` writes
+A chain of thousands of network samples does not fit in memory, so `SampleStore` writes
 each sample to its own ``sample_NNNNN.safetensors`` file the moment it is taken and keeps only a
 small JSON manifest. The manifest records every file's SHA-256: a run killed while writing, a
 partial copy or a file from another run is then reported by name instead of silently feeding
@@ -13,7 +13,7 @@ one, and it lists a sample only once the sample's file is complete on disk.
 
 A store flushes each sample to disk (``fsync``) and lists it as it is added, or, opened with
 ``fsync_each=False``, writes the sample's file at once but flushes and lists the samples added
-since the last call when :meth:`SampleStore.sync` is called. The runner syncs before each
+since the last call when `SampleStore.sync` is called. The runner syncs before each
 checkpoint, the only point a resumed run goes back to, so that a sample costs neither a disk round
 trip (a third of a millisecond on a local disk, far more on a cluster's network file system) nor
 a rewrite of the manifest, which grows with the chain: for a small network's chains, many samples
@@ -103,7 +103,7 @@ def make_dir(directory: Path) -> None:
 
 
 def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
-    """Write through :func:`bdl.atomic.atomic_file`: readers never see a partial file, and a
+    """Write through `bdl.atomic.atomic_file`: readers never see a partial file, and a
     failed write (a full disk) leaves the previous file as it was."""
     try:
         with atomic_file(path, durable) as f:
@@ -164,12 +164,12 @@ class SampleStore:
 
     Holds no tensors, so memory stays flat however long the chain runs. Re-opening a directory
     with a manifest continues its numbering; a resumed run first cuts it back to its checkpoint
-    (:meth:`truncate`).
+    (`truncate`).
 
     Args:
         directory: where samples go; created with its parents if needed.
         fsync_each: flush every sample to disk and list it in the manifest as it is added; if
-            False, both wait for :meth:`sync`.
+            False, both wait for `sync`.
     """
 
     def __init__(self, directory: str | Path, fsync_each: bool = True) -> None:
@@ -190,7 +190,7 @@ class SampleStore:
         """Write one sample and record it; returns the sample file's path.
 
         The sample file is complete before the manifest mentions it (with ``fsync_each=False``,
-        from the next :meth:`sync`), so a crash in between leaves at worst an unlisted file that
+        from the next `sync`), so a crash in between leaves at worst an unlisted file that
         the next ``add`` overwrites.
         """
         clash = [k for k in metadata if k in _RESERVED]
@@ -300,7 +300,7 @@ def load_samples(directory: str | Path) -> Iterator[tuple[dict[str, Tensor], dic
 
 def read_manifest(directory: str | Path) -> list[dict]:
     """The manifest entries of the store in ``directory``, in index order (checked as
-    :func:`load_samples` checks them, without reading any sample)."""
+    `load_samples` checks them, without reading any sample)."""
     return _read_manifest(Path(directory))
 
 
@@ -312,7 +312,7 @@ def read_safetensors(path: Path) -> bytes:
     """The bytes of the safetensors file ``path``, read only once its size is the one its
     header declares (8 bytes of length, that JSON, then the tensors' data up to the last
     offset): a file grown to gigabytes (a sparse file, another file renamed) is refused by name
-    before it is read, not read whole. The :class:`StoreError` says what is wrong, for the caller
+    before it is read, not read whole. The `StoreError` says what is wrong, for the caller
     to name the file; an ``OSError`` propagates for the caller to word."""
     size = path.stat().st_size
     with path.open("rb") as file:
@@ -373,7 +373,7 @@ def save_predictive(path: str | Path, predictive: Tensor, **tensors: Tensor) -> 
     """Save a predictive distribution (plus e.g. ``targets=``) for later comparison runs.
 
     A directory ``path`` receives ``predictive.safetensors``, which is what
-    :func:`load_reference` looks for in a run directory.
+    `load_reference` looks for in a run directory.
     """
     path = Path(path)
     if path.is_dir():

@@ -1,5 +1,5 @@
 """Run directories read as data: finding the runs of a sweep's tree, and loading their configs and
-metrics into one table (one row per completed run) for :mod:`bdl.tables` and ``bdl-report``.
+metrics into one table (one row per completed run) for `bdl.tables` and ``bdl-report``.
 
 A run directory is any directory holding ``.hydra/config.yaml`` (written when ``bdl-run``
 starts) and, once it ends, ``metrics.json``; sweeps (``-m``) produce numbered subdirectories of
@@ -137,7 +137,7 @@ def config_values(path: Path) -> dict[str, Any]:
 
     Interpolations such as ``${hydra:runtime.output_dir}`` only resolve inside a Hydra app;
     those keep their literal text rather than losing the whole config. Environment lookups are
-    never resolved (:func:`bdl.instantiation.inert`).
+    never resolved (`bdl.instantiation.inert`).
     """
     raw = OmegaConf.to_container(load_yaml(path), resolve=False)
     cfg = OmegaConf.create(inert(raw, as_written=True))
@@ -282,11 +282,11 @@ def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
     (runs older than the field). The others (diverged, interrupted, failed, or no
     ``metrics.json`` yet) are in ``df.attrs["unfinished"]``: one ``{"run_dir", "status",
     "epoch"}`` each, ``epoch`` the last one ``curve.csv`` recorded (None when unknown). Runs
-    whose files cannot be read are skipped with a :class:`RunSkippedWarning` (a sweep with
+    whose files cannot be read are skipped with a `RunSkippedWarning` (a sweep with
     one crashed job should still be reportable). A config key named like a metric (``epochs``
     is both) becomes ``config.<key>`` so that neither hides the other. Which columns are
     metrics, config keys and Hydra choices is recorded in ``df.attrs`` for
-    :func:`varying_keys` and :func:`summarize`.
+    `varying_keys` and `summarize`.
     """
 
     def warn(message: str) -> None:

@@ -1,4 +1,4 @@
-"""The runs of :func:`bdl.sweeps.load_runs` as tables: grouped by the config keys that differ
+"""The runs of `bdl.sweeps.load_runs` as tables: grouped by the config keys that differ
 between runs (a sweep's interesting axes are exactly those), averaged over seeds, and written as
 ``mean ± error`` in Markdown and LaTeX; and a pruning curve in Blundell et al. (2015)'s layout.
 """
@@ -137,7 +137,7 @@ def summarize(
     runs that report the metric) of each metric per group, plus ``n_runs``.
 
     Args:
-        df: as returned by :func:`load_runs`.
+        df: as returned by `load_runs`.
         by: group keys; by default the keys that vary between runs apart from the seed.
         metrics: metric columns to summarise; by default all of them.
 
@@ -231,7 +231,7 @@ def _fixed(x: float, decimals: int) -> str:
 
 
 def mean_pm(mean: float, error: float) -> str:
-    """``mean ± error`` with the error rounded by :func:`_decimals` and the mean to the same
+    """``mean ± error`` with the error rounded by `_decimals` and the mean to the same
     decimal place: ``1.2345, 0.0678 → "1.23 ± 0.07"``, ``0.9, 0.0149 → "0.900 ± 0.015"``.
 
     A NaN error (a single run) leaves the mean alone at four significant digits; a zero error
@@ -308,7 +308,7 @@ def _notes(table: pd.DataFrame) -> list[str]:
 
 
 def to_markdown(summary: pd.DataFrame, error: str = "std") -> str:
-    """A GitHub-flavoured Markdown table of :func:`format_table` (through pandas and
+    """A GitHub-flavoured Markdown table of `format_table` (through pandas and
     ``tabulate``), then a legend and the columns dropped as constant."""
     table = format_table(summary, error)
     labels = table.attrs["labels"]
@@ -350,7 +350,7 @@ LATEX_SPECIALS = str.maketrans(
 
 
 def to_latex(summary: pd.DataFrame, error: str = "std") -> str:
-    """The table of :func:`to_markdown` as a LaTeX ``tabular`` (booktabs rules) through pandas,
+    """The table of `to_markdown` as a LaTeX ``tabular`` (booktabs rules) through pandas,
     with ``$\\pm$`` and the notes as a paragraph after it."""
     table = format_table(summary, error)
     labels = table.attrs["labels"]

@@ -1,11 +1,11 @@
-r"""Toy targets whose posterior is known, for ``bdl-check`` (:mod:`bdl.check_targets`).
+r"""Toy targets whose posterior is known, for ``bdl-check`` (`bdl.check_targets`).
 
 Each target hands the samplers closures exactly like the runner's: ``closure()`` returns
 ``(U, [∇U])`` at the parameters' current values. Parameters carry a leading chain dimension
 (``C`` independent chains in one tensor) and ``U`` has shape ``(C,)``, so one closure call
 advances every chain and each chain gets its own Metropolis test. Minibatch gradient noise is
-modelled as in Chen et al. (2014): "true gradient + :math:`\mathcal N(0, V)`" for the synthetic
-targets, a random minibatch with the :math:`N/n` scaling of :mod:`bdl.potential` for the
+modelled as in Chen et al. (2014): "true gradient + $\mathcal N(0, V)$" for the synthetic
+targets, a random minibatch with the $N/n$ scaling of `bdl.potential` for the
 regressions. The value ``U`` a noisy closure returns is exact, as in Chen et al.'s code, where
 the Metropolis tests of their Fig. 1 use the exact potential.
 """
@@ -26,8 +26,8 @@ def _chains(chains: int, *shape: int) -> Tensor:
 
 
 class DoubleWell:
-    r"""Chen et al. (2014), Fig. 1: :math:`U(\theta) = -2\theta^2 + \theta^4`, gradient noise
-    :math:`\mathcal N(0, V = 4)`."""
+    r"""Chen et al. (2014), Fig. 1: $U(\theta) = -2\theta^2 + \theta^4$, gradient noise
+    $\mathcal N(0, V = 4)$."""
 
     name = "double_well"
     grad_var = 4.0
@@ -72,8 +72,8 @@ class DoubleWell:
 
 
 class CorrelatedGaussian:
-    r"""Chen et al. (2014), Fig. 3: :math:`\mathcal N(0, \Sigma)`, :math:`\Sigma_{11} =
-    \Sigma_{22} = 1`, :math:`\Sigma_{12} = \rho = 0.9`; gradient noise :math:`\mathcal N(0, I)`
+    r"""Chen et al. (2014), Fig. 3: $\mathcal N(0, \Sigma)$, $\Sigma_{11} =
+    \Sigma_{22} = 1$, $\Sigma_{12} = \rho = 0.9$; gradient noise $\mathcal N(0, I)$
     (their code: ``gradUNoise = invS * x + randn(2, 1)``, ``V = 1``)."""
 
     name = "gaussian_2d"
@@ -104,14 +104,14 @@ class CorrelatedGaussian:
 
 
 class LinearRegression:
-    r"""Bayesian linear regression with known noise (Ambrogioni): :math:`y = Xw + \mathcal N(0,
-    \sigma^2)`, prior :math:`w \sim \mathcal N(0, \lambda I)`; the posterior is
-    :math:`\mathcal N(\mu, \Sigma)` with :math:`\Sigma = (X^\top X/\sigma^2 + I/\lambda)^{-1}`,
-    :math:`\mu = \Sigma X^\top y/\sigma^2`.
+    r"""Bayesian linear regression with known noise (Ambrogioni): $y = Xw + \mathcal N(0,
+    \sigma^2)$, prior $w \sim \mathcal N(0, \lambda I)$; the posterior is
+    $\mathcal N(\mu, \Sigma)$ with $\Sigma = (X^\top X/\sigma^2 + I/\lambda)^{-1}$,
+    $\mu = \Sigma X^\top y/\sigma^2$.
 
-    ``U`` is our potential, :math:`\frac{N}{n}\sum_{i\in\mathcal B}\frac{(y_i - x_i^\top
-    w)^2}{2\sigma^2} + \frac{\lVert w\rVert^2}{2\lambda}` (constants dropped), on a random
-    minibatch of size ``batch_size`` drawn per chain and per step, or on all :math:`N` points.
+    ``U`` is our potential, $\frac{N}{n}\sum_{i\in\mathcal B}\frac{(y_i - x_i^\top
+    w)^2}{2\sigma^2} + \frac{\lVert w\rVert^2}{2\lambda}$ (constants dropped), on a random
+    minibatch of size ``batch_size`` drawn per chain and per step, or on all $N$ points.
     """
 
     name = "linear_regression"
@@ -174,12 +174,12 @@ class LinearRegression:
 
 
 class ToyRegression:
-    r"""The SG-MCMC tutorial (2020)'s "very simple neural net": :math:`y_n = \beta_0 + \beta x_n +
-    \mathcal N(0, \sigma^2)`, :math:`x_n \sim U(-1, 1)`, :math:`N = 30`, :math:`\beta_0 = -1`,
-    :math:`\beta = 2`, :math:`\sigma = 0.5` (the post's code), a flat prior and :math:`\sigma`
-    unconstrained with :math:`|\sigma|` in the likelihood, as in the post. Its posterior has no
-    closed form (the reference is a long HMC run); :math:`\sigma` is compared through
-    :math:`|\sigma|`.
+    r"""The SG-MCMC tutorial (2020)'s "very simple neural net": $y_n = \beta_0 + \beta x_n +
+    \mathcal N(0, \sigma^2)$, $x_n \sim U(-1, 1)$, $N = 30$, $\beta_0 = -1$,
+    $\beta = 2$, $\sigma = 0.5$ (the post's code), a flat prior and $\sigma$
+    unconstrained with $|\sigma|$ in the likelihood, as in the post. Its posterior has no
+    closed form (the reference is a long HMC run); $\sigma$ is compared through
+    $|\sigma|$.
     """
 
     name = "toy_regression"

@@ -45,7 +45,7 @@ class Task:
 
     def log_likelihoods(self, prediction: Tensor) -> Tensor:
         """``log p(y_i | x_i, θ)`` of each test point under one sample's ``prediction`` (original
-        units for regression): what the convergence diagnostics follow (:mod:`bdl.diagnostics`)."""
+        units for regression): what the convergence diagnostics follow (`bdl.diagnostics`)."""
         if self.classification:
             return label_log_probability(prediction, self.y_test)
         return gaussian_log_likelihood(
@@ -72,7 +72,7 @@ class Task:
         metrics: dict[str, float], trivial: dict[str, float], keys: tuple[str, ...]
     ) -> list[str]:
         """Those of the metrics ``keys`` of ``metrics`` in which ``trivial`` (the
-        :meth:`trivial_metrics`) does better, each as ``name value (trivial predictor's)``."""
+        `trivial_metrics`) does better, each as ``name value (trivial predictor's)``."""
         lower_is_better = ("test_rmse", "test_nll")
         worse = []
         for key in keys:

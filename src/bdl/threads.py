@@ -6,7 +6,7 @@ where other work runs, threads that wait for each other's cores stall every oper
 on a 2-core machine with other jobs running, a UCI network's run at torch's default two threads
 took 4 to 15 times as long as at one, with identical draws. ``auto`` therefore takes
 ``OMP_NUM_THREADS`` where the environment sets it (a job script's choice; ``torchrun`` sets one
-per rank), else one thread for a network below :data:`SMALL_NETWORK` parameters or when fewer
+per rank), else one thread for a network below `SMALL_NETWORK` parameters or when fewer
 than two cores are free, and otherwise the free cores (those the load average leaves idle, of
 those this process may use), shared between ``torchrun``'s ranks on the machine. On a GPU the
 setting is left alone: the CPU only feeds the device.

@@ -1,39 +1,39 @@
 r"""Variational expectations of the potential: the negative evidence lower bound of a mean-field
 Gaussian ``q`` (Bayes by Backprop, ``sampler=bbb``; Blundell et al. 2015).
 
-Called with a mean-field Gaussian ``q`` (:class:`MeanField`), the potential's minibatch closure
-(:meth:`bdl.potential.Potential.closure`) returns a Monte Carlo estimate of the negative evidence
+Called with a mean-field Gaussian ``q`` (`MeanField`), the potential's minibatch closure
+(`bdl.potential.Potential.closure`) returns a Monte Carlo estimate of the negative evidence
 lower bound instead of ``U``, with its gradient in ``q``'s means and standard deviations (Bühler,
-eqs. 3-9), which ``q`` computes (:meth:`MeanField.negative_elbo`):
+eqs. 3-9), which ``q`` computes (`MeanField.negative_elbo`):
 
-.. math::
+$$
+\mathcal{F}(q) = \frac{1}{T}\mathbb{E}_q\Big[-\frac{N}{n}\sum_{i\in\mathcal{B}}
+    \log p(y_i\mid x_i,\theta) - \kappa\log p(\theta)\Big] - \kappa\,\mathbb{H}[q],
+$$
 
-    \mathcal{F}(q) = \frac{1}{T}\mathbb{E}_q\Big[-\frac{N}{n}\sum_{i\in\mathcal{B}}
-        \log p(y_i\mid x_i,\theta) - \kappa\log p(\theta)\Big] - \kappa\,\mathbb{H}[q],
-
-which at :math:`T = 1` is the minibatch's share of :math:`\mathrm{KL}[q\,\|\,p] -
-\mathbb{E}_q\log p(\mathcal{D}\mid\theta)` (eq. 4) and at other :math:`T` the KL to the
-tempered posterior; :math:`\kappa` is the minibatch's prior weight (:mod:`bdl.potential`). The
-scaling by :math:`N/n`, :math:`\kappa` and :math:`T` is the potential's
-(:meth:`bdl.potential.Potential.energy`, :meth:`bdl.potential.Potential.prior_scale`). The prior's
+which at $T = 1$ is the minibatch's share of $\mathrm{KL}[q\,\|\,p] -
+\mathbb{E}_q\log p(\mathcal{D}\mid\theta)$ (eq. 4) and at other $T$ the KL to the
+tempered posterior; $\kappa$ is the minibatch's prior weight (`bdl.potential`). The
+scaling by $N/n$, $\kappa$ and $T$ is the potential's
+(`bdl.potential.Potential.energy`, `bdl.potential.Potential.prior_scale`). The prior's
 expectation is in closed form when the prior is Gaussian given its hyperparameters
-(:meth:`bdl.priors.Prior.gaussian_std`), else estimated with the same draw. The likelihood's
-expectation is estimated by the reparameterisation trick, :math:`\theta = \mu +
-\sigma\odot\epsilon` (eq. 7), and for the weights of linear layers by the *local*
-reparameterisation trick (Kingma, Salimans & Welling 2015): a linear map of an input :math:`x`
-under :math:`q` is Gaussian,
+(`bdl.priors.Prior.gaussian_std`), else estimated with the same draw. The likelihood's
+expectation is estimated by the reparameterisation trick, $\theta = \mu +
+\sigma\odot\epsilon$ (eq. 7), and for the weights of linear layers by the *local*
+reparameterisation trick (Kingma, Salimans & Welling 2015): a linear map of an input $x$
+under $q$ is Gaussian,
 
-.. math::
-
-    x W^\top + b \sim \mathcal{N}\big(x\mu_W^\top + \mu_b,\ x^2 (\sigma_W^2)^\top +
-    \sigma_b^2\big),
+$$
+x W^\top + b \sim \mathcal{N}\big(x\mu_W^\top + \mu_b,\ x^2 (\sigma_W^2)^\top +
+\sigma_b^2\big),
+$$
 
 so its pre-activations are sampled directly, independently per example: the same expectation
 with much less variance. It trades a draw per weight for batch × width draws and a second
 matrix product per layer (the variance's, forward and backward), so a step costs about twice the
 matrix products of a weight draw's (``scripts/bench_bbb.py``). It assumes that each linear module
 is applied once per forward pass, as in an MLP. The stochastic forward pass runs the potential's
-model, likelihood and prior; the sampler (:mod:`bdl.samplers.bbb`) only owns ``q``'s
+model, likelihood and prior; the sampler (`bdl.samplers.bbb`) only owns ``q``'s
 parametrisation and update.
 """
 
@@ -54,7 +54,7 @@ from bdl.potential import Potential
 
 @dataclass
 class MeanField:
-    r"""A mean-field Gaussian :math:`q(\theta) = \prod_j \mathcal{N}(\theta_j;\mu_j,\sigma_j^2)`
+    r"""A mean-field Gaussian $q(\theta) = \prod_j \mathcal{N}(\theta_j;\mu_j,\sigma_j^2)$
     over a potential's parameters, one ``mean`` and ``std`` tensor per entry of
     ``Potential.params``.
 
@@ -64,7 +64,7 @@ class MeanField:
         analytic_kl: take the prior's expectation in closed form where it exists (``False``: always
             by Monte Carlo, for tests and comparisons).
         normal: the buffer the weight draws are drawn into; a sampler passes the same one at every
-            step (:class:`bdl.noise.StandardNormal`: a fresh one costs page faults).
+            step (`bdl.noise.StandardNormal`: a fresh one costs page faults).
         scratch: memory shaped like ``std`` for the intermediate values (the variances of the
             local reparameterisation, then the entropy's logarithms); a sampler passes the same
             one at every step, as ``normal``.
@@ -85,7 +85,7 @@ class MeanField:
     def negative_elbo(
         self, potential: Potential, x: Tensor, y: Tensor, prior_weight: float
     ) -> Evaluation:
-        """:math:`\\mathcal{F}(q)` on the minibatch ``(x, y)`` of ``potential``'s training set with
+        """$\\mathcal{F}(q)$ on the minibatch ``(x, y)`` of ``potential``'s training set with
         prior weight ``prior_weight`` (module docstring), with its gradient: those in ``mean``
         followed by those in ``std``."""
         # The likelihood goes through autograd; the prior term (in closed form, or by Monte Carlo
@@ -213,19 +213,19 @@ def _noise_hook(
 
 
 class _LocalNoise(torch.autograd.Function):
-    r""":math:`\sqrt{x^2 (\sigma_W^2)^\top + \sigma_b^2}\odot\zeta`, the zero-mean part of a linear
-    layer's output under :math:`q` (local reparameterisation), with its backward written out:
-    with :math:`\delta` the variance and :math:`h = g\odot\zeta/\sqrt{\delta}` (twice
-    :math:`\partial L/\partial\delta`),
+    r"""$\sqrt{x^2 (\sigma_W^2)^\top + \sigma_b^2}\odot\zeta$, the zero-mean part of a linear
+    layer's output under $q$ (local reparameterisation), with its backward written out:
+    with $\delta$ the variance and $h = g\odot\zeta/\sqrt{\delta}$ (twice
+    $\partial L/\partial\delta$),
 
-    .. math::
-
-        \frac{\partial L}{\partial x} = x\odot(h\,\sigma_W^2), \qquad
-        \frac{\partial L}{\partial\sigma_W} = \sigma_W\odot(h^\top x^2), \qquad
-        \frac{\partial L}{\partial\sigma_b} = \sigma_b\odot\textstyle\sum_n h_n.
+    $$
+    \frac{\partial L}{\partial x} = x\odot(h\,\sigma_W^2), \qquad
+    \frac{\partial L}{\partial\sigma_W} = \sigma_W\odot(h^\top x^2), \qquad
+    \frac{\partial L}{\partial\sigma_b} = \sigma_b\odot\textstyle\sum_n h_n.
+    $$
 
     Autograd would take the same products but several more passes over every weight, to square
-    :math:`\sigma` and to carry :math:`\partial\sigma^2/\partial\sigma = 2\sigma` separately.
+    $\sigma$ and to carry $\partial\sigma^2/\partial\sigma = 2\sigma$ separately.
     """
 
     @staticmethod
@@ -238,8 +238,8 @@ class _LocalNoise(torch.autograd.Function):
         var_weight: Tensor | None = None,
         grad_std_weight: Tensor | None = None,
     ) -> Tensor:
-        """``var_weight``: :math:`\\sigma_W^2` where the caller has it; ``grad_std_weight``:
-        memory for the gradient in :math:`\\sigma_W` (None: fresh)."""
+        """``var_weight``: $\\sigma_W^2$ where the caller has it; ``grad_std_weight``:
+        memory for the gradient in $\\sigma_W$ (None: fresh)."""
         x2 = x.square()
         var_weight = std_weight.square() if var_weight is None else var_weight
         # kept out of save_for_backward: it is written, not read, and autograd's version check
@@ -270,9 +270,9 @@ def _monte_carlo_log_prior(
     grad_std: list[Tensor],
     scale: float,
 ) -> Tensor:
-    r""":math:`\log p(\theta)` at the draw :math:`\theta = \mu + \sigma\odot\epsilon` of the model's
-    parameters; subtracts ``scale`` times its gradient, :math:`g = \partial\log p/\partial\theta`
-    in :math:`\mu` and :math:`g\odot\epsilon` in :math:`\sigma`, from ``grad_mean`` and
+    r"""$\log p(\theta)$ at the draw $\theta = \mu + \sigma\odot\epsilon$ of the model's
+    parameters; subtracts ``scale`` times its gradient, $g = \partial\log p/\partial\theta$
+    in $\mu$ and $g\odot\epsilon$ in $\sigma$, from ``grad_mean`` and
     ``grad_std``."""
     draws = [t.detach() for t in theta[: len(potential.model_params)]]
     # the gradient takes the draw's memory, which nothing reads after it
@@ -294,9 +294,9 @@ def _gaussian_cross_entropy(
     grad_std: list[Tensor],
     scale: float,
 ) -> Tensor:
-    r""":math:`\mathbb{E}_q[-\log p(\theta)] = \sum_j \tfrac12\log 2\pi s_j^2 + (\mu_j^2 +
-    \sigma_j^2)/2s_j^2` for the prior :math:`\mathcal{N}(0, s_j^2)`; adds ``scale`` times its
-    gradient (:math:`\mu_j/s_j^2`, :math:`\sigma_j/s_j^2`) to ``grad_mean`` and ``grad_std``."""
+    r"""$\mathbb{E}_q[-\log p(\theta)] = \sum_j \tfrac12\log 2\pi s_j^2 + (\mu_j^2 +
+    \sigma_j^2)/2s_j^2$ for the prior $\mathcal{N}(0, s_j^2)$; adds ``scale`` times its
+    gradient ($\mu_j/s_j^2$, $\sigma_j/s_j^2$) to ``grad_mean`` and ``grad_std``."""
     total = torch.zeros((), dtype=torch.float64, device=mean[0].device)
     norms = zip(torch._foreach_norm(mean), torch._foreach_norm(std), strict=True)
     for m, s, prior_std, g_m, g_s, (norm_m, norm_s) in zip(
@@ -322,8 +322,8 @@ def _gaussian_cross_entropy(
 def _entropy(
     std: list[Tensor], grad_std: list[Tensor], scale: float, scratch: list[Tensor]
 ) -> Tensor:
-    r""":math:`\mathbb{H}[q] = \sum_j \log\sigma_j + \tfrac12\log 2\pi e`, the logarithms taken
-    in ``scratch``; subtracts ``scale`` times its gradient :math:`1/\sigma_j` from
+    r"""$\mathbb{H}[q] = \sum_j \log\sigma_j + \tfrac12\log 2\pi e$, the logarithms taken
+    in ``scratch``; subtracts ``scale`` times its gradient $1/\sigma_j$ from
     ``grad_std``."""
     one = torch.ones((), dtype=std[0].dtype, device=std[0].device)
     total = torch.zeros((), dtype=torch.float64, device=std[0].device)

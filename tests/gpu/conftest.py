@@ -30,7 +30,7 @@ HERE = Path(__file__).parent
 
 
 def skip_without_the_device() -> None:
-    """Skip the calling test module, in one line, where :data:`DEVICE` is cuda and there is none;
+    """Skip the calling test module, in one line, where `DEVICE` is cuda and there is none;
     called at the top of each module, before it imports the CPU tests it reuses."""
     if DEVICE == "cuda" and not torch.cuda.is_available():
         pytest.skip(
@@ -57,7 +57,7 @@ def deterministic() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def on_the_device(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[torch.device]]:
-    """Fails a test whose runs all stayed off :data:`DEVICE`: a CPU test reused here composes
+    """Fails a test whose runs all stayed off `DEVICE`: a CPU test reused here composes
     ``device=auto``, which must have picked the GPU."""
     import bdl.experiment
 

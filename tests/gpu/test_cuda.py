@@ -40,7 +40,7 @@ from bdl.stability import DivergedError  # noqa: E402
 
 #: The generated MNIST with 1 000 of its training images kept for training (the rest held out),
 #: minibatches of 100; and the generated Boston (455 training points) on minibatches of 32, at the
-#: UCI step size (test_run's). Burn-in: see :func:`case_overrides`.
+#: UCI step size (test_run's). Burn-in: see `case_overrides`.
 SIZES = {
     "mnist": ["dataset=mnist", "dataset.validation=59000", "batch_size=100"],
     "uci": [o for o in test_run.UCI if not o.startswith("burn_in=")],

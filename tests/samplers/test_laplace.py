@@ -1,12 +1,12 @@
 r"""The Laplace approximation (``sampler=laplace``): exact on Bayesian linear regression, where
-:math:`U_T` is quadratic, so its draws must have the closed-form posterior's moments
-(Bishop 2006, §3.3: :math:`\Lambda = (\tau\Phi^\top\Phi + I/\sigma^2)/T`, mean
-:math:`(\tau\Phi^\top\Phi + I/\sigma^2)^{-1}\tau\Phi^\top y`); and end to end in the runner on a
+$U_T$ is quadratic, so its draws must have the closed-form posterior's moments
+(Bishop 2006, §3.3: $\Lambda = (\tau\Phi^\top\Phi + I/\sigma^2)/T$, mean
+$(\tau\Phi^\top\Phi + I/\sigma^2)^{-1}\tau\Phi^\top y$); and end to end in the runner on a
 tiny generated UCI-format dataset, starting from an SGD run.
 
-Monte Carlo error, stated: with :math:`S` independent draws of a Gaussian, the sample mean's
-coordinate :math:`i` has standard deviation :math:`\sqrt{\Sigma_{ii}/S}` and the sample
-covariance's entry :math:`ij` :math:`\sqrt{(\Sigma_{ij}^2 + \Sigma_{ii}\Sigma_{jj})/S}`; the
+Monte Carlo error, stated: with $S$ independent draws of a Gaussian, the sample mean's
+coordinate $i$ has standard deviation $\sqrt{\Sigma_{ii}/S}$ and the sample
+covariance's entry $ij$ $\sqrt{(\Sigma_{ij}^2 + \Sigma_{ii}\Sigma_{jj})/S}$; the
 tests allow 5 of those (a chance of about 6e-7 per coordinate to fail by noise).
 """
 
@@ -107,7 +107,7 @@ def test_draws_have_the_closed_form_posterior_moments(structure, subset, tempera
 
 
 def test_diagonal_approximation_keeps_the_precisions_diagonal():
-    """``diag`` keeps :math:`\\Lambda_{ii}` and drops the rest: variances :math:`1/\\Lambda_{ii}`,
+    """``diag`` keeps $\\Lambda_{ii}$ and drops the rest: variances $1/\\Lambda_{ii}$,
     no correlations."""
     temperature = 0.5
     potential, batches, mean, _, untempered = _regression(temperature)

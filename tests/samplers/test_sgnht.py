@@ -3,10 +3,10 @@ makes it worth having: under gradient noise of unknown size its thermostat finds
 which the chain has the right temperature, and the chain samples the right variance.
 
 The expected values are closed forms solved with numpy (not with the code under test): on
-:math:`U = (\theta - \mu)^2 / 2\sigma^2`, at a fixed friction :math:`\zeta` the update is a
+$U = (\theta - \mu)^2 / 2\sigma^2$, at a fixed friction $\zeta$ the update is a
 linear recursion whose stationary covariance solves the discrete Lyapunov equation
-(``test_stationary.py``); the thermostat's fixed point :math:`\zeta^*` is the friction at which
-the stationary :math:`\mathrm{Var}[v] = \eta`, found by bisection.
+(``test_stationary.py``); the thermostat's fixed point $\zeta^*$ is the friction at which
+the stationary $\mathrm{Var}[v] = \eta$, found by bisection.
 """
 
 import math

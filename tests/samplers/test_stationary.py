@@ -1,12 +1,12 @@
 r"""Samplers' stationary distributions on a Gaussian target, against closed forms, with
 thresholds from the Monte Carlo error.
 
-On :math:`U(\theta) = (\theta - \mu)^2 / (2\sigma^2)` every update here is a linear recursion
-:math:`x' = A x + w` with Gaussian :math:`w \sim \mathcal N(0, Q)`, whose stationary covariance
-solves the discrete Lyapunov equation :math:`\Sigma = A \Sigma A^\top + Q` (solved here with
-``numpy.kron``, not with the code under test). :math:`C` independent chains started from a
-Gaussian give, after the transient has decayed, :math:`C` independent Gaussian draws: the sample
-mean has standard error :math:`\sqrt{\Sigma/C}` and the sample variance :math:`\Sigma\sqrt{2/(C-1)}`
+On $U(\theta) = (\theta - \mu)^2 / (2\sigma^2)$ every update here is a linear recursion
+$x' = A x + w$ with Gaussian $w \sim \mathcal N(0, Q)$, whose stationary covariance
+solves the discrete Lyapunov equation $\Sigma = A \Sigma A^\top + Q$ (solved here with
+``numpy.kron``, not with the code under test). $C$ independent chains started from a
+Gaussian give, after the transient has decayed, $C$ independent Gaussian draws: the sample
+mean has standard error $\sqrt{\Sigma/C}$ and the sample variance $\Sigma\sqrt{2/(C-1)}$
 (40 runs, SGLD and SGHMC over 20 seeds: the standardised mean and variance spread 0.97 and
 0.96 of these). Chains start in the stationary distribution itself, so a
 wrong update moves them away within a few relaxation times. Each test allows 5 standard errors, so

@@ -154,7 +154,7 @@ def copy_atomic(src: Path, dst: Path) -> None:
 
 
 def write_atomic(data: bytes, dst: Path) -> None:
-    """Write bytes through a temporary file and rename (see :func:`copy_atomic`)."""
+    """Write bytes through a temporary file and rename (see `copy_atomic`)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(dst) as out:
         out.write(data)

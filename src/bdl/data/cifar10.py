@@ -150,7 +150,7 @@ def load(root: str | os.PathLike | None = None, download: bool = True) -> Datase
     """Load the CIFAR-10 train (50k) and test (10k) sets, normalised with the standard statistics.
 
     Augmentation is deliberately not applied here: the whole set is returned as tensors and the
-    training loop applies :func:`bdl.data.augment.random_crop_flip` per minibatch, on device.
+    training loop applies `bdl.data.augment.random_crop_flip` per minibatch, on device.
     """
     base = data_root(root)
     where = _locate(base, root_is_named(root), download)

@@ -3,7 +3,7 @@
 Ten classes of clothing in MNIST's IDX format and sizes (60 000 training and 10 000 test images of
 28 x 28 pixels): a harder MNIST-sized benchmark, and the standard out-of-distribution set of an
 MNIST-trained network (and MNIST of a Fashion-MNIST-trained one). It is staged and extracted as
-:mod:`bdl.data.mnist` stages MNIST. Archives recompressed by a packager (Debian's
+`bdl.data.mnist` stages MNIST. Archives recompressed by a packager (Debian's
 ``dataset-fashion-mnist``) fail torchvision's md5 of the archive, so an archive also passes when
 its decompressed contents have the originals' md5 sums.
 """
@@ -36,7 +36,7 @@ def load(
     pixel_divisor: float = 255.0,
 ) -> Dataset:
     """Load Fashion-MNIST with the last ``validation`` training images held out (the
-    validation split), as :func:`bdl.data.mnist.load` splits MNIST, pixels divided by
+    validation split), as `bdl.data.mnist.load` splits MNIST, pixels divided by
     ``pixel_divisor`` (255: [0, 1])."""
     source = Source("Fashion-MNIST", "FashionMNIST", FashionMNIST, MD5, EXTRACTED_MD5)
     return load_idx(source, "fashion_mnist", root, validation, download, pixel_divisor)

@@ -12,7 +12,7 @@ The task is declared (``dataset.task=regression`` or ``classification``) or infe
 note in the log: a target of text labels, or of the integers 0..K-1 alone, is a classification
 into K classes; any other numeric target a regression. The features, and a regression's target,
 are standardised with the training rows' mean and standard deviation alone, by the UCI loader's
-own code (:func:`bdl.data.uci._standardise`), so that nothing leaks from the test rows; RMSE and
+own code (`bdl.data.uci._standardise`), so that nothing leaks from the test rows; RMSE and
 log-likelihood are reported in the target's own units. A validation split (``val_*`` metrics,
 where settings are chosen, never on the test rows) is a third file, or a fraction of the training
 rows held out before the statistics are taken.

@@ -203,7 +203,7 @@ def load_idx(
     download: bool,
     pixel_divisor: float,
 ) -> Dataset:
-    """The dataset of ``source`` (MNIST's layout and sizes) named ``name``, as :func:`load`
+    """The dataset of ``source`` (MNIST's layout and sizes) named ``name``, as `load`
     describes for MNIST."""
     label = source.label
     if (

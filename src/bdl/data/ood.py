@@ -2,7 +2,7 @@
 
 A classifier's predictive uncertainty is judged by how well it tells its own test inputs from
 inputs of another distribution (Hendrycks & Gimpel 2017; Ovadia et al. 2019): Fashion-MNIST's
-clothing against MNIST's digits and back, or images of uniform noise. :func:`ood_inputs` returns
+clothing against MNIST's digits and back, or images of uniform noise. `ood_inputs` returns
 the test inputs of the set a run or ``bdl-eval`` names by ``ood=``, preprocessed as the run's own
 dataset is.
 """
@@ -39,7 +39,7 @@ IMAGE_SHAPE = (1, 28, 28)  # the datasets' inputs: checked before any is read
 
 
 def check_name(name: str) -> None:
-    """Refuse an ``ood=`` name that is none of :data:`CHOICES`, in one line naming them."""
+    """Refuse an ``ood=`` name that is none of `CHOICES`, in one line naming them."""
     if name not in CHOICES:
         from bdl.overrides import did_you_mean
 

@@ -3,7 +3,7 @@
 Rotated MNIST is the standard image shift of Ovadia et al. (2019), "Can you trust your model's
 uncertainty? Evaluating predictive uncertainty under dataset shift": the test digits rotated by a
 growing angle, on which a good posterior's accuracy falls while its uncertainty rises. Beside it,
-:func:`corrupt` applies the corruptions of Hendrycks & Dietterich (2019), "Benchmarking neural
+`corrupt` applies the corruptions of Hendrycks & Dietterich (2019), "Benchmarking neural
 network robustness to common corruptions and perturbations", which Ovadia et al. also use, at a
 severity from 1 to 5: Gaussian noise, Gaussian blur, translation and contrast, generated at
 evaluation time (their parameters scaled to 28 x 28 images).
@@ -67,7 +67,7 @@ def check_corruption(name: str, severity: int) -> None:
 
 
 def corrupt(x: Tensor, name: str, severity: int) -> Tensor:
-    """Images ``N x C x H x W`` with corruption ``name`` (:data:`CORRUPTIONS`) at ``severity``
+    """Images ``N x C x H x W`` with corruption ``name`` (`CORRUPTIONS`) at ``severity``
     1-5, kept within the range of pixel values that ``x`` spans."""
     check_corruption(name, severity)
     _check_images(x, "shift.corrupt")

@@ -176,7 +176,7 @@ def _check_split(
     features: tuple[Path, np.ndarray],
     target: tuple[Path, np.ndarray],
 ) -> None:
-    """Refuse a cell beyond :data:`LARGEST_CELL` (naming its line and column) and a target
+    """Refuse a cell beyond `LARGEST_CELL` (naming its line and column) and a target
     listed among the features: a model that reads its target from its inputs scores a test
     metric no method earns."""
     (features_path, columns), (target_path, (column,)) = features, target

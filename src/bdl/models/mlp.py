@@ -43,8 +43,8 @@ class MLP(nn.Module):
     names (``layers.0.weight``, ``layers.2.bias``, ...) are stable across runs and can key saved
     samples and per-layer diagnostics.
 
-    ``init_std`` draws the initial weights from :math:`\mathcal{N}(0, s^2)` with zero biases, as in
-    Chen et al. (2014)'s code (:math:`s = 0.01`); ``None`` keeps PyTorch's default initialisation.
+    ``init_std`` draws the initial weights from $\mathcal{N}(0, s^2)$ with zero biases, as in
+    Chen et al. (2014)'s code ($s = 0.01$); ``None`` keeps PyTorch's default initialisation.
     """
 
     def __init__(
@@ -79,7 +79,7 @@ class MLP(nn.Module):
 
     def chain_forward(self, params: Mapping[str, Tensor], x: Tensor, shared: bool) -> Tensor:
         """The networks of ``K`` chains at once, ``params`` holding their parameters stacked
-        along a leading dimension under this module's parameter names (:mod:`bdl.steppers`):
+        along a leading dimension under this module's parameter names (`bdl.steppers`):
         outputs ``(K, n, out)`` for ``x`` of shape ``(K, n, ...)``, or ``(n, ...)`` when it is
         ``shared`` by all chains. Batched matrix products on the tensors as given, without the
         per-operation cost of ``torch.func.vmap`` or the parameter swaps of

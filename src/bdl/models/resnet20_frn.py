@@ -37,9 +37,9 @@ class FilterResponseNorm(nn.Module):
     r"""Filter Response Normalisation followed by a Thresholded Linear Unit.
 
     Singh & Krishnan, "Filter Response Normalization Layer" (CVPR 2020):
-    :math:`\hat x = x / \sqrt{\nu^2 + \epsilon}` with :math:`\nu^2` the mean of :math:`x^2` over
-    the spatial positions of one example and channel, then :math:`\max(\gamma \hat x + \beta,
-    \tau)`. Unlike BatchNorm it uses no batch statistics and has no train/eval mode, so every
+    $\hat x = x / \sqrt{\nu^2 + \epsilon}$ with $\nu^2$ the mean of $x^2$ over
+    the spatial positions of one example and channel, then $\max(\gamma \hat x + \beta,
+    \tau)$. Unlike BatchNorm it uses no batch statistics and has no train/eval mode, so every
     posterior sample is a fixed function of its own input.
     """
 

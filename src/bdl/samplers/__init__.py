@@ -1,4 +1,4 @@
-"""Samplers: one file per algorithm, all following the contract in :mod:`bdl.samplers.base`."""
+"""Samplers: one file per algorithm, all following the contract in `bdl.samplers.base`."""
 
 from bdl.samplers.adaptive_sghmc import AdaptiveSGHMC
 from bdl.samplers.base import Sampler, SamplerState

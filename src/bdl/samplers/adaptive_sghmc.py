@@ -1,46 +1,48 @@
 r"""Scale-adapted SGHMC (Springenberg, Klein, Falkner & Hutter, NeurIPS 2016).
 
-SGHMC (Chen et al. 2014) with a diagonal mass matrix :math:`\hat M` fitted to the gradients
-during burn-in, Springenberg et al.'s eq. (10) on the gradient :math:`g = \nabla\tilde U(\theta)`
+SGHMC (Chen et al. 2014) with a diagonal mass matrix $\hat M$ fitted to the gradients
+during burn-in, Springenberg et al.'s eq. (10) on the gradient $g = \nabla\tilde U(\theta)$
 of our potential:
 
-.. math::
+$$
+\begin{aligned}
+v &\leftarrow v - \epsilon^2 \hat M^{-1} g - \alpha\, v
+      + \mathcal N\big(0,\; 2\epsilon^2\alpha\,\hat M^{-1} - \epsilon^4 I\big), \qquad
+\hat M^{-1} = \mathrm{diag}\Big(\frac{1}{\lambda + \sqrt{\hat V}}\Big) \\
+\theta &\leftarrow \theta + v
+\end{aligned}
+$$
 
-    v &\leftarrow v - \epsilon^2 \hat M^{-1} g - \alpha\, v
-          + \mathcal N\big(0,\; 2\epsilon^2\alpha\,\hat M^{-1} - \epsilon^4 I\big), \qquad
-    \hat M^{-1} = \mathrm{diag}\Big(\frac{1}{\lambda + \sqrt{\hat V}}\Big) \\
-    \theta &\leftarrow \theta + v
+$\alpha = \epsilon\hat M^{-1}C$ is the friction ("mdecay"), and $\epsilon^4$ the part
+of the required noise that the minibatch gradient brings: its noise in $v$,
+$\epsilon^4\hat M^{-1}V\hat M^{-1}$, is $\epsilon^4$ where $\hat V$ estimates
+$V$ (where the difference is negative, no noise is injected). Per coordinate this is
+`bdl.samplers.sghmc.SGHMC` with the learning rate $\eta_i = \epsilon^2/\sqrt{\hat
+V_i}$ and $\hat\beta_i = \tfrac12\eta_i\hat V_i$.
 
-:math:`\alpha = \epsilon\hat M^{-1}C` is the friction ("mdecay"), and :math:`\epsilon^4` the part
-of the required noise that the minibatch gradient brings: its noise in :math:`v`,
-:math:`\epsilon^4\hat M^{-1}V\hat M^{-1}`, is :math:`\epsilon^4` where :math:`\hat V` estimates
-:math:`V` (where the difference is negative, no noise is injected). Per coordinate this is
-:class:`bdl.samplers.sghmc.SGHMC` with the learning rate :math:`\eta_i = \epsilon^2/\sqrt{\hat
-V_i}` and :math:`\hat\beta_i = \tfrac12\eta_i\hat V_i`.
-
-**Burn-in** (``tune=True``) updates, per coordinate, a running mean :math:`\bar g` and second
-moment :math:`\hat V` of the gradient over a window :math:`\tau` that grows by one a step while
+**Burn-in** (``tune=True``) updates, per coordinate, a running mean $\bar g$ and second
+moment $\hat V$ of the gradient over a window $\tau$ that grows by one a step while
 the gradient is noise about a small mean (a long average) and falls back towards 1 where its
 mean dominates (a gradient still changing as the chain travels; eqs. 8-9, after Schaul et al.
-2013), each with :math:`r = 1/(\tau + 1)` of the step's start:
+2013), each with $r = 1/(\tau + 1)$ of the step's start:
 
-.. math::
+$$
+\tau \leftarrow \tau\,\big(1 - \bar g^2 / (\hat V + \lambda)\big) + 1, \qquad
+\bar g \leftarrow (1 - r)\,\bar g + r\, g, \qquad
+\hat V \leftarrow (1 - r)\,\hat V + r\, g^2.
+$$
 
-    \tau \leftarrow \tau\,\big(1 - \bar g^2 / (\hat V + \lambda)\big) + 1, \qquad
-    \bar g \leftarrow (1 - r)\,\bar g + r\, g, \qquad
-    \hat V \leftarrow (1 - r)\,\hat V + r\, g^2.
-
-After burn-in :math:`\hat M` is fixed, so the chain that is sampled is SGHMC with a constant
-mass matrix. The estimates start at 1 (:math:`\tau = \bar g = \hat V = 1`), as in Springenberg
+After burn-in $\hat M$ is fixed, so the chain that is sampled is SGHMC with a constant
+mass matrix. The estimates start at 1 ($\tau = \bar g = \hat V = 1$), as in Springenberg
 et al.'s code: a first gradient would be a worse start, since a coordinate whose first gradient
-vanishes (a bias at 0 in a unit that no input activates) would get the mass :math:`\lambda` and
+vanishes (a bias at 0 in a unit that no input activates) would get the mass $\lambda$ and
 a step far past stability. The first burn-in step already halves their weight; a run without
-burn-in is SGHMC with :math:`\eta = \epsilon^2` and no scale adaptation.
+burn-in is SGHMC with $\eta = \epsilon^2$ and no scale adaptation.
 
-**Units.** :math:`\epsilon^2\hat M^{-1} g` is invariant to the scale of :math:`g`, so ``lr`` is
-:math:`\epsilon^2` on the scale of ``U`` itself, not a per-datum rate divided by :math:`N`
-(``step_unit="potential"``); a schedule's multiplier scales :math:`\epsilon^2`, as it scales
-SGHMC's :math:`\eta`. Springenberg et al.'s :math:`\epsilon = 10^{-2}` is ``lr=1e-4``.
+**Units.** $\epsilon^2\hat M^{-1} g$ is invariant to the scale of $g$, so ``lr`` is
+$\epsilon^2$ on the scale of ``U`` itself, not a per-datum rate divided by $N$
+(``step_unit="potential"``); a schedule's multiplier scales $\epsilon^2$, as it scales
+SGHMC's $\eta$. Springenberg et al.'s $\epsilon = 10^{-2}$ is ``lr=1e-4``.
 """
 
 from __future__ import annotations
@@ -55,8 +57,8 @@ from bdl.samplers.base import Declaration, Sampler, SamplerState
 
 
 class AdaptiveSGHMC(Sampler):
-    """Scale-adapted SGHMC with ``lr`` :math:`\\epsilon^2`, friction ``alpha``
-    (:math:`\\alpha`) and ``damping`` :math:`\\lambda` of the mass estimate."""
+    """Scale-adapted SGHMC with ``lr`` $\\epsilon^2$, friction ``alpha``
+    ($\\alpha$) and ``damping`` $\\lambda$ of the mass estimate."""
 
     declaration = Declaration(step_unit="potential", vectorisable=True, backs_off=True)
 
@@ -114,7 +116,7 @@ class AdaptiveSGHMC(Sampler):
     def _mass_and_noise(
         self, grad_sq: list[Tensor], step_size: float
     ) -> tuple[list[Tensor], list[Tensor]]:
-        r""":math:`\hat M^{-1}` and the injected noise's standard deviation. After burn-in both
+        r"""$\hat M^{-1}$ and the injected noise's standard deviation. After burn-in both
         are fixed for a given step, so they are kept and reused (recomputing them takes seven more
         passes over the parameters a step, about a tenth of a UCI network's step time) until
         a burn-in step, another step size or another ``grad_sq`` list (a restored checkpoint)

@@ -4,41 +4,41 @@ A sampler is a Markov kernel (or, for the MAP baselines, an optimiser) on a list
 tensors. It follows ``torch.optim``'s closure protocol so that minibatch and full-batch methods
 share one interface:
 
-.. code-block:: python
-
-    state = sampler.init(params)                  # params: list of tensors, updated in place
-    state = sampler.step(state, closure, lr_scale, noise)
+```python
+state = sampler.init(params)                  # params: list of tensors, updated in place
+state = sampler.step(state, closure, lr_scale, noise)
+```
 
 ``closure()`` returns ``(U, ∇U)`` at the parameters' current values — a minibatch estimate for
 stochastic-gradient methods, the full-data potential for Metropolis-corrected ones (those set a
-:class:`Declaration` with ``full_batch=True``; they may call it many times per step and restore
+`Declaration` with ``full_batch=True``; they may call it many times per step and restore
 rejected positions). ``lr_scale`` is the schedule's multiplier on the base step size at this step;
 ``noise=False`` switches off injected noise (the exploration phase of cyclical schedules);
 ``tune=True`` during burn-in lets a kernel adapt its own hyperparameters (HMC's step size, a noise
 estimate), and only then, so that the chain that is sampled afterwards is a fixed Markov kernel.
 
-After the last step the runner collects :meth:`Sampler.final_samples`: nothing for Markov chains
+After the last step the runner collects `Sampler.final_samples`: nothing for Markov chains
 (their samples are the states kept during the run), the final point for optimisers, draws from
 the fitted distribution for variational methods and the Laplace approximation. The last needs
 more than closures (the model, the likelihood, the prior's curvature and the training set): the
-runner hands them over once, before the first step, through :meth:`Sampler.attach`.
+runner hands them over once, before the first step, through `Sampler.attach`.
 
 Everything a kernel carries between steps (momenta, preconditioners, variational parameters)
 lives in ``state.buffers`` as lists of tensors shaped like ``params`` — including, for the
 Metropolis kernels, ``∇U`` at the current position (``state.buffers["grad"]``, with ``U`` in
 ``state.info["potential"]``); whatever changes ``U`` other than through the parameters (a Gibbs
-update of prior hyperparameters) calls :meth:`Sampler.potential_changed`, so that a kernel drops
+update of prior hyperparameters) calls `Sampler.potential_changed`, so that a kernel drops
 what it cached; ``state.info`` holds
 diagnostics as tensors, so that no step forces a device synchronisation. Updates have a
 ``torch._foreach_*`` implementation and a plain per-tensor loop twin (``foreach=False``) that the
 tests hold equal; noise comes from the sampler's own ``torch.Generator``, so a run is reproducible
 from its seed.
 
-**Chains stacked as one** (:mod:`bdl.steppers`). A sampler that declares ``vectorisable`` also
+**Chains stacked as one** (`bdl.steppers`). A sampler that declares ``vectorisable`` also
 moves ``K`` independent chains at once: every tensor of the state stacks them along its first
 dimension, the closure returns one ``U`` per chain (shape ``(K,)``), and ``generator`` is a list
-of the chains' generators (:mod:`bdl.noise`). Its update must then treat the chains apart:
-elementwise arithmetic with scalar hyperparameters, noise through :meth:`Sampler.gaussian_like`,
+of the chains' generators (`bdl.noise`). Its update must then treat the chains apart:
+elementwise arithmetic with scalar hyperparameters, noise through `Sampler.gaussian_like`,
 Metropolis tests per chain. A step-size adaptation sees the chains' mean acceptance probability
 (pooled). Kernels whose update reduces over all parameters (cSGD's fitted scalar step) or that
 draw through other paths (variational draws, the Laplace approximation) leave it False.
@@ -103,16 +103,16 @@ class Declaration:
     """What a sampler is, read by the runner and the tests (never inferred from its behaviour).
 
     Args:
-        step_unit: the unit of ``lr``, one of :data:`STEP_UNITS`.
+        step_unit: the unit of ``lr``, one of `STEP_UNITS`.
         full_batch: each step evaluates the full-data potential (a Metropolis test); the runner
             passes the full-data closure and takes one step per epoch.
         injects_noise: its states are posterior samples. False for optimisers and variational
-            or Laplace fits, whose samples are drawn after the run (:meth:`Sampler.final_samples`).
+            or Laplace fits, whose samples are drawn after the run (`Sampler.final_samples`).
         vectorisable: it also steps ``K`` chains stacked along the first dimension (above).
         minibatch_noise: its only noise is the minibatch gradient's (constant SGD): full batches
             are refused.
         backs_off: its step does not transfer between data sets, so the runner halves it during
-            burn-in when the potential climbs (:mod:`bdl.stability`).
+            burn-in when the potential climbs (`bdl.stability`).
         needs_trained_start: it expands the posterior around a trained network, given by
             ``init_from`` (Laplace).
     """
@@ -146,7 +146,7 @@ class Sampler(ABC):
 
     Args:
         lr: the base step size on the scale of ``U`` (the runner converts the configs' per-datum
-            rates with :meth:`bdl.potential.Potential.step_size`).
+            rates with `bdl.potential.Potential.step_size`).
         foreach: use the ``torch._foreach_*`` update (default) or the per-tensor loop.
         generator: source of injected noise (a list: one per stacked chain); the default
             generator when ``None``.
@@ -188,11 +188,11 @@ class Sampler(ABC):
         return stacked
 
     def attach(self, potential: Potential, batches: Batches) -> None:  # noqa: B027 (optional)
-        """Meet the run's potential and training set, once, before :meth:`init`. Samplers that
+        """Meet the run's potential and training set, once, before `init`. Samplers that
         need only the closures ignore them (the default)."""
 
     def plan_burn_in(self, steps: int) -> None:  # noqa: B027 (optional)
-        """Learn, once before :meth:`init`, that the first ``steps`` steps are burn-in
+        """Learn, once before `init`, that the first ``steps`` steps are burn-in
         (``tune=True``): a kernel that adapts in stages (HMC's mass matrix) places them in it.
         Samplers that adapt step by step, or not at all, ignore it (the default)."""
 
@@ -225,14 +225,14 @@ class Sampler(ABC):
 
     def prior_weight(self, batch: int, num_batches: int) -> float:
         """The weight of the prior term in the closure of minibatch ``batch`` (0-based) of the
-        ``num_batches`` of an epoch (:class:`bdl.potential.Potential`): 1, which makes every step's
+        ``num_batches`` of an epoch (`bdl.potential.Potential`): 1, which makes every step's
         potential an unbiased estimate; variational methods may spread the KL term unevenly."""
         return 1.0
 
     @torch.no_grad()
     def restart(self, state: SamplerState) -> None:
         """Called once the runner has returned ``state`` to an earlier point and halved the step
-        (:mod:`bdl.stability`): a momentum built at the old step would carry the chain where the
+        (`bdl.stability`): a momentum built at the old step would carry the chain where the
         old step did, so a kernel's ``"momentum"`` buffer starts again at rest."""
         for v in state.buffers.get("momentum", []):
             v.zero_()
@@ -263,5 +263,5 @@ class Sampler(ABC):
 
     def gaussian_like(self, tensors: list[Tensor]) -> list[Tensor]:
         """Standard normal draws shaped like ``tensors`` from the sampler's generator
-        (:class:`bdl.noise.StandardNormal`: one draw, overwritten by the next call)."""
+        (`bdl.noise.StandardNormal`: one draw, overwritten by the next call)."""
         return self._normal.like(tensors, self.generator)

@@ -1,55 +1,57 @@
 r"""Bayes by Backprop (Blundell, Cornebise, Kavukcuoglu & Wierstra, ICML 2015; Bühler §2.2).
 
-Variational inference with a mean-field Gaussian :math:`q(w\mid\theta)`, :math:`\theta = (\mu,
-\rho)`, fitted by stochastic gradient descent on the variational free energy (eqs. 3-4)
+Variational inference with a mean-field Gaussian $q(w\mid\theta)$, $\theta = (\mu,
+\rho)$, fitted by stochastic gradient descent on the variational free energy (eqs. 3-4)
 
-.. math::
-
-    \mathcal{F}(\mathcal{D}, \theta) = \mathrm{KL}\big[q(w\mid\theta)\,\|\,P(w)\big]
-        - \mathbb{E}_{q(w\mid\theta)}\big[\log P(\mathcal{D}\mid w)\big],
+$$
+\mathcal{F}(\mathcal{D}, \theta) = \mathrm{KL}\big[q(w\mid\theta)\,\|\,P(w)\big]
+    - \mathbb{E}_{q(w\mid\theta)}\big[\log P(\mathcal{D}\mid w)\big],
+$$
 
 with unbiased Monte Carlo gradients through the reparameterisation (eqs. 6-9)
 
-.. math::
+$$
+\begin{aligned}
+\sigma &= \log(1 + e^{\rho}), \qquad w = \mu + \sigma\circ\epsilon,
+    \quad \epsilon \sim \mathcal{N}(0, I) \\
+\Delta_\mu &= \frac{\partial f(w,\theta)}{\partial w}
+    + \frac{\partial f(w,\theta)}{\partial\mu}, \qquad
+\Delta_\rho = \frac{\partial f(w,\theta)}{\partial w}\,\frac{\epsilon}{1 + e^{-\rho}}
+    + \frac{\partial f(w,\theta)}{\partial\rho} \\
+\mu &\leftarrow \mu - \alpha\,\Delta_\mu, \qquad \rho \leftarrow \rho - \alpha\,\Delta_\rho
+    \qquad (10)
+\end{aligned}
+$$
 
-    \sigma &= \log(1 + e^{\rho}), \qquad w = \mu + \sigma\circ\epsilon,
-        \quad \epsilon \sim \mathcal{N}(0, I) \\
-    \Delta_\mu &= \frac{\partial f(w,\theta)}{\partial w}
-        + \frac{\partial f(w,\theta)}{\partial\mu}, \qquad
-    \Delta_\rho = \frac{\partial f(w,\theta)}{\partial w}\,\frac{\epsilon}{1 + e^{-\rho}}
-        + \frac{\partial f(w,\theta)}{\partial\rho} \\
-    \mu &\leftarrow \mu - \alpha\,\Delta_\mu, \qquad \rho \leftarrow \rho - \alpha\,\Delta_\rho
-        \qquad (10)
-
-where :math:`f(w, \theta) = \log q(w\mid\theta) - \log P(w)P(\mathcal{D}\mid w)`. The estimate of
-:math:`\mathcal{F}` and its gradient in :math:`(\mu, \sigma)` come from the potential's
-variational closure (:mod:`bdl.variational`): minibatch likelihood scaled by
-:math:`N/n`, KL in closed form when the prior is Gaussian (given its hyperparameters) and by Monte
+where $f(w, \theta) = \log q(w\mid\theta) - \log P(w)P(\mathcal{D}\mid w)$. The estimate of
+$\mathcal{F}$ and its gradient in $(\mu, \sigma)$ come from the potential's
+variational closure (`bdl.variational`): minibatch likelihood scaled by
+$N/n$, KL in closed form when the prior is Gaussian (given its hyperparameters) and by Monte
 Carlo otherwise (Blundell's scale mixture), the local reparameterisation trick on linear layers
-(``local_reparam``); this class owns the rest: :math:`\sigma = \log(1 + e^\rho)` and its chain rule
-:math:`\partial\sigma/\partial\rho = 1/(1 + e^{-\rho})`, ``num_mc`` samples per step (eq. 5's sum),
-the KL weight per minibatch and the update (10). :class:`BBB` takes the update by Adam (Kingma &
+(``local_reparam``); this class owns the rest: $\sigma = \log(1 + e^\rho)$ and its chain rule
+$\partial\sigma/\partial\rho = 1/(1 + e^{-\rho})$, ``num_mc`` samples per step (eq. 5's sum),
+the KL weight per minibatch and the update (10). `BBB` takes the update by Adam (Kingma &
 Ba 2015) — the practice of reimplementations and of Izmailov et al. (2021)'s MFVI — so its ``lr``
-is Adam's :math:`\alpha` on :math:`(\mu, \rho)`, not a rate per datum; :class:`BBBSGD` takes
+is Adam's $\alpha$ on $(\mu, \rho)$, not a rate per datum; `BBBSGD` takes
 the paper's plain SGD step, at a rate per datum.
 
-**KL weighting** (Blundell §3.4). The minibatch cost :math:`\mathcal{F}_i = \pi_i\,\mathrm{KL} -
-\mathbb{E}_q\log P(\mathcal{D}_i\mid w)` sums to :math:`\mathcal{F}` over the :math:`M` minibatches
-of an epoch for any :math:`\sum_i\pi_i = 1`: ``uniform`` takes :math:`\pi_i = 1/M` (the
-default), ``blundell`` :math:`\pi_i = 2^{M-i}/(2^M - 1)`, which lets the prior shape the first
+**KL weighting** (Blundell §3.4). The minibatch cost $\mathcal{F}_i = \pi_i\,\mathrm{KL} -
+\mathbb{E}_q\log P(\mathcal{D}_i\mid w)$ sums to $\mathcal{F}$ over the $M$ minibatches
+of an epoch for any $\sum_i\pi_i = 1$: ``uniform`` takes $\pi_i = 1/M$ (the
+default), ``blundell`` $\pi_i = 2^{M-i}/(2^M - 1)$, which lets the prior shape the first
 minibatches of each epoch and the data the rest. Blundell et al. took plain SGD steps, which keep
 the KL's full weight; Adam divides every step by a running gradient scale, so that under
-``blundell`` the prior's few large gradients of an epoch move :math:`\rho` about as far as any
-other step and its pull on :math:`\sigma` is all but lost. Measured on MNIST (784-400-400-10,
-scale-mixture prior, :math:`\sigma_0 = 0.01`, 5 epochs): under ``blundell`` every :math:`\sigma`
-stayed within 0.0087-0.0127, so :math:`|\mu|/\sigma` ranked the weights by :math:`|\mu|` and
-removing 95% of them raised the test error from 1.8% to 9.0%; under ``uniform`` :math:`\sigma`
+``blundell`` the prior's few large gradients of an epoch move $\rho$ about as far as any
+other step and its pull on $\sigma$ is all but lost. Measured on MNIST (784-400-400-10,
+scale-mixture prior, $\sigma_0 = 0.01$, 5 epochs): under ``blundell`` every $\sigma$
+stayed within 0.0087-0.0127, so $|\mu|/\sigma$ ranked the weights by $|\mu|$ and
+removing 95% of them raised the test error from 1.8% to 9.0%; under ``uniform`` $\sigma$
 spread over 0.003-0.16 and 95% removed left the error unchanged (2.3%).
 
 **Samples.** ``μ`` is the network's own weights (``state.params``) during training, so the net
-between steps is :math:`q`'s mean; :meth:`BBB.final_samples` writes ``num_samples`` draws
-:math:`w \sim q` into them, which the runner stores, averages and scores exactly as an MCMC chain's
-samples, and then restores :math:`\mu`.
+between steps is $q$'s mean; `BBB.final_samples` writes ``num_samples`` draws
+$w \sim q$ into them, which the runner stores, averages and scores exactly as an MCMC chain's
+samples, and then restores $\mu$.
 """
 
 from __future__ import annotations
@@ -73,18 +75,18 @@ NEGLIGIBLE_WEIGHT = 1e-30
 
 
 class BBB(Sampler):
-    """Bayes by Backprop with Adam step size ``lr`` (:math:`\\alpha`).
+    """Bayes by Backprop with Adam step size ``lr`` ($\\alpha$).
 
     Args:
-        lr: Adam's step size :math:`\\alpha` on :math:`(\\mu, \\rho)`.
-        betas: Adam's moment decays :math:`(\\beta_1, \\beta_2)`.
-        num_mc: Monte Carlo samples per step (the :math:`n` of eq. 5).
+        lr: Adam's step size $\\alpha$ on $(\\mu, \\rho)$.
+        betas: Adam's moment decays $(\\beta_1, \\beta_2)$.
+        num_mc: Monte Carlo samples per step (the $n$ of eq. 5).
         kl_weighting: ``uniform`` or ``blundell`` (module docstring).
         local_reparam: sample linear layers' pre-activations (Kingma et al. 2015) instead of
             their weights.
-        init_std: the initial :math:`\\sigma`, the same for every weight (:math:`\\mu` starts at the
+        init_std: the initial $\\sigma$, the same for every weight ($\\mu$ starts at the
             network's initialisation, or at ``init_from``'s solution).
-        num_samples: draws from :math:`q` kept after training.
+        num_samples: draws from $q$ kept after training.
     """
 
     declaration = Declaration(step_unit="optimiser", injects_noise=False)
@@ -139,7 +141,7 @@ class BBB(Sampler):
         return state
 
     def prior_weight(self, batch: int, num_batches: int) -> float:
-        """:math:`M\\pi_i` for minibatch ``i = batch + 1`` of ``M = num_batches``.
+        """$M\\pi_i$ for minibatch ``i = batch + 1`` of ``M = num_batches``.
 
         Blundell's weights halve from one minibatch to the next; below ``NEGLIGIBLE_WEIGHT`` the
         term could not change a float32 gradient and is returned as 0, which lets the potential
@@ -154,7 +156,7 @@ class BBB(Sampler):
 
     @staticmethod
     def std(rho: list[Tensor]) -> list[Tensor]:
-        """:math:`\\sigma = \\log(1 + e^\\rho)`."""
+        """$\\sigma = \\log(1 + e^\\rho)$."""
         return [softplus(r) for r in rho]
 
     @torch.no_grad()
@@ -252,16 +254,16 @@ class BBB(Sampler):
 
 class BBBSGD(BBB):
     r"""Bayes by Backprop with Blundell et al.'s own update: plain SGD steps (10) on
-    :math:`(\mu, \rho)`, with their KL weighting by default.
+    $(\mu, \rho)$, with their KL weighting by default.
 
     ``lr`` is per datum, like the SG-MCMC samplers': the runner makes it a step of ``lr / N`` on the
-    estimate of :math:`\mathcal{F}` (:meth:`bdl.potential.Potential.step_size`), which is
-    :math:`M = N/n` times the paper's minibatch cost :math:`\mathcal{F}_i` (the likelihood summed
-    over the :math:`n` points), so the paper's rate :math:`\alpha` is ``lr`` :math:`= \alpha n`:
-    their :math:`\alpha = 10^{-3}` at :math:`n = 128` is 0.128. Without Adam's rescaling the
-    KL's pull on :math:`\sigma` is as large as its gradient, and at a small :math:`\sigma` that
-    is small: the entropy's :math:`-\partial\log\sigma/\partial\rho \approx -1` moves
-    :math:`\rho` by about :math:`\alpha` an epoch (the KL weights of an epoch sum to one).
+    estimate of $\mathcal{F}$ (`bdl.potential.Potential.step_size`), which is
+    $M = N/n$ times the paper's minibatch cost $\mathcal{F}_i$ (the likelihood summed
+    over the $n$ points), so the paper's rate $\alpha$ is ``lr`` $= \alpha n$:
+    their $\alpha = 10^{-3}$ at $n = 128$ is 0.128. Without Adam's rescaling the
+    KL's pull on $\sigma$ is as large as its gradient, and at a small $\sigma$ that
+    is small: the entropy's $-\partial\log\sigma/\partial\rho \approx -1$ moves
+    $\rho$ by about $\alpha$ an epoch (the KL weights of an epoch sum to one).
     """
 
     declaration = Declaration(step_unit="per datum", injects_noise=False)

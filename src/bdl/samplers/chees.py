@@ -1,29 +1,29 @@
 r"""HMC's trajectory length learnt across stacked chains by ChEES (Hoffman, Radul & Sountsov 2021).
 
-Each iteration integrates for a jittered time :math:`t = u_n T`, with :math:`u_n` the base-2
+Each iteration integrates for a jittered time $t = u_n T$, with $u_n$ the base-2
 Halton (van der Corput) sequence, so that no single length resonates with the posterior's
-periods. During burn-in :math:`T` climbs the Change in the Estimator of the Expected Square,
+periods. During burn-in $T$ climbs the Change in the Estimator of the Expected Square,
 
-.. math::
+$$
+\mathrm{ChEES}(T) = \tfrac14\,\mathbb E\big[(\lVert\theta' - \mathbb E\theta\rVert^2
+    - \lVert\theta - \mathbb E\theta\rVert^2)^2\big],
+$$
 
-    \mathrm{ChEES}(T) = \tfrac14\,\mathbb E\big[(\lVert\theta' - \mathbb E\theta\rVert^2
-        - \lVert\theta - \mathbb E\theta\rVert^2)^2\big],
+whose gradient in $T$ needs only the proposal $\theta'$ and its velocity
+$v' = M^{-1}p'$ at the end of the trajectory, per chain $k$,
 
-whose gradient in :math:`T` needs only the proposal :math:`\theta'` and its velocity
-:math:`v' = M^{-1}p'` at the end of the trajectory, per chain :math:`k`,
+$$
+g_k = u_n\,(\lVert\theta'_k - \bar\theta'\rVert^2 - \lVert\theta_k - \bar\theta\rVert^2)\,
+    (\theta'_k - \bar\theta')\cdot v'_k,
+$$
 
-.. math::
-
-    g_k = u_n\,(\lVert\theta'_k - \bar\theta'\rVert^2 - \lVert\theta_k - \bar\theta\rVert^2)\,
-        (\theta'_k - \bar\theta')\cdot v'_k,
-
-with the expectation :math:`\mathbb E\theta` replaced by the mean over the chains (the proposals'
-weighted by their acceptance probabilities :math:`a_k`), and averaged over the chains with weights
-:math:`a_k`. Norms are taken in the coordinates the mass matrix whitens,
-:math:`\lVert x\rVert^2_{M} = x^\top M x`, so that a learnt diagonal mass makes every direction
-count alike (with :math:`M = I` this is the paper's criterion). :math:`\log T` then takes an
-RMSProp step clipped to :math:`\pm 0.35`, and the iterates are averaged with weights
-:math:`n^{-1/2}`; the average is the length used after burn-in. The constants are those of
+with the expectation $\mathbb E\theta$ replaced by the mean over the chains (the proposals'
+weighted by their acceptance probabilities $a_k$), and averaged over the chains with weights
+$a_k$. Norms are taken in the coordinates the mass matrix whitens,
+$\lVert x\rVert^2_{M} = x^\top M x$, so that a learnt diagonal mass makes every direction
+count alike (with $M = I$ this is the paper's criterion). $\log T$ then takes an
+RMSProp step clipped to $\pm 0.35$, and the iterates are averaged with weights
+$n^{-1/2}$; the average is the length used after burn-in. The constants are those of
 TensorFlow Probability's ``GradientBasedTrajectoryLengthAdaptation``, by the same authors.
 
 The criterion's expectations are over chains, so it needs two or more chains stacked as one.
@@ -67,13 +67,13 @@ class ChEES:
         return halton(self.iterations + 1)
 
     def length(self, tune: bool) -> float:
-        """:math:`T` while adapting, the averaged :math:`\\bar T` afterwards (:math:`T` itself
+        """$T$ while adapting, the averaged $\\bar T$ afterwards ($T$ itself
         if it was never adapted)."""
         return math.exp(self.log_length if tune or not self.updates else self.log_length_avg)
 
     def update(self, gradient: float, step_size: float) -> None:
-        """One RMSProp step of :math:`\\log T` up the criterion's ``gradient``, then the
-        average; :math:`T` kept within :data:`MAX_LEAPFROG_STEPS` steps of ``step_size``."""
+        """One RMSProp step of $\\log T$ up the criterion's ``gradient``, then the
+        average; $T$ kept within `MAX_LEAPFROG_STEPS` steps of ``step_size``."""
         self.updates += 1
         decay = SQUARED_GRADIENT_DECAY
         self.squared_gradient = decay * self.squared_gradient + (1 - decay) * gradient**2
@@ -85,16 +85,16 @@ class ChEES:
         self.log_length_avg = weight * self.log_length + (1 - weight) * self.log_length_avg
 
     def remeasure(self, old_inverse_mass: list[Tensor], inverse_mass: list[Tensor]) -> None:
-        r"""Carry :math:`T` over a change of the mass matrix, which changes what a unit of time
+        r"""Carry $T$ over a change of the mass matrix, which changes what a unit of time
         means, and restart the average and the gradient's scale.
 
-        Under :math:`M^{-1} = v` a direction of variance :math:`\sigma_i^2` turns with period
-        :math:`\propto \sigma_i / \sqrt{v_i}`; with :math:`\sigma_i^2 \approx v_i'`, the new
-        estimate, the periods shrink by :math:`\sqrt{r_i}`, :math:`r_i = v_i'/v_i`. The
-        criterion is dominated by the directions of largest :math:`\mathbb E\lVert x\rVert^4`,
-        weight :math:`r_i^2` under the old metric, so :math:`T` is divided by
-        :math:`(\sum r_i^3 / \sum r_i^2)^{1/2}`, the dominant directions' factor; a posterior
-        whose scales span :math:`10^2` then keeps its :math:`T` at the optimum found before.
+        Under $M^{-1} = v$ a direction of variance $\sigma_i^2$ turns with period
+        $\propto \sigma_i / \sqrt{v_i}$; with $\sigma_i^2 \approx v_i'$, the new
+        estimate, the periods shrink by $\sqrt{r_i}$, $r_i = v_i'/v_i$. The
+        criterion is dominated by the directions of largest $\mathbb E\lVert x\rVert^4$,
+        weight $r_i^2$ under the old metric, so $T$ is divided by
+        $(\sum r_i^3 / \sum r_i^2)^{1/2}$, the dominant directions' factor; a posterior
+        whose scales span $10^2$ then keeps its $T$ at the optimum found before.
         """
         ratios = [
             a.double() / b.double() for a, b in zip(inverse_mass, old_inverse_mass, strict=True)
@@ -113,7 +113,7 @@ def gradient(
     inverse_mass: list[Tensor] | None,
     jitter: float,
 ) -> float:
-    """The chains' ChEES gradient in :math:`T` (above), for chains along the leading dimensions
+    """The chains' ChEES gradient in $T$ (above), for chains along the leading dimensions
     of every tensor, as many as ``accept_prob`` has."""
     chains = accept_prob.numel()
     if chains < 2:

@@ -6,46 +6,46 @@ Bühler, eqs. 33–35). Choosing the step to minimise the KL divergence from tha
 posterior makes the iterates approximate posterior samples, with no noise injected at all: the
 minibatch noise is the noise.
 
-**Mandt et al.'s result** (Bühler, eqs. 36–38), for SGD :math:`\theta \leftarrow \theta -
-\varepsilon\,\hat g` on the per-datum average loss, with minibatch gradient :math:`\hat g` of
-covariance :math:`BB^\top/n` (:math:`BB^\top` the per-example gradient covariance, :math:`n` the
-minibatch size, :math:`D` the dimension, :math:`N` the dataset size):
+**Mandt et al.'s result** (Bühler, eqs. 36–38), for SGD $\theta \leftarrow \theta -
+\varepsilon\,\hat g$ on the per-datum average loss, with minibatch gradient $\hat g$ of
+covariance $BB^\top/n$ ($BB^\top$ the per-example gradient covariance, $n$ the
+minibatch size, $D$ the dimension, $N$ the dataset size):
 
-.. math::
+$$
+\varepsilon^* = 2\,\frac{n}{N}\,\frac{D}{\mathrm{Tr}(BB^\top)}, \qquad
+H^*_{kk} = \frac{2n}{N\,(BB^\top)_{kk}} \quad \text{(diagonal preconditioner)}.
+$$
 
-    \varepsilon^* = 2\,\frac{n}{N}\,\frac{D}{\mathrm{Tr}(BB^\top)}, \qquad
-    H^*_{kk} = \frac{2n}{N\,(BB^\top)_{kk}} \quad \text{(diagonal preconditioner)}.
+**In our units.** Our potential is $U = N\times$ that loss, so $\nabla\tilde U = N\hat
+g$ and a step $h$ on $U$ is $\varepsilon = hN$. The spread of minibatch
+gradients of $U$ that we can measure is $V = \mathrm{Var}[\nabla\tilde U] =
+N^2 BB^\top/n$ elementwise, i.e. $(BB^\top)_{kk} = nV_k/N^2$. Substituting,
 
-**In our units.** Our potential is :math:`U = N\times` that loss, so :math:`\nabla\tilde U = N\hat
-g` and a step :math:`h` on :math:`U` is :math:`\varepsilon = hN`. The spread of minibatch
-gradients of :math:`U` that we can measure is :math:`V = \mathrm{Var}[\nabla\tilde U] =
-N^2 BB^\top/n` elementwise, i.e. :math:`(BB^\top)_{kk} = nV_k/N^2`. Substituting,
+$$
+h^* = \frac{\varepsilon^*}{N} = \frac{2D}{\sum_k V_k}, \qquad
+h_k = \frac{H^*_{kk}}{N} = \frac{2}{V_k},
+$$
 
-.. math::
-
-    h^* = \frac{\varepsilon^*}{N} = \frac{2D}{\sum_k V_k}, \qquad
-    h_k = \frac{H^*_{kk}}{N} = \frac{2}{V_k},
-
-free of :math:`n` and :math:`N`. It is the Langevin condition in disguise: :math:`\theta \leftarrow
-\theta - h\nabla U + h\xi`, :math:`\mathrm{Var}\,\xi = V`, is SGLD with step :math:`s = 2h` when its
-noise :math:`h^2 V` equals :math:`s`, i.e. :math:`h = 2/V`. ``U`` already carries the temperature,
-so the same formula targets :math:`\exp(-U/T)`.
+free of $n$ and $N$. It is the Langevin condition in disguise: $\theta \leftarrow
+\theta - h\nabla U + h\xi$, $\mathrm{Var}\,\xi = V$, is SGLD with step $s = 2h$ when its
+noise $h^2 V$ equals $s$, i.e. $h = 2/V$. ``U`` already carries the temperature,
+so the same formula targets $\exp(-U/T)$.
 
 **Procedure.** While ``tune=True`` (burn-in) the kernel is plain SGD with step ``lr`` (times the
-schedule's multiplier), reaching the mode's neighbourhood, while :math:`V` is estimated from the
-spread of its minibatch gradients (:mod:`bdl.samplers.gradient_noise`). At the first step after
-burn-in it fixes :math:`h^*` (``preconditioner: scalar``) or :math:`h_k` (``diagonal``) and keeps
+schedule's multiplier), reaching the mode's neighbourhood, while $V$ is estimated from the
+spread of its minibatch gradients (`bdl.samplers.gradient_noise`). At the first step after
+burn-in it fixes $h^*$ (``preconditioner: scalar``) or $h_k$ (``diagonal``) and keeps
 them for the rest of the run; the schedule's multiplier still applies. Coordinates whose gradient
 has (almost) no minibatch noise — the input weights of always-black MNIST pixels, driven by the
-prior alone — cannot be sampled by constant SGD (:math:`H^*` is infinite there); their variance is
-floored at ``variance_floor`` times the mean of :math:`V` so that their step stays finite.
+prior alone — cannot be sampled by constant SGD ($H^*$ is infinite there); their variance is
+floored at ``variance_floor`` times the mean of $V$ so that their step stays finite.
 
-**Stability.** SGD with step :math:`h` diverges along the top eigenvector of :math:`\nabla^2 U`
-once :math:`h > 2/\lambda_{\max}`, while :math:`h^*` follows the mean gradient noise, and with it
+**Stability.** SGD with step $h$ diverges along the top eigenvector of $\nabla^2 U$
+once $h > 2/\lambda_{\max}$, while $h^*$ follows the mean gradient noise, and with it
 the mean curvature. The optimum is therefore stable only for a posterior close to an isotropic
 Gaussian; on neural networks it is not (``scripts/csgd_stability.py`` measures the ratio: about 300
 on MNIST's MLP, 2.4 on yacht's on minibatches of 32), and a diverged chain's message says so
-(:meth:`divergence_fix`). Without minibatches there is no noise to sample with, and the runner
+(`divergence_fix`). Without minibatches there is no noise to sample with, and the runner
 refuses full batches (``minibatch_noise``).
 
 The iterates are samples (``injects_noise`` is left True: the runner collects them), although the

@@ -1,22 +1,22 @@
-r"""An online estimate of the minibatch gradient's noise, :math:`\hat V \approx
-\mathrm{Var}[\nabla\tilde U]` elementwise, used by ``sghmc`` (Chen et al.'s :math:`\hat B`) and
-``csgd`` (Mandt et al.'s :math:`BB^\top`).
+r"""An online estimate of the minibatch gradient's noise, $\hat V \approx
+\mathrm{Var}[\nabla\tilde U]$ elementwise, used by ``sghmc`` (Chen et al.'s $\hat B$) and
+``csgd`` (Mandt et al.'s $BB^\top$).
 
-Consecutive minibatch gradients are treated as draws of :math:`\nabla\tilde U`; their
+Consecutive minibatch gradients are treated as draws of $\nabla\tilde U$; their
 exponentially weighted mean and variance (the incremental form of Finch 2009, "Incremental
 calculation of weighted mean and variance"),
 
-.. math::
+$$
+\delta = g - m,\qquad m \leftarrow m + (1 - \beta)\,\delta,\qquad
+\hat V \leftarrow \beta\,\big(\hat V + (1 - \beta)\,\delta^2\big),
+$$
 
-    \delta = g - m,\qquad m \leftarrow m + (1 - \beta)\,\delta,\qquad
-    \hat V \leftarrow \beta\,\big(\hat V + (1 - \beta)\,\delta^2\big),
-
-forget the transient of early burn-in after about :math:`1/(1 - \beta)` steps. The parameters move
-between draws, so :math:`\hat V` also holds the variation of the true gradient along the chain;
-near stationarity that is a fraction of order :math:`n/N` of the minibatch noise (the posterior
-spread of :math:`\nabla U` is its curvature, the minibatch noise :math:`N/n` times the
-per-example Fisher information, which is of the same order), small for the usual :math:`n \ll N`.
-Samplers observe gradients only while ``tune=True`` (burn-in) and then keep :math:`\hat V` fixed,
+forget the transient of early burn-in after about $1/(1 - \beta)$ steps. The parameters move
+between draws, so $\hat V$ also holds the variation of the true gradient along the chain;
+near stationarity that is a fraction of order $n/N$ of the minibatch noise (the posterior
+spread of $\nabla U$ is its curvature, the minibatch noise $N/n$ times the
+per-example Fisher information, which is of the same order), small for the usual $n \ll N$.
+Samplers observe gradients only while ``tune=True`` (burn-in) and then keep $\hat V$ fixed,
 so that the chain they sample with is a fixed Markov kernel.
 """
 

@@ -2,32 +2,32 @@ r"""Hamiltonian Monte Carlo on the full-data potential (Duane et al. 1987; Neal 
 
 Bühler, §3.3.4. Each iteration
 
-1. refreshes the momentum, :math:`p' = \alpha p + (1 - \alpha^2)^{1/2} r`,
-   :math:`r \sim \mathcal N(0, I)` (eq. 41; ``refresh`` :math:`=\alpha`; 0 draws a fresh
+1. refreshes the momentum, $p' = \alpha p + (1 - \alpha^2)^{1/2} r$,
+   $r \sim \mathcal N(0, I)$ (eq. 41; ``refresh`` $=\alpha$; 0 draws a fresh
    momentum, the standard algorithm),
-2. runs :math:`L` leapfrog steps of size :math:`\epsilon` (eqs. 18–20) from :math:`(q, p')` to
-   :math:`(q^*, p^*)`,
-3. accepts :math:`q^*` with probability
-   :math:`\min[1, \exp(-U(q^*) + U(q) - K(p^*) + K(p'))]` (eq. 29), :math:`K = \tfrac12\lVert
-   p\rVert^2`; on rejection :math:`q` is kept and the momentum negated (Neal 2011, §5.3: with
+2. runs $L$ leapfrog steps of size $\epsilon$ (eqs. 18–20) from $(q, p')$ to
+   $(q^*, p^*)$,
+3. accepts $q^*$ with probability
+   $\min[1, \exp(-U(q^*) + U(q) - K(p^*) + K(p'))]$ (eq. 29), $K = \tfrac12\lVert
+   p\rVert^2$; on rejection $q$ is kept and the momentum negated (Neal 2011, §5.3: with
    partial refresh the proposal's momentum flip is undone on acceptance and kept on rejection,
-   so that the chain on :math:`(q, p)` stays reversible).
+   so that the chain on $(q, p)$ stays reversible).
 
-With ``mass="diagonal"`` the kinetic energy is :math:`K(p) = \tfrac12 p^\top M^{-1} p` with a
-diagonal :math:`M^{-1}` learnt from the chain's draws during burn-in in Stan's windows
-(:mod:`bdl.samplers.mass`) and frozen before the first kept sample: the momentum is drawn from
-:math:`\mathcal N(0, M)` and the drift is :math:`q \leftarrow q + \epsilon M^{-1} p`. With
-``adapt_length=True`` each iteration integrates for a jittered time :math:`u_n T` and :math:`T`
-is learnt across stacked chains during burn-in by ChEES (:mod:`bdl.samplers.chees`; Hoffman,
+With ``mass="diagonal"`` the kinetic energy is $K(p) = \tfrac12 p^\top M^{-1} p$ with a
+diagonal $M^{-1}$ learnt from the chain's draws during burn-in in Stan's windows
+(`bdl.samplers.mass`) and frozen before the first kept sample: the momentum is drawn from
+$\mathcal N(0, M)$ and the drift is $q \leftarrow q + \epsilon M^{-1} p$. With
+``adapt_length=True`` each iteration integrates for a jittered time $u_n T$ and $T$
+is learnt across stacked chains during burn-in by ChEES (`bdl.samplers.chees`; Hoffman,
 Radul & Sountsov 2021), starting from ``trajectory_length`` (or ``num_steps`` times the first
 step) and averaged before the first kept sample.
 
-``lr`` is :math:`\epsilon^2` (see :mod:`bdl.samplers.metropolis`), so the per-datum
-``sampler.lr`` is :math:`\epsilon^2 N`. ``num_steps`` gives :math:`L`; ``trajectory_length``
-:math:`\tau` gives :math:`L = \lceil\tau/\epsilon\rceil` instead, which keeps the trajectory's
+``lr`` is $\epsilon^2$ (see `bdl.samplers.metropolis`), so the per-datum
+``sampler.lr`` is $\epsilon^2 N$. ``num_steps`` gives $L$; ``trajectory_length``
+$\tau$ gives $L = \lceil\tau/\epsilon\rceil$ instead, which keeps the trajectory's
 length when the step size is adapted or scheduled. The kernel is ``full_batch``: the runner
 passes a closure that accumulates the full-data ``U`` (in float64) and its gradient chunk by
-chunk (:meth:`bdl.potential.Potential.full_closure`), so memory is that of one chunk and one
+chunk (`bdl.potential.Potential.full_closure`), so memory is that of one chunk and one
 leapfrog step costs one pass over the data.
 """
 
@@ -67,21 +67,21 @@ class HMCState(MetropolisState):
 
 
 class HMC(LeapfrogUpdate, MetropolisSampler):
-    """HMC with :math:`\\epsilon^2 =` ``lr`` and ``num_steps`` (or ``trajectory_length``).
+    """HMC with $\\epsilon^2 =$ ``lr`` and ``num_steps`` (or ``trajectory_length``).
 
     Args:
-        lr: :math:`\\epsilon^2` on the scale of ``U``.
-        num_steps: :math:`L`, leapfrog steps per iteration (``None`` with ``trajectory_length``).
-        trajectory_length: :math:`\\tau`; :math:`L = \\lceil\\tau/\\epsilon\\rceil`.
-        refresh: :math:`\\alpha \\in [0, 1)` of the partial momentum refresh (0: resample).
-        adapt: dual-averaging adaptation of :math:`\\epsilon` during burn-in.
+        lr: $\\epsilon^2$ on the scale of ``U``.
+        num_steps: $L$, leapfrog steps per iteration (``None`` with ``trajectory_length``).
+        trajectory_length: $\\tau$; $L = \\lceil\\tau/\\epsilon\\rceil$.
+        refresh: $\\alpha \\in [0, 1)$ of the partial momentum refresh (0: resample).
+        adapt: dual-averaging adaptation of $\\epsilon$ during burn-in.
         target_accept: the acceptance rate the adaptation aims at.
-        mass: ``"unit"`` (:math:`M = I`) or ``"diagonal"``, learnt during burn-in; the runner
-            says how long burn-in is through :meth:`plan_burn_in`.
-        adapt_length: learn the jittered trajectory's length :math:`T` across stacked chains
-            during burn-in (ChEES), from ``trajectory_length`` or ``num_steps`` :math:`\\epsilon`.
-        divergence_threshold: :math:`\\Delta_{\\max}`: a trajectory whose energy error
-            :math:`H(q^*, p^*) - H(q, p')` exceeds it is a divergent transition (Stan's 1000).
+        mass: ``"unit"`` ($M = I$) or ``"diagonal"``, learnt during burn-in; the runner
+            says how long burn-in is through `plan_burn_in`.
+        adapt_length: learn the jittered trajectory's length $T$ across stacked chains
+            during burn-in (ChEES), from ``trajectory_length`` or ``num_steps`` $\\epsilon$.
+        divergence_threshold: $\\Delta_{\\max}$: a trajectory whose energy error
+            $H(q^*, p^*) - H(q, p')$ exceeds it is a divergent transition (Stan's 1000).
     """
 
     declaration = Declaration(step_unit="per datum", full_batch=True, vectorisable=True)
@@ -266,8 +266,8 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
     def _leapfrog_program(
         self, state: HMCState, closure: Closure, start: Evaluation, epsilon: float, count: int
     ) -> tuple[list[Tensor], list[Tensor], Tensor, list[Tensor]] | None:
-        """:func:`leapfrog_program` from the state's position and momenta, run by the closure's
-        :class:`~bdl.closures.Program`; None where it has none or it failed to compile."""
+        """`leapfrog_program` from the state's position and momenta, run by the closure's
+        `Program`; None where it has none or it failed to compile."""
         program = getattr(closure, "program", None)
         if program is None:
             return None
@@ -284,7 +284,7 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
 
     def _learn_mass(self, state: HMCState, chain_dims: int) -> None:
         """Add this burn-in iteration's position to its slow window; at the window's end, set
-        :math:`M^{-1}` from it and restart the step size's adaptation."""
+        $M^{-1}$ from it and restart the step size's adaptation."""
         windows, index = state.mass_windows, state.mass_windows.tune_steps
         windows.tune_steps += 1
         for start, end in self.windows:

@@ -1,42 +1,42 @@
 r"""The Laplace approximation around a MAP solution (MacKay 1992), fitted by laplace-torch
 (Daxberger, Kristiadi, Immer, Eschenhagen, Bauer & Hennig, NeurIPS 2021).
 
-At a mode :math:`\theta^*` of the tempered posterior :math:`\exp(-U_T)` — the last sample of an
-SGD run, given by ``init_from=`` — a second-order expansion of :math:`U_T` gives the Gaussian
+At a mode $\theta^*$ of the tempered posterior $\exp(-U_T)$ — the last sample of an
+SGD run, given by ``init_from=`` — a second-order expansion of $U_T$ gives the Gaussian
 
-.. math::
+$$
+q(\theta) = \mathcal{N}\big(\theta^*, \Lambda^{-1}\big), \qquad
+\Lambda = \frac{1}{T}\Big[\sum_{i=1}^{N} J_i^\top H_i J_i + P\Big]
+        \approx \nabla^2 U_T(\theta^*),
+$$
 
-    q(\theta) = \mathcal{N}\big(\theta^*, \Lambda^{-1}\big), \qquad
-    \Lambda = \frac{1}{T}\Big[\sum_{i=1}^{N} J_i^\top H_i J_i + P\Big]
-            \approx \nabla^2 U_T(\theta^*),
-
-the likelihood's Hessian replaced by its generalised Gauss-Newton approximation: :math:`J_i` the
-network's Jacobian at :math:`x_i`, :math:`H_i` the Hessian of :math:`-\log p(y_i\mid f)` in the
-output (the noise precision :math:`\tau` for the Gaussian likelihood, :math:`\mathrm{diag}(p) -
-pp^\top` for the softmax), summed over all :math:`N` training points; :math:`P/T` is the prior
-term's curvature, :math:`1/(\sigma_j^2 T)` for a Gaussian prior, from
-:meth:`bdl.potential.Potential.prior_precision` (laplace-torch's ``temperature`` divides the
-likelihood's part by the same :math:`T`). ``hessian_structure`` chooses the approximation of the
+the likelihood's Hessian replaced by its generalised Gauss-Newton approximation: $J_i$ the
+network's Jacobian at $x_i$, $H_i$ the Hessian of $-\log p(y_i\mid f)$ in the
+output (the noise precision $\tau$ for the Gaussian likelihood, $\mathrm{diag}(p) -
+pp^\top$ for the softmax), summed over all $N$ training points; $P/T$ is the prior
+term's curvature, $1/(\sigma_j^2 T)$ for a Gaussian prior, from
+`bdl.potential.Potential.prior_precision` (laplace-torch's ``temperature`` divides the
+likelihood's part by the same $T$). ``hessian_structure`` chooses the approximation of the
 sum: ``diag`` its diagonal, ``kron`` one Kronecker product per layer (K-FAC; Martens & Grosse 2015,
-Ritter, Botev & Barber 2018), ``full`` all of it (small models only: :math:`D^2` entries).
+Ritter, Botev & Barber 2018), ``full`` all of it (small models only: $D^2$ entries).
 ``subset_of_weights=last_layer`` fits the last layer alone and keeps the others at
-:math:`\theta^*` (Kristiadi, Hein & Hennig 2020); the last layer is the last module holding
+$\theta^*$ (Kristiadi, Hein & Hennig 2020); the last layer is the last module holding
 parameters, since every bdl model registers its output layer last. With ``marglik: true`` one
 scalar prior precision replaces bdl's prior after the fit, chosen by maximising the Laplace
 approximation of the marginal likelihood (MacKay 1992; Immer et al. 2021) with Adam, step
 ``lr``, for ``marglik_steps`` steps, starting from the mean of the prior's precisions.
 
-For Bayesian linear regression with a Gaussian prior and known noise :math:`U_T` is quadratic and
+For Bayesian linear regression with a Gaussian prior and known noise $U_T$ is quadratic and
 the Gauss-Newton matrix its exact Hessian: ``full`` is then the posterior itself.
 
 **In the runner.** The approximation optimises nothing: the epochs of SGD happen in the
 ``init_from`` run. The class is a ``full_batch`` kernel whose steps move nothing — the first
-evaluates :math:`U_T(\theta^*)` on the full data (the curve's value), the others return it without
+evaluates $U_T(\theta^*)$ on the full data (the curve's value), the others return it without
 calling their closure, so an epoch costs nothing and ``epochs=1`` is all a run needs. After the
-last step, :meth:`Laplace.final_samples` fits :math:`q` in one pass over the training set (the
-batches :meth:`Laplace.attach` received) and writes ``num_samples`` draws :math:`\theta \sim q`
+last step, `Laplace.final_samples` fits $q$ in one pass over the training set (the
+batches `Laplace.attach` received) and writes ``num_samples`` draws $\theta \sim q$
 into the parameters, which the runner stores, averages and scores like any posterior's samples,
-then restores :math:`\theta^*`.
+then restores $\theta^*$.
 """
 
 from __future__ import annotations

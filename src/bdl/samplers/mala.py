@@ -1,21 +1,23 @@
 r"""Langevin Monte Carlo / the Metropolis-adjusted Langevin algorithm (Rossky et al. 1978;
 Roberts & Tweedie 1996).
 
-Bühler, §4.2.2: HMC with a single leapfrog step, :math:`L = 1`. From a fresh momentum
-:math:`p \sim \mathcal N(0, I)`,
+Bühler, §4.2.2: HMC with a single leapfrog step, $L = 1$. From a fresh momentum
+$p \sim \mathcal N(0, I)$,
 
-.. math::
+$$
+\begin{aligned}
+q^* &= q - \frac{\epsilon^2}{2}\nabla U(q) + \epsilon p                        && (42)\\
+p^* &= p - \frac{\epsilon}{2}\nabla U(q) - \frac{\epsilon}{2}\nabla U(q^*)      && (43)
+\end{aligned}
+$$
 
-    q^* &= q - \frac{\epsilon^2}{2}\nabla U(q) + \epsilon p                        && (42)\\
-    p^* &= p - \frac{\epsilon}{2}\nabla U(q) - \frac{\epsilon}{2}\nabla U(q^*)      && (43)
-
-accepted with probability :math:`\min[1, \exp(-(U(q^*) - U(q)) - \tfrac12\sum_i(p_i^{*2} -
-p_i^2))]` (eq. 44). With ``lr`` :math:`=\epsilon^2`, eq. (42) is SGLD's update (Bühler, eq. 39)
+accepted with probability $\min[1, \exp(-(U(q^*) - U(q)) - \tfrac12\sum_i(p_i^{*2} -
+p_i^2))]$ (eq. 44). With ``lr`` $=\epsilon^2$, eq. (42) is SGLD's update (Bühler, eq. 39)
 and the kinetic-energy difference is the Hastings correction for its asymmetric Gaussian
 proposal: ``mala`` at ``lr`` is ``sgld`` at ``lr`` made exact by a Metropolis test.
 
 ``approximate=True`` runs on minibatch closures and tests on the minibatch estimate of
-:math:`U` at both ends (Ambrogioni, "approximate stochastic Langevin Monte Carlo": practical but not
+$U$ at both ends (Ambrogioni, "approximate stochastic Langevin Monte Carlo": practical but not
 guaranteed to converge to the posterior). It costs two minibatch gradients per step.
 """
 
@@ -27,7 +29,7 @@ from bdl.samplers.metropolis import DIVERGENCE_THRESHOLD
 
 
 class MALA(HMC):
-    """HMC with :math:`L = 1` and a fresh momentum each iteration; ``lr`` is :math:`\\epsilon^2`.
+    """HMC with $L = 1$ and a fresh momentum each iteration; ``lr`` is $\\epsilon^2$.
 
     The default ``target_accept`` 0.574 is the optimal acceptance rate of MALA in high dimension
     (Roberts & Rosenthal 1998).

@@ -1,7 +1,7 @@
 r"""A diagonal mass matrix for HMC, learnt during burn-in in Stan's windows, pooled over chains.
 
-HMC with kinetic energy :math:`K(p) = \tfrac12 p^\top M^{-1} p` moves as if the target were
-rescaled by :math:`M^{-1/2}`: with :math:`M^{-1}` the posterior's variances, every direction has
+HMC with kinetic energy $K(p) = \tfrac12 p^\top M^{-1} p$ moves as if the target were
+rescaled by $M^{-1/2}$: with $M^{-1}$ the posterior's variances, every direction has
 unit scale and one step size fits them all (Neal 2011, §4.1). The variances are estimated from
 the chain itself during burn-in, in the windows of Stan's warm-up (Stan Development Team,
 *Reference Manual*, "Automatic parameter tuning"; Carpenter et al. 2017):
@@ -9,13 +9,13 @@ the chain itself during burn-in, in the windows of Stan's warm-up (Stan Developm
 - an initial fast interval (``init``, 75 iterations) adapts only the step size, while the chain
   travels to the typical set;
 - slow windows of 25, 50, 100, … iterations follow, each estimating the variances
-  :math:`\hat\sigma^2` of the draws it saw; the last one stretches to the terminal interval;
-  after each, :math:`M^{-1} \leftarrow \tfrac{n}{n+5}\hat\sigma^2 + 10^{-3}\tfrac{5}{n+5}`
+  $\hat\sigma^2$ of the draws it saw; the last one stretches to the terminal interval;
+  after each, $M^{-1} \leftarrow \tfrac{n}{n+5}\hat\sigma^2 + 10^{-3}\tfrac{5}{n+5}$
   (Stan's shrinkage towards a small constant) and the step-size adaptation restarts at the
-  current step (Hoffman & Gelman 2014's :math:`\mu = \log 10\epsilon`);
+  current step (Hoffman & Gelman 2014's $\mu = \log 10\epsilon$);
 - a terminal fast interval (``term``, 50 iterations) adapts the step size to the final mass.
   Where it is shorter (a short burn-in), the last restart shrinks towards the current step,
-  :math:`\mu = \log\epsilon`: the ten-times-larger first proposals of Stan's restart need
+  $\mu = \log\epsilon$: the ten-times-larger first proposals of Stan's restart need
   tens of iterations to average away, and a step frozen after a few of them was accepted
   almost never.
 
@@ -72,7 +72,7 @@ class MassWindows:
 
 
 def init_buffers(params: list[Tensor]) -> dict[str, list[Tensor]]:
-    """:math:`M^{-1} = I` and an empty window's running mean and sum of squared deviations."""
+    """$M^{-1} = I$ and an empty window's running mean and sum of squared deviations."""
     return {
         "inverse_mass": [torch.ones_like(p) for p in params],
         "window_mean": [torch.zeros_like(p) for p in params],
@@ -89,7 +89,7 @@ def add_draw(buffers: dict[str, list[Tensor]], params: list[Tensor], draws: int)
 
 
 def close_window(buffers: dict[str, list[Tensor]], draws: int, chain_dims: int) -> None:
-    """Set :math:`M^{-1}` to the shrunk variance of the window's draws, pooled over the leading
+    """Set $M^{-1}$ to the shrunk variance of the window's draws, pooled over the leading
     ``chain_dims`` dimensions (stacked chains), and empty the window."""
     for inverse_mass, mean, m2 in zip(
         buffers["inverse_mass"], buffers["window_mean"], buffers["window_m2"], strict=True

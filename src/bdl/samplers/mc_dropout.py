@@ -2,21 +2,21 @@ r"""Monte Carlo dropout (Gal & Ghahramani, ICML 2016, "Dropout as a Bayesian app
 
 A fully connected network trained with dropout on its hidden units, and dropout kept at
 prediction: each prediction with a fresh mask is a draw from an approximate posterior over the
-weights, and their average is the model average. Dropping hidden unit :math:`j` of a layer is
-zeroing column :math:`j` of the next weight matrix, so with masks
-:math:`m_j \sim \mathrm{Bernoulli}(1 - p)` and :math:`s = m / (1 - p)` (inverted dropout: the
-expectation of :math:`W \mathrm{diag}(s)` is :math:`W`) each step is SGD on the dropped-out
+weights, and their average is the model average. Dropping hidden unit $j$ of a layer is
+zeroing column $j$ of the next weight matrix, so with masks
+$m_j \sim \mathrm{Bernoulli}(1 - p)$ and $s = m / (1 - p)$ (inverted dropout: the
+expectation of $W \mathrm{diag}(s)$ is $W$) each step is SGD on the dropped-out
 weights,
 
-.. math::
-
-    \tilde W = W \,\mathrm{diag}(s), \qquad
-    W \leftarrow W - \eta\, \nabla_{\tilde W} \tilde U(\tilde W)\, \mathrm{diag}(s),
+$$
+\tilde W = W \,\mathrm{diag}(s), \qquad
+W \leftarrow W - \eta\, \nabla_{\tilde W} \tilde U(\tilde W)\, \mathrm{diag}(s),
+$$
 
 the chain rule through the mask (one mask per minibatch, drawn from the sampler's generator so
 that a run resumes bit for bit; per-example masks estimate the same expected loss with less
-variance). The prior's term is taken at :math:`\tilde W` too. After training,
-``num_samples`` draws of :math:`\tilde W` are the run's samples, written like any sampler's: a
+variance). The prior's term is taken at $\tilde W$ too. After training,
+``num_samples`` draws of $\tilde W$ are the run's samples, written like any sampler's: a
 network holding one predicts with that draw's mask (the runner predicts without dropout), so
 every metric of the model average is MC dropout's. Hidden units are dropped at every layer after
 the first; the inputs are kept.

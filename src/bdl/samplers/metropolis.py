@@ -1,52 +1,52 @@
 r"""Metropolis–Hastings machinery shared by ``hmc``, ``mala``, ``rwmh`` and ``naive_sghmc``.
 
-**The test.** A proposal :math:`x'` from the current :math:`x` is accepted with probability
-:math:`\min[1, \exp(\log r)]` (Bühler, eq. 11); for Hamiltonian proposals
-:math:`\log r = H(q, p) - H(q^*, p^*)` with :math:`H = U + \tfrac12\lVert p\rVert^2`
+**The test.** A proposal $x'$ from the current $x$ is accepted with probability
+$\min[1, \exp(\log r)]$ (Bühler, eq. 11); for Hamiltonian proposals
+$\log r = H(q, p) - H(q^*, p^*)$ with $H = U + \tfrac12\lVert p\rVert^2$
 (eqs. 14–15, 29). Energies are computed in float64: on a network the potential is of order
-:math:`10^5` and the differences that decide the test are of order one. A NaN or infinite energy
+$10^5$ and the differences that decide the test are of order one. A NaN or infinite energy
 (a diverged trajectory) is a rejection, so a bad step size shows up as a low acceptance rate, never
 as a crashed chain.
 
-**Divergent transitions.** A proposal whose energy error :math:`\Delta H = -\log r` exceeds
-:math:`\Delta_{\max}` (``divergence_threshold``, Stan's 1000; Betancourt 2017), or is not
+**Divergent transitions.** A proposal whose energy error $\Delta H = -\log r$ exceeds
+$\Delta_{\max}$ (``divergence_threshold``, Stan's 1000; Betancourt 2017), or is not
 finite, is a divergent transition: the integrator has left the region where it tracks the
 Hamiltonian flow, typically because the step is too large for the posterior's narrowest scale
 there, and the chain under-samples that region. Each test records it per chain in
 ``state.info["diverging"]``; the runner counts them per epoch (the curve's ``divergences``) and
 after burn-in (``metrics.json``), and a run with any after burn-in is not judged converged.
 
-**The leapfrog** (eqs. 18–20), with :math:`\epsilon` the step and :math:`L` the number of steps,
-is written as a half kick, :math:`L - 1` fused "kick ε, drift ε" steps and a closing half kick,
-so that it evaluates :math:`\nabla U` exactly :math:`L` times:
+**The leapfrog** (eqs. 18–20), with $\epsilon$ the step and $L$ the number of steps,
+is written as a half kick, $L - 1$ fused "kick ε, drift ε" steps and a closing half kick,
+so that it evaluates $\nabla U$ exactly $L$ times:
 
-.. math::
+$$
+p \leftarrow p - \tfrac{\epsilon}{2}\nabla U(q),\quad
+q \leftarrow q + \epsilon p,\quad
+p \leftarrow p - \tfrac{\epsilon}{2}\nabla U(q).
+$$
 
-    p \leftarrow p - \tfrac{\epsilon}{2}\nabla U(q),\quad
-    q \leftarrow q + \epsilon p,\quad
-    p \leftarrow p - \tfrac{\epsilon}{2}\nabla U(q).
-
-**Step-size units.** Every kernel here takes ``lr`` as :math:`\epsilon^2`, the squared leapfrog
+**Step-size units.** Every kernel here takes ``lr`` as $\epsilon^2$, the squared leapfrog
 step, which is the step of Langevin dynamics: one leapfrog step from a fresh momentum is
-:math:`q^* = q - \tfrac{\epsilon^2}{2}\nabla U + \epsilon p` (eq. 42), SGLD's update at
-``lr`` :math:`=\epsilon^2`. So ``mala`` at ``lr`` is ``sgld`` at ``lr`` plus a Metropolis test,
-``rwmh`` at ``lr`` proposes SGLD's noise :math:`\mathcal N(0, \mathrm{lr}\, I)` without the drift,
-and SGHMC's :math:`\eta` is the same :math:`\epsilon^2` (Chen et al. 2014, §3.3). The per-datum
-``sampler.lr`` of the configs is :math:`\epsilon^2 N`.
+$q^* = q - \tfrac{\epsilon^2}{2}\nabla U + \epsilon p$ (eq. 42), SGLD's update at
+``lr`` $=\epsilon^2$. So ``mala`` at ``lr`` is ``sgld`` at ``lr`` plus a Metropolis test,
+``rwmh`` at ``lr`` proposes SGLD's noise $\mathcal N(0, \mathrm{lr}\, I)$ without the drift,
+and SGHMC's $\eta$ is the same $\epsilon^2$ (Chen et al. 2014, §3.3). The per-datum
+``sampler.lr`` of the configs is $\epsilon^2 N$.
 
 **Independent chains.** A closure may return ``U`` with a batch shape ``(C,)`` for ``C`` chains
 stacked along the first dimension of every parameter tensor (the toy targets of
-:mod:`bdl.check` do); each chain then gets its own test, and kinetic energies are summed over
+`bdl.check` do); each chain then gets its own test, and kinetic energies are summed over
 the remaining dimensions only.
 
 **Step-size adaptation** (only when ``tune=True``, i.e. during burn-in, so that the sampled chain
 is a fixed Markov kernel): the dual averaging of Hoffman & Gelman (2014, JMLR, Alg. 5) drives the
-mean acceptance probability to ``target_accept`` by adapting :math:`\log\epsilon`; after burn-in
-the averaged iterate :math:`\bar\epsilon` is used. Its first iterations try steps up to ten times
+mean acceptance probability to ``target_accept`` by adapting $\log\epsilon$; after burn-in
+the averaged iterate $\bar\epsilon$ is used. Its first iterations try steps up to ten times
 the initial one, so it needs tens of burn-in iterations (``experiment=hmc_mnist`` uses 50, as
 Izmailov et al. 2021); with only a few, set ``adapt=false``.
 
-**Cache.** Kernels keep :math:`(U, \nabla U)` at the current position (``state.info["potential"]``
+**Cache.** Kernels keep $(U, \nabla U)$ at the current position (``state.info["potential"]``
 and ``state.buffers["grad"]``), so an iteration costs exactly its proposal's evaluations.
 Anything that changes ``U`` other than through the parameters (a Gibbs update of prior
 hyperparameters between steps) must drop the cache: ``state.buffers.pop("grad", None)``.
@@ -70,8 +70,8 @@ from bdl.samplers.base import Sampler, SamplerState
 def kinetic_energy(
     momenta: list[Tensor], batch_shape: torch.Size, inverse_mass: list[Tensor] | None = None
 ) -> Tensor:
-    r""":math:`\tfrac12 p^\top M^{-1} p` in float64 (:math:`M = I` when ``inverse_mass`` is
-    None, else the diagonal :math:`M^{-1}` shaped like ``momenta``), one value per chain of
+    r"""$\tfrac12 p^\top M^{-1} p$ in float64 ($M = I$ when ``inverse_mass`` is
+    None, else the diagonal $M^{-1}$ shaped like ``momenta``), one value per chain of
     ``batch_shape``."""
     scales = inverse_mass or [None] * len(momenta)
     return sum(
@@ -95,7 +95,7 @@ def select_(accept: Tensor, current: list[Tensor], previous: list[Tensor]) -> No
 
 
 def kick(momenta: list[Tensor], grads: list[Tensor], scale: float, foreach: bool) -> None:
-    """:math:`p \\leftarrow p - s\\,\\nabla U`."""
+    """$p \\leftarrow p - s\\,\\nabla U$."""
     if foreach:
         torch._foreach_add_(momenta, grads, alpha=-scale)
     else:
@@ -110,7 +110,7 @@ def drift(
     foreach: bool,
     inverse_mass: list[Tensor] | None = None,
 ) -> None:
-    """:math:`q \\leftarrow q + s\\,M^{-1}p` (:math:`M = I` when ``inverse_mass`` is None)."""
+    """$q \\leftarrow q + s\\,M^{-1}p$ ($M = I$ when ``inverse_mass`` is None)."""
     if foreach:
         velocities = momenta if inverse_mass is None else torch._foreach_mul(momenta, inverse_mass)
         torch._foreach_add_(params, velocities, alpha=scale)
@@ -129,14 +129,14 @@ def leapfrog_program(
     inverse_mass: list[Tensor] | None,
 ) -> tuple[list[Tensor], list[Tensor], Tensor, list[Tensor]]:
     r"""``count`` leapfrog steps, each a drift and a whole kick,
-    :math:`q \leftarrow q + \epsilon M^{-1}p,\ p \leftarrow p - \epsilon\nabla U(q)`, from
-    ``params`` and ``momenta`` with ``start`` the :math:`(U, \nabla U)` there: a trajectory as
-    one program for ``torch.compile`` (a :class:`bdl.closures.Program`), its loop a
+    $q \leftarrow q + \epsilon M^{-1}p,\ p \leftarrow p - \epsilon\nabla U(q)$, from
+    ``params`` and ``momenta`` with ``start`` the $(U, \nabla U)$ there: a trajectory as
+    one program for ``torch.compile`` (a `bdl.closures.Program`), its loop a
     ``torch.while_loop``, so that no Python runs between the steps, and ``count`` and
-    :math:`\epsilon` (0-dim tensors) change without a recompilation. ``evaluate(q)`` returns
-    :math:`(U, \nabla U)` at ``q``, called at one place, inside the loop, so that its code is
-    generated and compiled once (one step of :math:`\epsilon = 0` evaluates the start). Returns
-    the end point's positions, momenta, :math:`U` and gradient, as new tensors."""
+    $\epsilon$ (0-dim tensors) change without a recompilation. ``evaluate(q)`` returns
+    $(U, \nabla U)$ at ``q``, called at one place, inside the loop, so that its code is
+    generated and compiled once (one step of $\epsilon = 0$ evaluates the start). Returns
+    the end point's positions, momenta, $U$ and gradient, as new tensors."""
     size = len(params)
 
     def proceed(step: Tensor, *carried: Tensor) -> Tensor:
@@ -176,7 +176,7 @@ class LeapfrogUpdate:
         drift(state.params, momenta, step_size, foreach=False, inverse_mass=inverse_mass)
 
 
-#: Stan's :math:`\Delta_{\max}`: an energy error above it is a divergent transition.
+#: Stan's $\Delta_{\max}$: an energy error above it is a divergent transition.
 DIVERGENCE_THRESHOLD = 1000.0
 
 
@@ -211,10 +211,10 @@ def metropolis_test(
 class DualAveraging:
     """Hoffman & Gelman (2014), Alg. 5, on the log of a multiplier ``x`` of the step size.
 
-    :math:`\\bar H_m = (1 - \\tfrac{1}{m + t_0})\\bar H_{m-1} + \\tfrac{1}{m+t_0}(\\delta - a_m)`,
-    :math:`\\log x_m = \\mu - \\tfrac{\\sqrt m}{\\gamma}\\bar H_m`,
-    :math:`\\log\\bar x_m = m^{-\\kappa}\\log x_m + (1 - m^{-\\kappa})\\log\\bar x_{m-1}`, with
-    their constants and :math:`\\mu = \\log 10` (propose steps larger than the initial one).
+    $\\bar H_m = (1 - \\tfrac{1}{m + t_0})\\bar H_{m-1} + \\tfrac{1}{m+t_0}(\\delta - a_m)$,
+    $\\log x_m = \\mu - \\tfrac{\\sqrt m}{\\gamma}\\bar H_m$,
+    $\\log\\bar x_m = m^{-\\kappa}\\log x_m + (1 - m^{-\\kappa})\\log\\bar x_{m-1}$, with
+    their constants and $\\mu = \\log 10$ (propose steps larger than the initial one).
     """
 
     target: float
@@ -238,9 +238,9 @@ class DualAveraging:
 
     def restarted(self, *, explore: bool) -> DualAveraging:
         """A fresh adaptation around the current step, the statistics emptied: Stan's
-        :math:`\\mu = \\log 10 x` after each mass-matrix update, which first proposes a step ten
+        $\\mu = \\log 10 x$ after each mass-matrix update, which first proposes a step ten
         times larger and needs tens of iterations to come back; ``explore=False`` shrinks towards
-        the current step instead, :math:`\\mu = \\log x`, for an interval too short for that
+        the current step instead, $\\mu = \\log x$, for an interval too short for that
         (a few iterations of the larger steps would dominate the averaged, frozen step)."""
         mu = math.log(10.0) + self.log_x if explore else self.log_x
         return DualAveraging(target=self.target, mu=mu, log_x=self.log_x)
@@ -260,10 +260,10 @@ class MetropolisSampler(Sampler):
     declares itself not ``full_batch``, on minibatch estimates of it).
 
     Args:
-        lr: :math:`\\epsilon^2` on the scale of ``U`` (see the module docstring).
+        lr: $\\epsilon^2$ on the scale of ``U`` (see the module docstring).
         adapt: adapt the step size by dual averaging while ``tune=True`` (burn-in).
         target_accept: the mean acceptance probability the adaptation aims at.
-        divergence_threshold: :math:`\\Delta_{\\max}`, the energy error above which a
+        divergence_threshold: $\\Delta_{\\max}$, the energy error above which a
             transition is divergent (Stan's 1000; see the module docstring).
 
     ``noise=False`` (the exploration phase of a cyclical schedule) is ignored: the proposal noise
@@ -304,13 +304,13 @@ class MetropolisSampler(Sampler):
         state.buffers.pop("grad", None)
 
     def _scale(self, state: MetropolisState, lr_scale: float, tune: bool) -> float:
-        r"""This iteration's :math:`\epsilon = \sqrt{\mathrm{lr}\cdot\mathrm{lr\_scale}}\,x`."""
+        r"""This iteration's $\epsilon = \sqrt{\mathrm{lr}\cdot\mathrm{lr\_scale}}\,x$."""
         multiplier = state.adaptation.multiplier(tune) if self.adapt else 1.0
         return math.sqrt(self.lr * lr_scale) * multiplier
 
     def _current(self, state: MetropolisState, closure: Closure) -> tuple[Tensor, list[Tensor]]:
         """``(U, ∇U)`` at the current position: cached since the last step, unless
-        :meth:`potential_changed` dropped them or the test is on minibatches (each step then
+        `potential_changed` dropped them or the test is on minibatches (each step then
         brings another minibatch, whose ``U`` must be evaluated at both ends)."""
         if self.declaration.full_batch and "grad" in state.buffers:
             return state.info["potential"], state.buffers["grad"]

@@ -1,20 +1,20 @@
 r"""Naive stochastic-gradient HMC: the leapfrog with minibatch gradients and no friction.
 
-Bühler, §4.2.3, eq. (45): replacing :math:`\nabla U` by :math:`\nabla\tilde U \approx \nabla U +
-\mathcal N(0, V)` in Hamilton's equations gives dynamics that no longer leave the posterior
+Bühler, §4.2.3, eq. (45): replacing $\nabla U$ by $\nabla\tilde U \approx \nabla U +
+\mathcal N(0, V)$ in Hamilton's equations gives dynamics that no longer leave the posterior
 invariant — the injected energy makes the chain spread ever wider until the momentum is
 resampled (Chen, Fox & Guestrin 2014, §3.1 and Fig. 1; Bühler, Fig. 2). Kept to reproduce
 that figure; ``sghmc`` is the fix (friction).
 
 One step is one leapfrog step with one gradient evaluation,
 
-.. math::
+$$
+p \leftarrow p - \epsilon\nabla\tilde U(\theta), \qquad \theta \leftarrow \theta + \epsilon p,
+$$
 
-    p \leftarrow p - \epsilon\nabla\tilde U(\theta), \qquad \theta \leftarrow \theta + \epsilon p,
-
-with half kicks at both ends of each trajectory of ``resample_every`` :math:`= L` steps, after
-which the momentum is drawn afresh from :math:`\mathcal N(0, I)` (Chen et al.'s code resamples
-every 50 steps). ``lr`` is :math:`\epsilon^2` as for ``hmc``; with exact gradients and no test
+with half kicks at both ends of each trajectory of ``resample_every`` $= L$ steps, after
+which the momentum is drawn afresh from $\mathcal N(0, I)$ (Chen et al.'s code resamples
+every 50 steps). ``lr`` is $\epsilon^2$ as for ``hmc``; with exact gradients and no test
 this is "HMC without MH".
 
 ``mh=True`` adds the Metropolis test of eq. (29) at the end of each trajectory, on the value of
@@ -27,7 +27,7 @@ trajectory, whose test it took part in. On minibatch closures (``bdl-run``) the 
 minibatch estimate, the test compares two different minibatches and is only a heuristic. The
 closing half kick needs the gradient at the trajectory's end, so with ``mh=True`` the last step of
 a trajectory calls the closure twice. Only the trajectories' ends are states of the tested chain:
-keep samples every :math:`L` steps (with ``bdl-run``, make ``resample_every`` divide the steps
+keep samples every $L$ steps (with ``bdl-run``, make ``resample_every`` divide the steps
 per epoch).
 """
 
@@ -54,7 +54,7 @@ TEST_KEYS = ("accepted", "accept_prob", "energy_error", "diverging")
 
 
 class NaiveSGHMC(LeapfrogUpdate, Sampler):
-    """Frictionless SG-HMC with :math:`\\epsilon^2 =` ``lr``, momentum resampled every
+    """Frictionless SG-HMC with $\\epsilon^2 =$ ``lr``, momentum resampled every
     ``resample_every`` steps, optionally Metropolis-corrected (``mh``)."""
 
     declaration = Declaration(step_unit="per datum", vectorisable=True, backs_off=True)

@@ -1,33 +1,35 @@
 r"""Preconditioned SGLD with an RMSprop preconditioner (Li, Chen, Carlson & Carin, AAAI 2016).
 
-Li et al.'s Algorithm 1, on the gradient :math:`g = \nabla\tilde U(\theta)` of our potential:
+Li et al.'s Algorithm 1, on the gradient $g = \nabla\tilde U(\theta)$ of our potential:
 
-.. math::
+$$
+\begin{aligned}
+V &\leftarrow \beta V + (1 - \beta)\, g \odot g, \qquad
+G = \mathrm{diag}\Big(\frac{1}{\lambda + \sqrt{V}}\Big), \\
+\theta &\leftarrow \theta - \frac{\epsilon}{2}\, G\, g + \mathcal N(0, \epsilon G).
+\end{aligned}
+$$
 
-    V &\leftarrow \beta V + (1 - \beta)\, g \odot g, \qquad
-    G = \mathrm{diag}\Big(\frac{1}{\lambda + \sqrt{V}}\Big), \\
-    \theta &\leftarrow \theta - \frac{\epsilon}{2}\, G\, g + \mathcal N(0, \epsilon G).
-
-:math:`G` rescales every coordinate by the inverse root-mean-square of its recent gradients, so
+$G$ rescales every coordinate by the inverse root-mean-square of its recent gradients, so
 flat directions take large steps and steep ones small steps — the "CLR-Prec" row of Izmailov et
-al. (2021) under ``schedule=cyclical``. ``beta`` is Li et al.'s :math:`\alpha` (0.99) and
-``damping`` their :math:`\lambda`; :math:`V` starts at the first :math:`g \odot g`, so that the
-first step is not :math:`1/\lambda` times too large.
+al. (2021) under ``schedule=cyclical``. ``beta`` is Li et al.'s $\alpha$ (0.99) and
+``damping`` their $\lambda$; $V$ starts at the first $g \odot g$, so that the
+first step is not $1/\lambda$ times too large.
 
 **Dropped term.** The exact preconditioned Langevin update also drifts by
-:math:`\tfrac{\epsilon}{2}\Gamma(\theta)`, :math:`\Gamma_i = \sum_j \partial G_{ij}/\partial
-\theta_j`, the correction for :math:`G` depending on :math:`\theta`. Like Li et al. in their
-experiments (and every common implementation) it is dropped: :math:`G` here is a running average
-over the chain's past, not a function of :math:`\theta`, and Li et al. show the resulting bias
-vanishes as :math:`\beta \to 1` and :math:`\epsilon \to 0`.
+$\tfrac{\epsilon}{2}\Gamma(\theta)$, $\Gamma_i = \sum_j \partial G_{ij}/\partial
+\theta_j$, the correction for $G$ depending on $\theta$. Like Li et al. in their
+experiments (and every common implementation) it is dropped: $G$ here is a running average
+over the chain's past, not a function of $\theta$, and Li et al. show the resulting bias
+vanishes as $\beta \to 1$ and $\epsilon \to 0$.
 
-**Units.** :math:`G g` is invariant to the scale of :math:`g`, and so is this kernel's mixing:
-with minibatch noise dominating :math:`V` (:math:`\sqrt V \approx N\sqrt{c/n}` for a per-example
-gradient variance :math:`c`), a mode of curvature :math:`Na` relaxes at a rate
-:math:`\tfrac12\epsilon a\sqrt{n/c}` per step, free of :math:`N`. So ``lr`` is :math:`\epsilon` on
-the scale of ``U`` itself, not a per-datum rate divided by :math:`N` (``step_unit="potential"``,
-as for Adam-based variational inference). Li et al. accumulate :math:`V` from the per-datum mean
-gradient, :math:`N` times smaller, so their :math:`\epsilon` is ours divided by :math:`N`.
+**Units.** $G g$ is invariant to the scale of $g$, and so is this kernel's mixing:
+with minibatch noise dominating $V$ ($\sqrt V \approx N\sqrt{c/n}$ for a per-example
+gradient variance $c$), a mode of curvature $Na$ relaxes at a rate
+$\tfrac12\epsilon a\sqrt{n/c}$ per step, free of $N$. So ``lr`` is $\epsilon$ on
+the scale of ``U`` itself, not a per-datum rate divided by $N$ (``step_unit="potential"``,
+as for Adam-based variational inference). Li et al. accumulate $V$ from the per-datum mean
+gradient, $N$ times smaller, so their $\epsilon$ is ours divided by $N$.
 """
 
 from __future__ import annotations
@@ -42,8 +44,8 @@ from bdl.samplers.base import Declaration, Sampler, SamplerState
 
 
 class PSGLD(Sampler):
-    """pSGLD with step ``lr`` (:math:`\\epsilon`), RMSprop decay ``beta``, ``damping``
-    :math:`\\lambda`."""
+    """pSGLD with step ``lr`` ($\\epsilon$), RMSprop decay ``beta``, ``damping``
+    $\\lambda$."""
 
     declaration = Declaration(step_unit="potential", vectorisable=True, backs_off=True)
 

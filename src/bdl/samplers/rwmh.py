@@ -1,10 +1,10 @@
 r"""Random-walk Metropolis (Metropolis et al. 1953).
 
 Bühler, §3.1, and the Metropolis optimiser of the SG-MCMC tutorial, 2020: propose
-:math:`\theta^* \sim \mathcal N(\theta, \sigma^2 I)` and accept with probability
-:math:`\min[1, \exp(U(\theta) - U(\theta^*))]` (eq. 11; the Gaussian proposal is symmetric, so no
-Hastings correction). ``lr`` is the proposal variance :math:`\sigma^2`, the variance of SGLD's and
-MALA's noise at the same ``lr`` (:mod:`bdl.samplers.metropolis`); the SG-MCMC tutorial (2020)'s
+$\theta^* \sim \mathcal N(\theta, \sigma^2 I)$ and accept with probability
+$\min[1, \exp(U(\theta) - U(\theta^*))]$ (eq. 11; the Gaussian proposal is symmetric, so no
+Hastings correction). ``lr`` is the proposal variance $\sigma^2$, the variance of SGLD's and
+MALA's noise at the same ``lr`` (`bdl.samplers.metropolis`); the SG-MCMC tutorial (2020)'s
 ``alpha = 0.02`` is a proposal standard deviation, ``lr = 4e-4``.
 
 The gradient the closure returns is not used (the runner's closures always compute it, so on a
@@ -36,7 +36,7 @@ class RWMH(MetropolisSampler):
 
     The default ``target_accept`` 0.234 is the optimal acceptance rate in high dimension (Roberts,
     Gelman & Gilks 1997); in one dimension it is about 0.44. A proposal whose rise
-    :math:`U(\\theta^*) - U(\\theta)` exceeds ``divergence_threshold`` (or is not finite) is
+    $U(\\theta^*) - U(\\theta)$ exceeds ``divergence_threshold`` (or is not finite) is
     counted as a divergent transition, as HMC's energy error is.
     """
 

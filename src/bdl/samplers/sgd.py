@@ -1,9 +1,9 @@
-r"""Stochastic gradient descent on :math:`U`: the MAP baselines ``sgd`` and ``sgd_momentum``.
+r"""Stochastic gradient descent on $U$: the MAP baselines ``sgd`` and ``sgd_momentum``.
 
-Plain SGD (Bühler, eq. 32), :math:`\theta \leftarrow \theta - \epsilon \nabla\tilde U(\theta)`,
-finds the MAP estimate; the Gaussian prior's gradient in :math:`U` is its weight decay (Ambrogioni).
-Heavy-ball momentum :math:`\mu` is SGHMC without injected noise with friction
-:math:`\alpha = 1 - \mu` (Bühler, §4.2.3: "when the additional stochastic noise is removed,
+Plain SGD (Bühler, eq. 32), $\theta \leftarrow \theta - \epsilon \nabla\tilde U(\theta)$,
+finds the MAP estimate; the Gaussian prior's gradient in $U$ is its weight decay (Ambrogioni).
+Heavy-ball momentum $\mu$ is SGHMC without injected noise with friction
+$\alpha = 1 - \mu$ (Bühler, §4.2.3: "when the additional stochastic noise is removed,
 SGHMC reduces to a stochastic gradient method with momentum"), so this class is exactly that,
 and matches ``torch.optim.SGD(lr, momentum)``.
 """

@@ -1,23 +1,25 @@
 r"""Stochastic gradient Hamiltonian Monte Carlo (Chen, Fox & Guestrin, ICML 2014).
 
 Second-order Langevin dynamics with friction (Bühler, eq. 46), discretised as in Chen et al.'s
-eq. (15) with :math:`v = \eta\, p`:
+eq. (15) with $v = \eta\, p$:
 
-.. math::
+$$
+\begin{aligned}
+v &\leftarrow (1 - \alpha)\, v - \eta\, \nabla \tilde U(\theta)
+      + \mathcal{N}\big(0,\; 2(\alpha - \hat\beta)\,\eta\big) \\
+\theta &\leftarrow \theta + v
+\end{aligned}
+$$
 
-    v &\leftarrow (1 - \alpha)\, v - \eta\, \nabla \tilde U(\theta)
-          + \mathcal{N}\big(0,\; 2(\alpha - \hat\beta)\,\eta\big) \\
-    \theta &\leftarrow \theta + v
-
-:math:`\eta` is the learning rate (step size squared, :math:`\epsilon^2`, in Hamiltonian
-units), :math:`\alpha = \epsilon C` the friction ("momentum decay" in Chen et al.'s code) and
-:math:`\hat\beta = \tfrac12\eta\hat V` the part of the required noise that the minibatch
-gradients already bring, :math:`\hat V` being an estimate of :math:`\mathrm{Var}[\nabla\tilde U]`
-(Chen et al.'s code: ``beta = V * eta * 0.5``; their :math:`\hat B = \tfrac12\epsilon\hat V` in
-Hamiltonian units). ``grad_var`` sets :math:`\hat V`: a number (Chen et al.'s toy: the known
-:math:`V = 4`), ``"online"`` for an elementwise estimate from the minibatch gradients of burn-in
-(:mod:`bdl.samplers.gradient_noise`, frozen afterwards), or 0 (the default), Chen et al.'s
-recommendation for small :math:`\eta`. Where :math:`\hat\beta > \alpha` the gradient noise alone
+$\eta$ is the learning rate (step size squared, $\epsilon^2$, in Hamiltonian
+units), $\alpha = \epsilon C$ the friction ("momentum decay" in Chen et al.'s code) and
+$\hat\beta = \tfrac12\eta\hat V$ the part of the required noise that the minibatch
+gradients already bring, $\hat V$ being an estimate of $\mathrm{Var}[\nabla\tilde U]$
+(Chen et al.'s code: ``beta = V * eta * 0.5``; their $\hat B = \tfrac12\epsilon\hat V$ in
+Hamiltonian units). ``grad_var`` sets $\hat V$: a number (Chen et al.'s toy: the known
+$V = 4$), ``"online"`` for an elementwise estimate from the minibatch gradients of burn-in
+(`bdl.samplers.gradient_noise`, frozen afterwards), or 0 (the default), Chen et al.'s
+recommendation for small $\eta$. Where $\hat\beta > \alpha$ the gradient noise alone
 exceeds what the friction dissipates and no noise is injected (the chain is then too hot: lower
 ``lr`` or raise ``alpha``).
 
@@ -29,8 +31,8 @@ steps than the higher one that keeps the minibatch gradient noise's heating smal
 Cyclical SGHMC (cSGHMC, Zhang et al. 2020) is this update under ``schedule=cyclical``.
 
 **Mapping onto SGD with momentum.** Without its injected noise the update is exactly PyTorch's
-heavy-ball SGD, ``torch.optim.SGD(lr=η, momentum=1 − α)``: :math:`v` is ``-lr * buf``. Chen et
-al.'s MNIST setting, learning rate 0.1 per datum (:math:`\eta = 0.1/N`) and :math:`\alpha = 0.01`,
+heavy-ball SGD, ``torch.optim.SGD(lr=η, momentum=1 − α)``: $v$ is ``-lr * buf``. Chen et
+al.'s MNIST setting, learning rate 0.1 per datum ($\eta = 0.1/N$) and $\alpha = 0.01$,
 is SGD with momentum 0.99.
 """
 
@@ -48,7 +50,7 @@ from bdl.samplers.gradient_noise import observing
 
 
 class SGHMC(Sampler):
-    """SGHMC with learning rate ``lr`` (:math:`\\eta`) and friction ``alpha`` (:math:`\\alpha`)."""
+    """SGHMC with learning rate ``lr`` ($\\eta$) and friction ``alpha`` ($\\alpha$)."""
 
     declaration = Declaration(step_unit="per datum", vectorisable=True, backs_off=True)
 
@@ -101,7 +103,7 @@ class SGHMC(Sampler):
         return math.sqrt(2 * eta * max(self._friction - 0.5 * eta * self.grad_var, 0.0))
 
     def _online_noise_std(self, state: SamplerState, eta: float) -> list[Tensor] | None:
-        """Elementwise :math:`\\sqrt{2\\eta\\,\\max(\\alpha - \\hat\\beta, 0)}`, or None
+        """Elementwise $\\sqrt{2\\eta\\,\\max(\\alpha - \\hat\\beta, 0)}$, or None
         without an online estimate (yet)."""
         if not self.online or "grad_var" not in state.buffers:
             return None

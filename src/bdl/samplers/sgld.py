@@ -2,14 +2,14 @@ r"""Stochastic gradient Langevin dynamics (Welling & Teh, ICML 2011).
 
 Bühler, eq. (39):
 
-.. math::
+$$
+\Delta\theta_t = -\frac{\epsilon_t}{2}\,\nabla \tilde U(\theta_t) + \eta_t,
+\qquad \eta_t \sim \mathcal{N}(0, \epsilon_t I),
+$$
 
-    \Delta\theta_t = -\frac{\epsilon_t}{2}\,\nabla \tilde U(\theta_t) + \eta_t,
-    \qquad \eta_t \sim \mathcal{N}(0, \epsilon_t I),
-
-with :math:`\epsilon_t` from the schedule (``schedule=polynomial`` is Welling & Teh's
-:math:`a(b+t)^{-\gamma}`). It is SGHMC with full friction (:math:`\alpha = 1`) at
-:math:`\eta = \epsilon/2`.
+with $\epsilon_t$ from the schedule (``schedule=polynomial`` is Welling & Teh's
+$a(b+t)^{-\gamma}$). It is SGHMC with full friction ($\alpha = 1$) at
+$\eta = \epsilon/2$.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from bdl.samplers.base import Declaration, Sampler, SamplerState
 
 
 class SGLD(Sampler):
-    """SGLD with step size ``lr`` (:math:`\\epsilon`)."""
+    """SGLD with step size ``lr`` ($\\epsilon$)."""
 
     declaration = Declaration(step_unit="per datum", vectorisable=True, backs_off=True)
 

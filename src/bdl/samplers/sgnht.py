@@ -1,21 +1,23 @@
 r"""Stochastic gradient Nosé-Hoover thermostat, SGNHT (Ding, Fang, Babbush, Chen, Skeel & Neven,
 NeurIPS 2014).
 
-SGHMC with a friction that adapts itself: a thermostat :math:`\xi` rises while the momenta carry
+SGHMC with a friction that adapts itself: a thermostat $\xi$ rises while the momenta carry
 more kinetic energy than the target temperature allows (the unknown noise of minibatch gradients
 heats them) and falls while they carry less, so no estimate of the gradient noise is needed.
-Ding et al.'s Algorithm 1, with :math:`v = h\,p`, :math:`\eta = h^2` and :math:`\zeta = h\,\xi`
-(as Chen et al. 2014 rewrite SGHMC, eq. 15), and :math:`n` the number of parameters:
+Ding et al.'s Algorithm 1, with $v = h\,p$, $\eta = h^2$ and $\zeta = h\,\xi$
+(as Chen et al. 2014 rewrite SGHMC, eq. 15), and $n$ the number of parameters:
 
-.. math::
+$$
+\begin{aligned}
+v &\leftarrow (1 - \zeta)\, v - \eta\, \nabla \tilde U(\theta) + \mathcal{N}(0,\; 2 a \eta) \\
+\theta &\leftarrow \theta + v \\
+\zeta &\leftarrow \zeta + \tfrac{1}{n}\, v^\top v - \eta
+\end{aligned}
+$$
 
-    v &\leftarrow (1 - \zeta)\, v - \eta\, \nabla \tilde U(\theta) + \mathcal{N}(0,\; 2 a \eta) \\
-    \theta &\leftarrow \theta + v \\
-    \zeta &\leftarrow \zeta + \tfrac{1}{n}\, v^\top v - \eta
-
-with :math:`\zeta` starting at :math:`a` (Ding et al.'s :math:`\xi_0 = A`, :math:`a = hA`). At
-stationarity :math:`v \sim \mathcal N(0, \eta I)`, so the thermostat's drift
-:math:`\tfrac1n v^\top v - \eta` vanishes on average. ``lr`` is :math:`\eta` per datum, as
+with $\zeta$ starting at $a$ (Ding et al.'s $\xi_0 = A$, $a = hA$). At
+stationarity $v \sim \mathcal N(0, \eta I)$, so the thermostat's drift
+$\tfrac1n v^\top v - \eta$ vanishes on average. ``lr`` is $\eta$ per datum, as
 SGHMC's; ``a`` plays SGHMC's ``alpha``. With ``noise=False`` (a cyclical schedule's exploration)
 the update is heavy-ball SGD at the thermostat's current friction, which stays where it is.
 """
@@ -32,7 +34,7 @@ from bdl.samplers.base import Declaration, Sampler, SamplerState
 
 
 class SGNHT(Sampler):
-    """SGNHT with learning rate ``lr`` (:math:`\\eta`) and injected-noise friction ``a``."""
+    """SGNHT with learning rate ``lr`` ($\\eta$) and injected-noise friction ``a``."""
 
     declaration = Declaration(step_unit="per datum", backs_off=True)
 
@@ -84,7 +86,7 @@ class SGNHT(Sampler):
 
 
 def _heat(zeta: Tensor, v: list[Tensor], norms: list[Tensor], eta: float) -> None:
-    r"""The thermostat's step, :math:`\zeta \leftarrow \zeta + v^\top v / n - \eta`, from the
+    r"""The thermostat's step, $\zeta \leftarrow \zeta + v^\top v / n - \eta$, from the
     norms of the momenta ``v``'s tensors (in double precision: n is in the millions)."""
     kinetic = torch.stack(norms).double().square().sum()
     zeta.add_(kinetic / sum(v_i.numel() for v_i in v) - eta)

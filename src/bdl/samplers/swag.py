@@ -1,30 +1,30 @@
 r"""SWA-Gaussian, SWAG (Maddox, Izmailov, Garipov, Vetrov & Wilson, NeurIPS 2019).
 
 SGD at a constant learning rate wanders about a mode; SWAG fits a Gaussian to the iterates it
-visits after burn-in, one every ``collect_every`` steps (:math:`c`, once an epoch in the paper),
-and draws the run's samples from it. With :math:`\theta_1, \dots, \theta_n` collected, the
+visits after burn-in, one every ``collect_every`` steps ($c$, once an epoch in the paper),
+and draws the run's samples from it. With $\theta_1, \dots, \theta_n$ collected, the
 running moments are
 
-.. math::
+$$
+\bar\theta = \tfrac1n \textstyle\sum_i \theta_i, \qquad
+\overline{\theta^2} = \tfrac1n \textstyle\sum_i \theta_i^2, \qquad
+\Sigma_\mathrm{diag} = \mathrm{diag}\big(\overline{\theta^2} - \bar\theta^2\big),
+$$
 
-    \bar\theta = \tfrac1n \textstyle\sum_i \theta_i, \qquad
-    \overline{\theta^2} = \tfrac1n \textstyle\sum_i \theta_i^2, \qquad
-    \Sigma_\mathrm{diag} = \mathrm{diag}\big(\overline{\theta^2} - \bar\theta^2\big),
+and the deviation matrix $\hat D$ holds the last $K$ deviations
+$D_i = \theta_i - \bar\theta_i$ (each from the running mean after $\theta_i$,
+Maddox et al.'s Algorithm 1), $K$ being ``rank``. The approximate posterior is
+$\mathcal N\big(\bar\theta, \tfrac12 \Sigma_\mathrm{diag} + \tfrac{1}{2(K-1)}\hat D
+\hat D^\top\big)$, sampled as
 
-and the deviation matrix :math:`\hat D` holds the last :math:`K` deviations
-:math:`D_i = \theta_i - \bar\theta_i` (each from the running mean after :math:`\theta_i`,
-Maddox et al.'s Algorithm 1), :math:`K` being ``rank``. The approximate posterior is
-:math:`\mathcal N\big(\bar\theta, \tfrac12 \Sigma_\mathrm{diag} + \tfrac{1}{2(K-1)}\hat D
-\hat D^\top\big)`, sampled as
+$$
+\tilde\theta = \bar\theta + \tfrac{1}{\sqrt2}\,\Sigma_\mathrm{diag}^{1/2} z_1
+    + \tfrac{1}{\sqrt{2(K-1)}}\,\hat D z_2, \qquad
+z_1 \sim \mathcal N(0, I_d),\ z_2 \sim \mathcal N(0, I_K),
+$$
 
-.. math::
-
-    \tilde\theta = \bar\theta + \tfrac{1}{\sqrt2}\,\Sigma_\mathrm{diag}^{1/2} z_1
-        + \tfrac{1}{\sqrt{2(K-1)}}\,\hat D z_2, \qquad
-    z_1 \sim \mathcal N(0, I_d),\ z_2 \sim \mathcal N(0, I_K),
-
-with :math:`K` the number of deviations held while fewer than ``rank`` were collected. The
-iterates are plain SGD's (:class:`bdl.samplers.sgd.SGD`, ``lr`` per datum); ``num_samples`` draws
+with $K$ the number of deviations held while fewer than ``rank`` were collected. The
+iterates are plain SGD's (`bdl.samplers.sgd.SGD`, ``lr`` per datum); ``num_samples`` draws
 are the run's samples, written like any sampler's so that every metric and diagnostic applies.
 """
 
@@ -48,7 +48,7 @@ log = logging.getLogger("bdl")
 class SWAG(SGD):
     """SWAG over SGD's iterates: learning rate ``lr``, heavy-ball ``momentum``, one iterate
     collected every ``collect_every`` steps after burn-in, the last ``rank`` deviations
-    (:math:`K`) kept, ``num_samples`` draws at the end."""
+    ($K$) kept, ``num_samples`` draws at the end."""
 
     declaration = Declaration(step_unit="per datum", injects_noise=False, backs_off=True)
 
@@ -126,7 +126,7 @@ class SWAG(SGD):
 
     def posterior_moments(self, state: SamplerState) -> tuple[list[Tensor], list[Tensor]] | None:
         """The Gaussian's mean and marginal standard deviations,
-        :math:`\\sqrt{\\Sigma_{\\mathrm{diag}}/2 + \\sum_k D_k^2 / (2(K-1))}`."""
+        $\\sqrt{\\Sigma_{\\mathrm{diag}}/2 + \\sum_k D_k^2 / (2(K-1))}$."""
         if state.buffers["swag_count"][0].item() < 2:
             return None
         mean, variance, deviations = self._moments(state)
