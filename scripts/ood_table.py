@@ -8,7 +8,9 @@ corruptions in this one, and prints a markdown table (a row per method and datas
 
     OMP_NUM_THREADS=1 python scripts/ood_table.py -- epochs=10 burn_in=5
 
-Overrides after ``--`` go to every run (e.g. a shortened ``epochs``).
+Overrides after ``--`` go to every run (e.g. a shortened ``epochs``). MFVI and the Laplace
+approximation start from the SGD run of the same dataset, so ``--methods`` names ``sgd`` before
+them.
 """
 
 from __future__ import annotations
@@ -32,17 +34,22 @@ METHODS = {
     "sgld": ["sampler=sgld"],
     "sghmc": ["sampler=sghmc"],
     "sghmc_cyclical": ["sampler=sghmc_cyclical"],
+    # Izmailov et al. (2021)'s recipes: both start at the SGD run's solution ({sgd}: its directory)
+    "mfvi": ["sampler=mfvi", "schedule=cosine", "burn_in=0", "init_from={sgd}"],
+    "laplace": ["sampler=laplace", "epochs=1", "burn_in=0", "init_from={sgd}"],
 }
 COLUMNS = ["accuracy", "NLL", "ECE", "AUROC entropy", "AUROC MI", "worst corruption accuracy"]
 
 
 def run(method: str, dataset: str, overrides: list[str], root: Path) -> dict[str, str]:
     directory = root / f"{dataset}-{method.replace(' ', '_')}"
+    sgd = root / f"{dataset}-sgd"
     command = [
         str(Path(sys.executable).with_name("bdl-run")),
         f"dataset={dataset}",
-        *METHODS[method],
         *overrides,
+        # after the shared overrides: a method's own (laplace's one epoch) has the last word
+        *(argument.format(sgd=sgd) for argument in METHODS[method]),
         f"hydra.run.dir={directory}",
     ]
     start = time.perf_counter()

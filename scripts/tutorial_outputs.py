@@ -141,8 +141,9 @@ def main() -> None:
     if "BDL_DATA_DIR" not in os.environ:
         parser.error("set BDL_DATA_DIR to the real data (the tutorials' outputs are real runs)")
     for name in args.pages or TUTORIALS:
-        with tempfile.TemporaryDirectory(prefix=f"tutorial-{name}-") as scratch:
-            run_tutorial(name, TUTORIALS[name], Path(scratch))
+        scratch = Path(tempfile.mkdtemp(prefix=f"tutorial-{name}-"))
+        run_tutorial(name, TUTORIALS[name], scratch)
+        shutil.rmtree(scratch)  # kept when a run fails, for its logs
 
 
 if __name__ == "__main__":

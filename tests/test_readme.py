@@ -22,6 +22,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import OverrideParseException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
+from test_plugins import tutorial_files, write_package
 
 from bdl import check, evaluate, report
 from bdl.models.mlp import MLP
@@ -134,14 +135,19 @@ def _compositions(args: list[str]) -> list[list[str]]:
     return lines
 
 
-def _run_cli(argvs: list[list[str]]) -> list[dict]:
+def _run_cli(argvs: list[list[str]], plugins: Path | None = None) -> list[dict]:
+    """``bdl-run`` on each of ``argvs``, in one interpreter; ``plugins``: a folder of installed
+    plugin packages (the own-model tutorial's) put on its path."""
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
+    if plugins is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(plugins), env.get("PYTHONPATH")]))
     result = subprocess.run(
         [sys.executable, "-c", _DRIVER],
         input=json.dumps(argvs),
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+        env=env,
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
@@ -182,7 +188,7 @@ def _parses(program: str, args: list[str]) -> bool:
     return True
 
 
-def test_every_documented_command_parses():
+def test_every_documented_command_parses(tmp_path):
     commands = {
         (page.relative_to(ROOT).as_posix(), command)
         for page in PAGES
@@ -201,7 +207,9 @@ def test_every_documented_command_parses():
             refused.append(f"{page}: {command}")
     assert not refused, "documented commands that do not parse:\n" + "\n".join(refused)
     unique = list(dict.fromkeys(tuple(argv) for _, argv in runs))
-    results = dict(zip(unique, _run_cli([list(argv) for argv in unique])))
+    # the own-model tutorial's commands name its plugin package's options: installed, as there
+    plugins = write_package(tmp_path, tutorial_files())
+    results = dict(zip(unique, _run_cli([list(argv) for argv in unique], plugins)))
     failures = [
         f"{command}\n  as: bdl-run {shlex.join(argv)}\n  {result['err'].strip()[-600:]}"
         for command, argv in runs

@@ -17,12 +17,9 @@ into the environment of whoever reads it.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import inspect
 import re
-from importlib.resources import files
-from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +30,7 @@ from omegaconf._utils import get_yaml_loader
 from omegaconf.errors import InterpolationResolutionError, OmegaConfBaseException
 
 from bdl import plugins
+from bdl.allowlist import allowed_targets, targets_in
 from bdl.errors import ConfigError
 
 __all__ = [
@@ -45,7 +43,6 @@ __all__ = [
     "refuse_recursion",
 ]
 
-CONF_PACKAGE = "bdl.conf"
 #: Hydra's keys that a bdl config may hold beside ``_target_``.
 _HYDRA_KEYS = {"_target_", "_partial_"}
 #: A resolver call (``${oc.env:HOME}``, ``${now:%H}``), as opposed to a reference to another key
@@ -55,50 +52,12 @@ RESOLVER_CALL = re.compile(r"\$\{\s*[\w.]+\s*:")
 _ENV_WITH_DEFAULT = re.compile(r"\$\{\s*oc\.env\s*:\s*\w+\s*,\s*([^${}]*?)\s*\}")
 
 
-def _yaml_files(folder: Traversable) -> list[Traversable]:
-    found = []
-    for entry in folder.iterdir():
-        if entry.is_dir():
-            found += _yaml_files(entry)
-        elif entry.name.endswith(".yaml"):
-            found.append(entry)
-    return found
-
-
-def _targets_in(node: Any) -> list[tuple[str, Any]]:
-    """``(path, node)`` of every mapping in ``node`` that holds a ``_target_``, at any depth."""
-    found = []
-
-    def walk(value: Any, path: str) -> None:
-        if isinstance(value, dict):
-            if "_target_" in value:
-                found.append((path, value))
-            for key, item in value.items():
-                walk(item, f"{path}.{key}" if path else str(key))
-        elif isinstance(value, list):
-            for i, item in enumerate(value):
-                walk(item, f"{path}[{i}]")
-
-    walk(node, "")
-    return found
-
-
-@functools.cache
-def allowed_targets() -> frozenset[str]:
-    """Every ``_target_`` written in the YAML files of the packaged ``bdl.conf``."""
-    targets = set()
-    for path in _yaml_files(files(CONF_PACKAGE)):
-        raw = OmegaConf.to_container(OmegaConf.create(path.read_text(encoding="utf-8")))
-        targets.update(str(node["_target_"]) for _, node in _targets_in(raw))
-    return frozenset(targets)
-
-
 def check_targets(node: Any, where: str = "") -> list[tuple[str, dict]]:
     """Refuse, before anything is imported, a ``_target_`` in ``node`` (a config or part of one)
     that no file of ``bdl.conf`` names; returns ``(key, mapping)`` of each target's node."""
     raw = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else node
     found = []
-    for path, spec in _targets_in(raw):
+    for path, spec in targets_in(raw):
         key = ".".join(part for part in (where, path) if part)
         target = spec["_target_"]
         if not isinstance(target, str) or not (
@@ -225,7 +184,7 @@ def check_hydra_node(hydra: Any) -> None:
         node = hydra.get(name)
         if isinstance(node, dict) and node.get("_target_") in HYDRA_PLUGINS:
             rest[name] = {k: v for k, v in node.items() if k != "_target_"}
-    for path, spec in _targets_in(rest):
+    for path, spec in targets_in(rest):
         target = spec["_target_"]
         if not isinstance(target, str) or target not in allowed_targets():
             raise ConfigError(

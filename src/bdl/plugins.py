@@ -45,6 +45,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from bdl.allowlist import allowed_targets, targets_in
 from bdl.errors import ConfigError
 
 __all__ = [
@@ -142,9 +143,7 @@ def _option(entry: EntryPoint, group: str, own_targets: frozenset[str]) -> Optio
             raise ConfigError(f"{path} is not a YAML mapping ({error}): fix the file") from None
         if not isinstance(config, dict) or config.get("_target_") != target:
             raise ConfigError(f"{path} must say _target_: {target}, the object {where} declares")
-    from bdl.instantiation import _targets_in, allowed_targets
-
-    for key, node in _targets_in(config):
+    for key, node in targets_in(config):
         named = node["_target_"]
         if named not in own_targets and named not in allowed_targets():
             raise ConfigError(

@@ -34,7 +34,7 @@ from safetensors.torch import load_file  # noqa: E402
 
 import bdl  # noqa: E402
 from bdl.config import ConfigError  # noqa: E402
-from bdl.results import MIN_DIAGNOSTIC_DRAWS  # noqa: E402
+from bdl.diagnostics import MIN_DRAWS  # noqa: E402
 from bdl.run import run  # noqa: E402
 from bdl.stability import DivergedError  # noqa: E402
 
@@ -172,7 +172,7 @@ def test_the_sample_store_predicts_on_the_device(fake_data_root, isolated_cache,
 def test_k_stacked_chains_on_the_device(fake_data_root, isolated_cache, tmp_path):
     """Eight chains in one run on the MNIST-sized data: eight chains' samples, R-hat and ESS in
     metrics.json (from the fewest draws they take), and the pooled predictive as written."""
-    draws = MIN_DIAGNOSTIC_DRAWS
+    draws = MIN_DRAWS
     overrides = [*SIZES["mnist"], f"epochs={draws + 1}", "burn_in=1", "sampler=sghmc", "chains=8"]
     metrics = run(compose_on(fake_data_root, DEVICE, overrides), tmp_path / "run")
     assert bdl.load_run(tmp_path / "run").num_chains == 8
