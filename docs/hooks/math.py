@@ -19,7 +19,10 @@ _DISPLAY = re.compile(r'<div class="arithmatex">\\\[(.*?)\\\]</div>', re.S)
 
 
 def _mathml(tex: str, display: str) -> str:
-    return convert(html.unescape(tex).strip(), display=display)
+    # latex2mathml reads amsmath's aligned as running text ("&" drawn, rows joined); split, the
+    # same alignment at & with rows broken at \\, it draws as a table
+    tex = html.unescape(tex).strip().replace("{aligned}", "{split}")
+    return convert(tex, display=display)
 
 
 def on_page_content(content: str, **_) -> str:
