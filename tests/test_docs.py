@@ -98,9 +98,10 @@ def test_guide_pages_have_sections_and_tutorials_show_output_and_a_figure(site):
     tutorials = built_pages(site, "tutorials")
     assert len(tutorials) == len(list((DOCS / "tutorials").glob("*.md")))
     for page in tutorials:
-        html = article(page)
-        assert 'class="language-text' in html, f"{page.parent.name}: no output block"
-        assert re.search(r'<img[^>]+src="[./]*figures/tutorials/', html), page.parent.name
+        name = page.parent.name
+        source = (DOCS / "tutorials" / f"{name}.md").read_text(encoding="utf-8")
+        assert re.search(r"^```text\n[^`]", source, re.M), f"{name}: no output block"
+        assert re.search(r'<img[^>]+src="[./]*figures/tutorials/', article(page)), name
 
 
 def page_commands(page: str, program: str = "bdl-") -> list[str]:
