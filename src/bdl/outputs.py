@@ -216,15 +216,18 @@ class RunDirectory:
         for name, node in files.items():
             atomic_write(folder / name, OmegaConf.to_yaml(node).encode())
 
+    def store_folders(self, chains: int) -> list[Path]:
+        """Where each of ``chains`` chains keeps its samples: ``samples/`` for one,
+        ``samples/chain_<k>/`` for several (as `bdl.posterior.chain_stores` reads them)."""
+        samples = self.path / "samples"
+        return [samples] if chains == 1 else [samples / f"chain_{k}" for k in range(chains)]
+
     def open_stores(self, chains: int) -> list[SampleStore] | None:
-        """The sample store of each of ``chains`` chains: ``samples/`` for one,
-        ``samples/chain_<k>/`` for several (as `bdl.posterior.chain_stores` reads them).
-        They flush to disk when synced, which the runner does before each checkpoint."""
+        """The sample store of each of ``chains`` chains (`store_folders`). They flush to disk
+        when synced, which the runner does before each checkpoint."""
         if not self.writer:
             return None
-        samples = self.path / "samples"
-        folders = [samples] if chains == 1 else [samples / f"chain_{k}" for k in range(chains)]
-        return [SampleStore(folder, fsync_each=False) for folder in folders]
+        return [SampleStore(folder, fsync_each=False) for folder in self.store_folders(chains)]
 
     def write_curve(self, fields: list[str], rows: list[dict[str, Any]]) -> None:
         """``curve.csv`` with ``rows``, replaced atomically."""

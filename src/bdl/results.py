@@ -22,7 +22,6 @@ from bdl.loop import Loop
 from bdl.metrics import UncertaintyAverage, agreement, ood_detection, pool, total_variation
 from bdl.network import named_parameters, predict, sample_tensors
 from bdl.outputs import RunDirectory
-from bdl.posterior import chain_stores
 from bdl.store import load_samples
 
 log = logging.getLogger("bdl")
@@ -72,7 +71,7 @@ def write_metrics(
     found, table = _diagnostics(loops, directory)
     metrics.update(found)
     if status == "completed" and average.count:
-        metrics.update(ood_metrics(exp, directory))
+        metrics.update(ood_metrics(exp, directory, len(loops)))
         judge(metrics, exp, len(loops))
         refuse_tie(metrics, exp, predictive)
         if exp.sampler.declaration.injects_noise:
@@ -81,20 +80,20 @@ def write_metrics(
     return metrics
 
 
-def ood_metrics(experiment: Experiment, directory: RunDirectory) -> dict[str, Any]:
+def ood_metrics(experiment: Experiment, directory: RunDirectory, chains: int) -> dict[str, Any]:
     """The out-of-distribution detection metrics of the run's stored samples
     (`bdl.metrics.ood_detection`: the test set against ``ood=``'s), the network holding
     each in turn and given back its own state after; nothing without ``ood=`` or samples."""
     exp = experiment
-    stores = directory.path / "samples"
-    if exp.x_ood is None or not directory.writer or not stores.is_dir():
+    stores = [folder for folder in directory.store_folders(chains) if folder.is_dir()]
+    if exp.x_ood is None or not directory.writer or not stores:
         return {}
     model, likelihood = exp.potential.model, exp.potential.likelihood
     live = sample_tensors(model, likelihood)
     kept = {name: p.detach().clone() for name, p in live.items()}
     inside, outside = UncertaintyAverage(), UncertaintyAverage()
     with torch.no_grad():
-        for store in chain_stores(stores):
+        for store in stores:
             for params, _ in load_samples(store):
                 for name, p in live.items():
                     p.copy_(params[name])
