@@ -13,7 +13,7 @@ ratio to the bare epoch:
   predictive, the running model average, the sample file and manifest, the curve row), goal <=
   1.15;
 - a checkpoint, as a share of the wall time at the default interval (one a minute), goal <= 2%;
-- what burn-in's step back-off adds to an epoch (`bdl.stability`): the copy of the chain's
+- what burn-in's step back-off adds to an epoch (`bdl.runner.stability`): the copy of the chain's
   state it takes at each epoch's end, the rest being a few comparisons of floats, goal <= 0.02.
 
     python scripts/bench.py [--rounds 5] [--device cpu] [--set KEY=VALUE ...]
@@ -35,8 +35,8 @@ from benchtools import (
     timed,
 )
 
-from bdl import stability
-from bdl.sampling import CHECKPOINT_SECONDS
+from bdl.runner import stability
+from bdl.runner.sampling import CHECKPOINT_SECONDS
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from benchtools import alternating_medians, bare_model, composed
 
-from bdl.experiment import Experiment, build
+from bdl.runner.experiment import Experiment, build
 
 VARIANTS = {
     "BBB, local reparam, scale mixture (MC KL)": ["prior=scale_mixture"],

@@ -1,5 +1,5 @@
 """Benchmark: seconds per epoch of K chains in one run (``chains=K``), stacked as one
-(``vectorise=true``, `bdl.steppers`), stacked on minibatches the chains share
+(``vectorise=true``, `bdl.runner.steppers`), stacked on minibatches the chains share
 (``shared_minibatches=true``) and stepped in turn (``vectorise=false``), against K runs of one
 chain (seeds 0..K-1), all through the runner's own epoch (``Sampling.step_epoch``), in this one
 process, alternating, so that machine noise hits all alike.

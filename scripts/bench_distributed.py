@@ -23,9 +23,9 @@ import torch
 import torch.multiprocessing as mp
 from benchtools import composed, timed
 
-from bdl import distributed
-from bdl.experiment import build
-from bdl.network import resolve_device
+from bdl.composition.network import resolve_device
+from bdl.runner import distributed
+from bdl.runner.experiment import build
 
 
 def worker(

@@ -1,5 +1,5 @@
 """Benchmark: effective samples of the test predictive per second of wall time, for one run of
-one chain against one run of K chains stacked as one (``chains=K``, `bdl.steppers`), on the
+one chain against one run of K chains stacked as one (``chains=K``, `bdl.runner.steppers`), on the
 same sampler and iterations; full-batch HMC on yacht (277 training points, 401 parameters) by
 default, the small model where per-step overhead dominates and stacking pays most.
 
@@ -29,8 +29,8 @@ from pathlib import Path
 from benchtools import composed
 
 from bdl import diagnostics
-from bdl.outputs import CURVE
-from bdl.run import run
+from bdl.runner.run import run
+from bdl.storage.outputs import CURVE
 
 # thin=2: a draw every other iteration, 100 per chain at the default length
 BASE = ["sampler=hmc", "dataset=yacht", "batch_size=100000", "thin=2", "wandb.mode=disabled"]

@@ -91,11 +91,11 @@ from omegaconf import DictConfig  # noqa: E402
 from torch._inductor.utils import fresh_cache  # noqa: E402
 
 from bdl import diagnostics  # noqa: E402
-from bdl.experiment import Experiment  # noqa: E402
-from bdl.network import load_data  # noqa: E402
-from bdl.outputs import CURVE  # noqa: E402
-from bdl.posterior import load_run  # noqa: E402
-from bdl.run import run  # noqa: E402
+from bdl.analysis.posterior import load_run  # noqa: E402
+from bdl.composition.network import load_data  # noqa: E402
+from bdl.runner.experiment import Experiment  # noqa: E402
+from bdl.runner.run import run  # noqa: E402
+from bdl.storage.outputs import CURVE  # noqa: E402
 from bdl.task import Task  # noqa: E402
 
 #: bdl's contenders on yacht: their overrides on top of the common ones

@@ -16,13 +16,13 @@ from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 from torch import nn
 
-import bdl.config  # noqa: F401  (registers the root schema)
-from bdl.checkpoint import resumable_config
-from bdl.experiment import Experiment, build_chains
-from bdl.interrupts import Signals
-from bdl.loop import Loop
-from bdl.outputs import RunDirectory
-from bdl.sampling import Sampling
+import bdl.composition.config  # noqa: F401  (registers the root schema)
+from bdl.runner.checkpoint import resumable_config
+from bdl.runner.experiment import Experiment, build_chains
+from bdl.runner.interrupts import Signals
+from bdl.runner.loop import Loop
+from bdl.runner.sampling import Sampling
+from bdl.storage.outputs import RunDirectory
 
 
 def sampling(cfg: DictConfig, directory: Path, start_epoch: int = 0) -> Sampling:

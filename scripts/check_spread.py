@@ -1,5 +1,5 @@
 """The spread over seeds of every ``bdl-check`` statistic: the measurement the thresholds of
-``bdl.check.THRESHOLDS`` (and so of the slow tests) are set from.
+``bdl.checks.check.THRESHOLDS`` (and so of the slow tests) are set from.
 
 Run ``bdl-check --seed S --out DIR/sS`` for several seeds, then
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bdl.check import THRESHOLDS
+from bdl.checks.check import THRESHOLDS
 
 STATISTICS = ["tv", "mean_error", "cov_error"]
 

@@ -361,7 +361,7 @@ def plan(device: str, python: str, bundle: Path) -> list[Part]:
             "SGHMC on MNIST, Chen et al. (2014)",
             45,
             # dry: 1000 generated training images, the fewest that twelve epochs of SGHMC learn
-            # well enough to beat the trivial predictor (as in tests/test_stability.py)
+            # well enough to beat the trivial predictor (as in tests/runner/test_stability.py)
             [*me, "chen", "--epochs", "5" if gpu else "12", "--device", device]
             + ([] if gpu else ["dataset.validation=59000"]),
         ),

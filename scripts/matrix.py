@@ -5,7 +5,7 @@ every ``--datasets`` entry, each in its own process (so that a refusal is what a
 writes one row per run: its status, its headline metrics beside the trivial predictor's (the
 training targets' mean and variance, or the training classes' frequencies), the step scale that
 burn-in settled on, the largest rise of the potential after burn-in (``rise_max``, in units of
-`bdl.stability.rise_limit`) and, for a refusal or a failure, bdl's one-line message. A run
+`bdl.runner.stability.rise_limit`) and, for a refusal or a failure, bdl's one-line message. A run
 that completes worse than the trivial predictor ends ``unsound``, never ``completed``.
 
     OMP_NUM_THREADS=1 python scripts/matrix.py --datasets yacht boston --out matrix.csv

@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bdl.analysis.evaluate import evaluate
 from bdl.data.shift import CORRUPTIONS
-from bdl.evaluate import evaluate
 
 METHODS = {
     "sgd": ["sampler=sgd"],

@@ -17,7 +17,7 @@ import sys
 from torch import Tensor
 
 import bdl
-from bdl.evaluate import USER_ERRORS, user_message
+from bdl.analysis.evaluate import USER_ERRORS, user_message
 from bdl.metrics import function_agreement
 
 

@@ -24,15 +24,15 @@ from torch import nn
 from torch._inductor import cpp_builder
 from torch._inductor.exc import InvalidCxxCompiler
 
-from bdl import plugins
-from bdl.instantiation import resolve
+from bdl.composition import plugins
+from bdl.composition.instantiation import resolve
 from bdl.samplers.base import Declaration
 
 SAMPLER_CONFIGS = Path(__file__).parents[1] / "conf" / "sampler"
 #: bdl's own sampler options (the docs' table lists these).
 OWN_SAMPLER_OPTIONS = sorted(p.stem for p in SAMPLER_CONFIGS.glob("*.yaml"))
 #: Every option of the sampler group: a sampler is covered by the resume, chains and matrix tests
-#: the moment its YAML exists, or its package declaring it is installed (bdl.plugins).
+#: the moment its YAML exists, or its package declaring it is installed (bdl.composition.plugins).
 SAMPLER_OPTIONS = sorted([*OWN_SAMPLER_OPTIONS, *plugins.options("sampler")])
 
 
@@ -372,7 +372,8 @@ def gaussian_mixture_of_samples(posterior) -> tuple[torch.Tensor, torch.distribu
     return data.y_test.double() * data.target_std + data.target_mean, mixture
 
 
-# --- run directories for bdl-report (bdl.sweeps, bdl.tables, bdl.report) ---------------------
+# --- run directories for bdl-report (bdl.analysis.sweeps, bdl.analysis.tables, bdl.analysis.report)
+# ---------------------
 
 REPORT_SAMPLERS = {
     "sghmc": ("bdl.samplers.sghmc.SGHMC", 0.1, {0: 0.90, 1: 0.92}),

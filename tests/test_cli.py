@@ -17,9 +17,9 @@ import torch
 from conftest import command_env
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
-from test_outputs import wandb_records
+from storage.test_outputs import wandb_records
 
-from bdl.config import RunConfig
+from bdl.composition.config import RunConfig
 
 TINY_MNIST = ["dataset.validation=59000", "epochs=3", "burn_in=1", "batch_size=100"]
 # sampler.lr: the UCI step size (sampler=sghmc_uci's)
@@ -113,7 +113,7 @@ def test_multirun_then_report(env, tmp_path):
         env=env, cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    report = bdl(str(sweep), env=env, cwd=tmp_path, module="bdl.report")
+    report = bdl(str(sweep), env=env, cwd=tmp_path, module="bdl.analysis.report")
     assert report.returncode == 0, report.stderr
     lines = [line for line in report.stdout.splitlines() if line.startswith("|")]
     assert len(lines) == 4  # header, rule, sgd, sghmc
@@ -312,7 +312,7 @@ def test_diverged_chain_stops_cleanly_and_keeps_what_was_written(env, tmp_path):
         *TINY_BOSTON,
         "epochs=30",
         "sampler.lr=1e6",
-        "burn_in=0",  # no burn-in in which the step could back off (bdl.stability)
+        "burn_in=0",  # no burn-in in which the step could back off (bdl.runner.stability)
         f"hydra.run.dir={run_dir}",
         env=env,
         cwd=tmp_path,

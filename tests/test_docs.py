@@ -24,8 +24,8 @@ import pytest
 from conftest import command_env
 
 import bdl
-from bdl.evaluate import main as bdl_eval
-from bdl.outputs import summary_table
+from bdl.analysis.evaluate import main as bdl_eval
+from bdl.storage.outputs import summary_table
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -174,7 +174,7 @@ def test_tutorial_uci_chains(env, data_here, tmp_path):
     assert table_keys(shown) == table_keys(summary_table(metrics))
     (report,) = page_commands("tutorials/uci-chains.md", "bdl-report")
     _, *report_args = shlex.split(report.replace("runs/yacht-hmc", str(run_dir)))
-    assert bdl_run(report_args, env, tmp_path, "bdl.report").returncode == 0
+    assert bdl_run(report_args, env, tmp_path, "bdl.analysis.report").returncode == 0
     assert any(p.name.startswith("rhat_") for p in (run_dir / "plots").iterdir())
     namespace = {"bdl": bdl, "run_dir": run_dir}
     exec(page_python("tutorials/uci-chains.md"), namespace)
@@ -203,7 +203,8 @@ def test_tutorial_shift(env, data_here, tmp_path):
     assert rows[90][0] < rows[0][0]  # the generated digits are not rotation-invariant
 
 
-@pytest.mark.slow  # 15 s: two runs of MNIST's full network (tests/test_resume_cli.py is quicker)
+# 15 s: two runs of MNIST's full network (tests/runner/test_resume_cli.py is quicker)
+@pytest.mark.slow
 def test_tutorial_resume(env, tmp_path):
     first, again = page_commands("tutorials/resume.md", "bdl-run")
     run_dir = tmp_path / "chen"
@@ -255,7 +256,7 @@ def test_tutorial_hmc_reference(env, data_here, tmp_path):
         assert result.returncode == 0, result.stderr[-2000:]
     (report,) = page_commands(page, "bdl-report")
     _, *report_args = shlex.split(report)
-    result = bdl_run(report_args, env, tmp_path, "bdl.report")
+    result = bdl_run(report_args, env, tmp_path, "bdl.analysis.report")
     assert result.returncode == 0 and "agreement" in result.stdout, result.stderr[-2000:]
     (run_dir,) = [p.parent for p in (root / "sg").glob("*/metrics.json")]
     namespace = {"bdl": bdl, "run_dir": run_dir, "reference_dir": root / "hmc"}

@@ -1,5 +1,6 @@
-"""bdl's modules import one another without a cycle: each can be read after the ones it builds
-on. Every import counts, inside functions too (a lazy import hides a cycle, it does not remove
+"""bdl's modules import one another without a cycle, and along its layers (the library below
+the application's packages, the analysis never reaching into the runner): each can be read after
+the ones it builds on. Every import counts, inside functions too (a lazy import hides a cycle, it does not remove
 it) and under ``if TYPE_CHECKING:`` (a module that needs another's types to be read depends on
 it)."""
 
@@ -18,7 +19,7 @@ def module_name(path: Path) -> str:
 
 def imported(tree: ast.AST, modules: set[str], package: str = "bdl") -> set[str]:
     """The modules of bdl that ``tree``, a module of ``package``, imports, each by the name it is
-    imported by (``from bdl import papers`` imports ``bdl.papers``; ``from
+    imported by (``from bdl.analysis import papers`` imports ``bdl.analysis.papers``; ``from
     bdl.samplers import HMC`` the package ``bdl.samplers``; ``from .base import X`` in
     ``bdl.data`` imports ``bdl.data.base``)."""
     found: set[str] = set()
@@ -72,16 +73,24 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_import_graph_is_read_from_every_kind_of_import():
     tree = ast.parse(
-        "from bdl import papers\n"
+        "from bdl.analysis import papers\n"
         "from bdl.samplers import HMC\n"
-        "import bdl.run\n"
+        "import bdl.runner.run\n"
         "def lazy():\n"
-        "    from bdl.plots import draw\n"
+        "    from bdl.analysis.plots import draw\n"
         "if TYPE_CHECKING:\n"
         "    from bdl.potential import Potential\n"
     )
-    modules = {"bdl", "bdl.papers", "bdl.samplers", "bdl.run", "bdl.plots", "bdl.potential"}
-    assert imported(tree, modules) == modules - {"bdl"}
+    modules = {
+        "bdl",
+        "bdl.analysis",
+        "bdl.analysis.papers",
+        "bdl.samplers",
+        "bdl.runner.run",
+        "bdl.analysis.plots",
+        "bdl.potential",
+    }
+    assert imported(tree, modules) == modules - {"bdl", "bdl.analysis"}
     relative = ast.parse("from .base import Dataset\nfrom . import uci\n")
     data = {"bdl.data", "bdl.data.base", "bdl.data.uci"}
     assert imported(relative, data, "bdl.data") == {"bdl.data.base", "bdl.data.uci"}
@@ -91,5 +100,69 @@ def test_the_import_graph_is_read_from_every_kind_of_import():
 
 def test_no_module_of_bdl_imports_itself_through_others():
     graph = import_graph()
-    assert {"bdl.report", "bdl.papers", "bdl.potential", "bdl.variational"} <= set(graph)
+    assert {
+        "bdl.analysis.report",
+        "bdl.analysis.papers",
+        "bdl.potential",
+        "bdl.variational",
+    } <= set(graph)
     assert cycle(graph) is None
+
+
+#: the application's packages, by job; every other module of bdl is the library (what a config's
+#: ``_target_`` names, and what those build on). ``bdl`` itself (the public names) and ``bdl.cli``
+#: (the entry point) stand above all of them.
+APPLICATION = ("bdl.composition", "bdl.storage", "bdl.analysis", "bdl.checks", "bdl.runner")
+ENTRY_POINTS = {"bdl", "bdl.cli"}
+#: what each application package may import besides the library
+MAY_IMPORT = {
+    "bdl.composition": set(),
+    "bdl.storage": {"bdl.composition"},
+    "bdl.analysis": {"bdl.composition", "bdl.storage"},
+    "bdl.checks": {"bdl.composition", "bdl.storage", "bdl.analysis"},
+    "bdl.runner": {"bdl.composition", "bdl.storage", "bdl.analysis"},
+}
+
+
+def layer(module: str) -> str:
+    if module in ENTRY_POINTS:
+        return module
+    return next((p for p in APPLICATION if module == p or module.startswith(p + ".")), "library")
+
+
+def crossings(graph: dict[str, set[str]]) -> list[str]:
+    """The imports that go against the layers: the library importing the application, an
+    application package importing one it may not (the analysis never the runner, storage neither
+    the analysis nor the runner), anything importing the entry points."""
+    wrong = []
+    for module, imports in sorted(graph.items()):
+        own = layer(module)
+        allowed = (
+            {"library"} if own == "library" else {"library", own, *MAY_IMPORT.get(own, APPLICATION)}
+        )
+        if own in ENTRY_POINTS:
+            allowed = {"library", *APPLICATION}
+        wrong += [f"{module} -> {name}" for name in sorted(imports) if layer(name) not in allowed]
+    return wrong
+
+
+def test_the_layer_rules_are_read_from_the_graph():
+    graph = {
+        "bdl.potential": {"bdl.priors"},
+        "bdl.priors": {"bdl.runner.run"},
+        "bdl.storage.outputs": {"bdl.runner.checkpoint", "bdl.composition.config"},
+        "bdl.analysis.report": {"bdl.analysis.plots", "bdl.runner.results"},
+        "bdl.runner.run": {"bdl.analysis.plots", "bdl.cli"},
+    }
+    assert crossings(graph) == [
+        "bdl.analysis.report -> bdl.runner.results",
+        "bdl.priors -> bdl.runner.run",
+        "bdl.runner.run -> bdl.cli",
+        "bdl.storage.outputs -> bdl.runner.checkpoint",
+    ]
+
+
+def test_the_package_is_layered_by_job():
+    graph = import_graph()
+    assert {layer(module) for module in graph} == {"library", *APPLICATION, *ENTRY_POINTS}
+    assert crossings(graph) == []

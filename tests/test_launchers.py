@@ -13,7 +13,7 @@ from conftest import command_env
 from test_cli import bdl
 
 from bdl import cli
-from bdl.interrupts import Signals
+from bdl.runner.interrupts import Signals
 
 pytest.importorskip(
     "hydra_plugins.hydra_joblib_launcher", reason="needs the launchers: pip install '.[launchers]'"
@@ -65,7 +65,7 @@ def test_a_joblib_sweep_runs_jobs_in_parallel_and_lists_its_failures(env, tmp_pa
     jobs = {path.parents[1].name for path in sweep.glob("*/.hydra/config.yaml")}
     assert len(jobs) == 4  # one directory each: the jobs did not collide
 
-    report = bdl(str(sweep), env=env, cwd=tmp_path, module="bdl.report")
+    report = bdl(str(sweep), env=env, cwd=tmp_path, module="bdl.analysis.report")
     assert report.returncode == 0, report.stderr
     rows = [line for line in report.stdout.splitlines() if line.startswith("| sg")]
     assert len(rows) == 2 and "test_accuracy" in report.stdout  # the completed jobs

@@ -5,13 +5,13 @@ import pytest
 import torch
 from hydra import compose, initialize_config_module
 
-import bdl.config  # noqa: F401  (registers the root schema)
+import bdl.composition.config  # noqa: F401  (registers the root schema)
 from bdl.likelihoods import Categorical, Gaussian
 from bdl.models.mlp import MLP
 from bdl.potential import Potential
 from bdl.priors import ARD, GammaHierarchical, Laplace, ScaleMixture, StudentT
 from bdl.priors import Gaussian as GaussianPrior
-from bdl.run import run
+from bdl.runner.run import run
 
 
 def make_potential(temperature=1.0, num_data=1000):
@@ -224,7 +224,8 @@ def test_prior_precision_is_the_prior_terms_curvature_over_t():
     assert Potential(model, Categorical(), Laplace(), 10).prior_precision() is None
 
 
-# --- chains stacked as one (bdl.steppers) -----------------------------------------------------
+# --- chains stacked as one (bdl.runner.steppers)
+# -----------------------------------------------------
 
 
 def regression_potential(prior, temperature=0.7):

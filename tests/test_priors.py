@@ -106,7 +106,8 @@ def test_per_layer_scales_and_fan_in_scaling(family):
 @pytest.mark.parametrize("num_chains", [1, 3])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_chain_log_prob_is_each_stacked_chains_density(family, num_chains):
-    """Chains stacked along a first dimension (bdl.steppers): one log-density per chain, with its
+    """Chains stacked along a first dimension (bdl.runner.steppers): one log-density per chain, with
+    its
     gradient, at the per-layer and fan-in scales that bind() resolved on one chain's shapes (a
     stack of one chain included)."""
     prior, density = FAMILIES[family]

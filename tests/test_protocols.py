@@ -23,9 +23,9 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_module
 
+from bdl.analysis.posterior import load_run
 from bdl.metrics import function_agreement
-from bdl.posterior import load_run
-from bdl.run import run
+from bdl.runner.run import run
 
 POSTERIOR = [
     "dataset=yacht",

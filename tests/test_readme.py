@@ -18,13 +18,14 @@ from pathlib import Path
 
 import torch
 import yaml
+from composition.test_plugins import tutorial_files, write_package
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import OverrideParseException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
-from test_plugins import tutorial_files, write_package
 
-from bdl import check, evaluate, report
+from bdl.analysis import evaluate, report
+from bdl.checks import check
 from bdl.models.mlp import MLP
 
 ROOT = Path(__file__).resolve().parents[1]

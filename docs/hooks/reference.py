@@ -1,6 +1,6 @@
 """MkDocs hook: the reference pages' generated parts, written at build time from the code.
 
-``reference/config.md`` gets every top-level key of the root schema (``bdl.config.RunConfig``,
+``reference/config.md`` gets every top-level key of the root schema (``bdl.composition.config.RunConfig``,
 with the comments of its source) and every option of every config group under ``conf/`` (each
 key with its value, type and comment, and the target's other arguments with their defaults);
 ``reference/cli.md`` gets the ``--help`` of each command. A marker line in the page
@@ -28,7 +28,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import get_method
 from omegaconf import OmegaConf
 
-from bdl import config as schema
+from bdl.composition import config as schema
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
@@ -38,7 +38,9 @@ TARGET_GROUPS = tuple(schema.RUNTIME_ARGUMENTS)
 # Prints each program's --help, in one interpreter so that torch and Hydra are imported once.
 _HELP_DRIVER = """
 import contextlib, io, json, sys
-from bdl import check, cli, evaluate, report
+from bdl import cli
+from bdl.analysis import evaluate, report
+from bdl.checks import check
 helps = {}
 for program, main in [("bdl-run", cli.main), ("bdl-report", report.main),
                       ("bdl-check", check.main), ("bdl-eval", evaluate.main)]:
@@ -262,7 +264,7 @@ def _global_option(path: Path, comments: dict[str, str], prefix: str = "") -> st
 def config_reference() -> str:
     sections = [
         "## Top-level keys",
-        "The root schema, `bdl.config.RunConfig`: Hydra checks every override against it, so a "
+        "The root schema, `bdl.composition.config.RunConfig`: Hydra checks every override against it, so a "
         "misspelt key or a value of the wrong type fails at composition. The protocol sets "
         "`epochs`, `batch_size`, `burn_in`, `thin`, `log_every` and `protocol.*` per dataset.",
         _table(("key", "type", "default", "note"), _schema_rows(schema.RunConfig)),

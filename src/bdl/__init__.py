@@ -10,9 +10,9 @@ potential ``U`` (`Potential`), priors and likelihoods (`bdl.priors`,
 from importlib.metadata import version
 
 from bdl import likelihoods, priors
-from bdl.posterior import Posterior, Sample, load_run
+from bdl.analysis.posterior import Posterior, Sample, load_run
 from bdl.potential import Potential
-from bdl.python_api import run_model
+from bdl.runner.python_api import run_model
 from bdl.samplers import *  # noqa: F403  (every sampler class, listed in bdl.samplers)
 from bdl.samplers import __all__ as _samplers
 from bdl.variational import MeanField

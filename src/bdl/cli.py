@@ -1,11 +1,11 @@
-"""``bdl-run``: the Hydra entry point. All the work is in `bdl.run`.
+"""``bdl-run``: the Hydra entry point. All the work is in `bdl.runner.run`.
 
 Mistakes a user can make end in one line, without a traceback. In a sweep (``-m``) a failing job
 is reported and the sweep goes on with the others; ``bdl-run`` then exits non-zero at the end,
 listing the failed jobs from their directories' ``metrics.json`` (`SweepFailures`), so that
 jobs run by a launcher in other processes (joblib, SLURM) are listed too.
 
-Under ``torchrun`` every rank runs ``bdl-run`` (`bdl.distributed`): rank 0 logs, writes and
+Under ``torchrun`` every rank runs ``bdl-run`` (`bdl.runner.distributed`): rank 0 logs, writes and
 reports errors; the other ranks log nothing, leave no directory behind and exit with rank 0.
 """
 
@@ -29,16 +29,20 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from bdl import distributed
-from bdl.config import ConfigError, constructor_error, print_sweep  # registers the schema
+from bdl.composition.config import (  # registers the schema
+    ConfigError,
+    constructor_error,
+    print_sweep,
+)
+from bdl.composition.overrides import check as check_command_line
+from bdl.composition.overrides import check_composition
 from bdl.data import DataError
-from bdl.interrupts import Interrupted
-from bdl.outputs import METRICS, RunDirectory, refuse_links
-from bdl.overrides import check as check_command_line
-from bdl.overrides import check_composition
-from bdl.run import run
-from bdl.stability import DivergedError
-from bdl.store import StoreError
+from bdl.runner import distributed
+from bdl.runner.interrupts import Interrupted
+from bdl.runner.run import run
+from bdl.runner.stability import DivergedError
+from bdl.storage.outputs import METRICS, RunDirectory, refuse_links
+from bdl.storage.store import StoreError
 
 log = logging.getLogger("bdl")
 

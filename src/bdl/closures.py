@@ -2,7 +2,7 @@
 
 A sampler never sees a network: it sees a *closure* that evaluates the potential ``U`` (and its
 gradient) at the parameters' current values, following ``torch.optim``'s closure protocol. The
-potential (`bdl.potential.Potential`) and the toy targets (`bdl.targets`) make them;
+potential (`bdl.potential.Potential`) and the toy targets (`bdl.checks.targets`) make them;
 the samplers (`bdl.samplers`) call them. This module names their shapes, and makes
 autograd's gradients meet the contract (`writable_gradients`); it depends on nothing in
 bdl, so a sampler can be read, and written, without the potential.
@@ -63,7 +63,7 @@ class VariationalClosure(Protocol[Q]):
 
 class ClosureFactory(Protocol):
     """``closures() -> Closure``: a fresh closure for each step (a new minibatch, or new gradient
-    noise), as the toy targets of `bdl.targets` hand them out."""
+    noise), as the toy targets of `bdl.checks.targets` hand them out."""
 
     def __call__(self) -> Closure: ...
 

@@ -32,7 +32,7 @@ class Likelihood(nn.Module):
 
     def chain_forward(self, output: Tensor, y: Tensor, phi: list[Tensor]) -> Tensor:
         """``forward`` for chains stacked along a first dimension of ``output``
-        (`bdl.steppers`), one sum per chain, at ``phi``: the chains' stacked values of this
+        (`bdl.runner.steppers`), one sum per chain, at ``phi``: the chains' stacked values of this
         module's parameters."""
         if not phi:  # nothing to substitute: functional_call's swap would be a fifth of the call
             return self(output, y)
@@ -68,7 +68,7 @@ class Categorical(Likelihood):
     def forward(self, logits: Tensor, y: Tensor) -> Tensor:
         if logits.dim() == 2:
             return -F.cross_entropy(logits, y, reduction="sum")
-        # chains stacked in front (bdl.steppers): one sum per chain
+        # chains stacked in front (bdl.runner.steppers): one sum per chain
         targets = y.expand(logits.shape[:-1])
         return -F.cross_entropy(logits.transpose(1, -1), targets, reduction="none").sum(-1)
 
@@ -141,7 +141,8 @@ class Gaussian(Likelihood):
 
     @staticmethod
     def _log_density(mean: Tensor, y: Tensor, s: Tensor) -> Tensor:
-        # sums over the last dimension: chains stacked in front (bdl.steppers) get one sum each
+        # sums over the last dimension: chains stacked in front (bdl.runner.steppers) get one sum
+        # each
         residual = (y - mean.squeeze(-1)).square().sum(-1)
         return 0.5 * y.shape[-1] * (s - math.log(2 * math.pi)) - 0.5 * s.exp() * residual
 

@@ -461,7 +461,7 @@ def function_agreement(
     distance between the means in the reference's standard deviations.
 
     With the Monte Carlo ``standard_errors`` of the two means per point (the reference's, then
-    ``other``'s; `bdl.posterior.Posterior.function_standard_error`), also
+    ``other``'s; `bdl.analysis.posterior.Posterior.function_standard_error`), also
     ``mean_offset_noise``: the offset two unbiased runs of these lengths would show on average,
     $\sqrt{2/\pi}\,\sqrt{e_\mathrm{ref}^2 + e^2}/s_\mathrm{ref}$ averaged over points
     (the mean of $|\mathcal{N}(0, e^2)|$ is $e\sqrt{2/\pi}$). An offset near it is

@@ -2,7 +2,7 @@
 variational reparameterisation.
 
 A *generator* here is a ``torch.Generator``, or a list of them, one per chain, for tensors that
-stack ``K`` chains along their first dimension (`bdl.steppers`): chain ``k``'s slice is then
+stack ``K`` chains along their first dimension (`bdl.runner.steppers`): chain ``k``'s slice is then
 drawn from generator ``k`` exactly as a run of that chain alone draws it, so that stacking the
 chains does not change any chain's random numbers.
 """

@@ -93,7 +93,7 @@ class Potential:
         prior: ``log p(θ)`` over the model's named parameters.
         num_data: ``N``, the number of training points.
         temperature: ``T > 0``.
-        reduce: for a training set split across processes (`bdl.distributed`), sums a list
+        reduce: for a training set split across processes (`bdl.runner.distributed`), sums a list
             of tensors in place over the processes; the full-data closure and the Gibbs step
             pass it their per-process data terms, before the prior is added once.
         compile: differentiate the data term by ``torch.compile`` of

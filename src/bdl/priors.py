@@ -93,7 +93,7 @@ class Prior:
         settings, check they name real parameters, and allocate hyperparameter state on their
         device."""
 
-    #: whether `chain_log_prob` is implemented (chains stepped as one, `bdl.steppers`)
+    #: whether `chain_log_prob` is implemented (chains stepped as one, `bdl.runner.steppers`)
     vectorisable = False
 
     def log_prob(self, params: Mapping[str, Tensor]) -> Tensor:

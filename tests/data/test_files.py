@@ -12,10 +12,10 @@ import torch
 from hydra import compose, initialize_config_module
 from safetensors.numpy import save_file
 
-from bdl.config import ConfigError, validate
+from bdl.composition.config import ConfigError, validate
 from bdl.data import DataError
 from bdl.data.files import load
-from bdl.run import run
+from bdl.runner.run import run
 
 
 def write_split_csvs(uci_root: Path, name: str, split: int, out: Path) -> tuple[Path, Path]:

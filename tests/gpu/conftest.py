@@ -59,17 +59,17 @@ def deterministic() -> Iterator[None]:
 def on_the_device(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[torch.device]]:
     """Fails a test whose runs all stayed off `DEVICE`: a CPU test reused here composes
     ``device=auto``, which must have picked the GPU."""
-    import bdl.experiment
+    import bdl.runner.experiment
 
     built: list[torch.device] = []
-    real = bdl.experiment.build
+    real = bdl.runner.experiment.build
 
     def build(*args, **kwargs):
         experiment = real(*args, **kwargs)
         built.append(experiment.device)
         return experiment
 
-    monkeypatch.setattr(bdl.experiment, "build", build)
+    monkeypatch.setattr(bdl.runner.experiment, "build", build)
     yield built
     if built:
         assert DEVICE in {d.type for d in built}, f"no run of this test was on {DEVICE}: {built}"

@@ -33,10 +33,10 @@ from hydra import compose, initialize_config_module  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 import bdl  # noqa: E402
-from bdl.config import ConfigError  # noqa: E402
+from bdl.composition.config import ConfigError  # noqa: E402
 from bdl.diagnostics import MIN_DRAWS  # noqa: E402
-from bdl.run import run  # noqa: E402
-from bdl.stability import DivergedError  # noqa: E402
+from bdl.runner.run import run  # noqa: E402
+from bdl.runner.stability import DivergedError  # noqa: E402
 
 #: The generated MNIST with 1 000 of its training images kept for training (the rest held out),
 #: minibatches of 100; and the generated Boston (455 training points) on minibatches of 32, at the

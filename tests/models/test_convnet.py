@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from hydra import compose, initialize_config_module
 
 from bdl.models import ConvNet
-from bdl.run import run
+from bdl.runner.run import run
 
 
 def test_size_and_forward_by_hand():

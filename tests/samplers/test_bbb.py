@@ -10,15 +10,15 @@ import torch.nn.functional as F
 from hydra import compose, initialize_config_module
 from test_potential import mlp_potential
 
-import bdl.config  # noqa: F401  (registers the root schema)
-from bdl.experiment import build
+import bdl.composition.config  # noqa: F401  (registers the root schema)
 from bdl.likelihoods import Gaussian as GaussianLikelihood
 from bdl.potential import Potential
 from bdl.priors import Gaussian as GaussianPrior
 from bdl.priors import ScaleMixture
-from bdl.run import run
+from bdl.runner.experiment import build
+from bdl.runner.run import run
 from bdl.samplers.bbb import BBB, BBBSGD
-from bdl.store import StoreError, load_samples
+from bdl.storage.store import StoreError, load_samples
 from bdl.variational import MeanField
 
 

@@ -11,10 +11,10 @@ import torch
 from conftest import OWN_SAMPLER_OPTIONS, SAMPLER_OPTIONS, declaration
 from hydra import compose, initialize_config_module
 
-from bdl.experiment import make_sampler
 from bdl.likelihoods import Gaussian
 from bdl.potential import Potential
 from bdl.priors import Gaussian as GaussianPrior
+from bdl.runner.experiment import make_sampler
 from bdl.samplers.base import Declaration, Sampler
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,12 +21,12 @@ import torch
 from hydra import compose, initialize_config_module
 
 from bdl import likelihoods, priors
-from bdl.experiment import build
 from bdl.models import Linear
 from bdl.potential import Potential
-from bdl.run import run
+from bdl.runner.experiment import build
+from bdl.runner.run import run
 from bdl.samplers.laplace import Laplace
-from bdl.store import load_samples
+from bdl.storage.store import load_samples
 
 NUM_DATA, DIM, NOISE_STD, PRIOR_STD = 200, 3, 0.5, 2.0
 DRAWS = 20_000

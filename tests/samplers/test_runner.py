@@ -8,10 +8,10 @@ import pytest
 from hydra import compose, initialize_config_module
 from safetensors.torch import load_file
 
-from bdl.config import ConfigError
-from bdl.experiment import build
-from bdl.run import run
-from bdl.stability import DivergedError
+from bdl.composition.config import ConfigError
+from bdl.runner.experiment import build
+from bdl.runner.run import run
+from bdl.runner.stability import DivergedError
 
 TINY = ["dataset.validation=59000", "epochs=2", "burn_in=1", "batch_size=200"]
 

@@ -41,7 +41,7 @@ IMAGE_SHAPE = (1, 28, 28)  # the datasets' inputs: checked before any is read
 def check_name(name: str) -> None:
     """Refuse an ``ood=`` name that is none of `CHOICES`, in one line naming them."""
     if name not in CHOICES:
-        from bdl.overrides import did_you_mean
+        from bdl.errors import did_you_mean
 
         hint = did_you_mean(name, CHOICES) or ""
         raise ConfigError(

@@ -55,7 +55,7 @@ def rotate(x: Tensor, degrees: float) -> Tensor:
 def check_corruption(name: str, severity: int) -> None:
     """Refuse an unknown corruption or severity in one line naming the choices."""
     if name not in CORRUPTIONS:
-        from bdl.overrides import did_you_mean
+        from bdl.errors import did_you_mean
 
         hint = did_you_mean(name, CORRUPTIONS) or ""
         raise ValueError(

@@ -79,7 +79,7 @@ class MLP(nn.Module):
 
     def chain_forward(self, params: Mapping[str, Tensor], x: Tensor, shared: bool) -> Tensor:
         """The networks of ``K`` chains at once, ``params`` holding their parameters stacked
-        along a leading dimension under this module's parameter names (`bdl.steppers`):
+        along a leading dimension under this module's parameter names (`bdl.runner.steppers`):
         outputs ``(K, n, out)`` for ``x`` of shape ``(K, n, ...)``, or ``(n, ...)`` when it is
         ``shared`` by all chains. Batched matrix products on the tensors as given, without the
         per-operation cost of ``torch.func.vmap`` or the parameter swaps of

@@ -34,7 +34,7 @@ diagnostics as tensors, so that no step forces a device synchronisation. Updates
 tests hold equal; noise comes from the sampler's own ``torch.Generator``, so a run is reproducible
 from its seed.
 
-**Chains stacked as one** (`bdl.steppers`). A sampler that declares ``vectorisable`` also
+**Chains stacked as one** (`bdl.runner.steppers`). A sampler that declares ``vectorisable`` also
 moves ``K`` independent chains at once: every tensor of the state stacks them along its first
 dimension, the closure returns one ``U`` per chain (shape ``(K,)``), and ``generator`` is a list
 of the chains' generators (`bdl.noise`). Its update must then treat the chains apart:
@@ -112,7 +112,7 @@ class Declaration:
         minibatch_noise: its only noise is the minibatch gradient's (constant SGD): full batches
             are refused.
         backs_off: its step does not transfer between data sets, so the runner halves it during
-            burn-in when the potential climbs (`bdl.stability`).
+            burn-in when the potential climbs (`bdl.runner.stability`).
         needs_trained_start: it expands the posterior around a trained network, given by
             ``init_from`` (Laplace).
     """
@@ -232,7 +232,7 @@ class Sampler(ABC):
     @torch.no_grad()
     def restart(self, state: SamplerState) -> None:
         """Called once the runner has returned ``state`` to an earlier point and halved the step
-        (`bdl.stability`): a momentum built at the old step would carry the chain where the
+        (`bdl.runner.stability`): a momentum built at the old step would carry the chain where the
         old step did, so a kernel's ``"momentum"`` buffer starts again at rest."""
         for v in state.buffers.get("momentum", []):
             v.zero_()

@@ -36,7 +36,7 @@ and SGHMC's $\eta$ is the same $\epsilon^2$ (Chen et al. 2014, §3.3). The per-d
 
 **Independent chains.** A closure may return ``U`` with a batch shape ``(C,)`` for ``C`` chains
 stacked along the first dimension of every parameter tensor (the toy targets of
-`bdl.check` do); each chain then gets its own test, and kinetic energies are summed over
+`bdl.checks.check` do); each chain then gets its own test, and kinetic energies are summed over
 the remaining dimensions only.
 
 **Step-size adaptation** (only when ``tune=True``, i.e. during burn-in, so that the sampled chain

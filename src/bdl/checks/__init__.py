@@ -1,0 +1,2 @@
+"""``bdl-check``: every sampler against targets known in closed form (`targets`, `check_targets`,
+`check`)."""

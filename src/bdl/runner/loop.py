@@ -1,0 +1,180 @@
+"""The loop's state: everything that changes in one chain while it samples, and the check of
+each of its epochs against the yardstick of `bdl.runner.stability`.
+
+A `Loop` is what a checkpoint holds of a chain (`bdl.runner.checkpoint` writes and reads it),
+so resuming a run is loading its loops and carrying on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from bdl.runner import stability
+from bdl.runner.experiment import Experiment
+from bdl.runner.stability import (
+    DIVERGENCE_FACTOR,
+    DIVERGENCE_LIMITS,
+    MAX_BACKOFFS,
+    ONE_CHAIN,
+    DivergedError,
+    rounded,
+)
+from bdl.samplers.base import SamplerState
+
+log = logging.getLogger("bdl")
+
+
+@dataclass
+class Loop:
+    """Everything that changes in one chain while sampling. Positions count completed work:
+    ``epoch`` epochs are done, and ``step`` steps of the next one (whose minibatch order is
+    ``order`` and whose per-step potentials so far are ``potentials``)."""
+
+    sampler: SamplerState
+    average: Any
+    epoch: int = 0
+    step: int = 0
+    order: Tensor | None = None
+    potentials: list[Tensor] = field(default_factory=list)
+    # Metropolis acceptances in the epoch so far: a tensor, so that no step waits for the device
+    accepted: Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.float64))
+    tests: int = 0  # Metropolis tests in the epoch so far
+    # divergent transitions in the epoch so far (bdl.samplers.metropolis), a tensor like accepted
+    divergent: Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.float64))
+    sampling_tests: int = 0  # Metropolis tests after burn-in: the divergences' denominator
+    curve: list[dict[str, Any]] = field(default_factory=list)
+    accept_rates: list[float] = field(default_factory=list)  # per sampling epoch
+    initial_potential: float | None = None  # U at the first step: the divergence yardstick
+    #: the mean potentials of the last epochs (bdl.runner.stability's yardstick is their lowest, the
+    #: ``level``); during burn-in, the state the chain began the lowest of them in (to return to
+    #: when a step proves too large), and the state it began this epoch in (whose potential this
+    #: epoch's steps measure)
+    recent: list[float] = field(default_factory=list)
+    snapshot: dict[str, Tensor] | None = None
+    epoch_start: dict[str, Tensor] | None = None
+    #: the multiplier on the sampler's step that burn-in settled on (halved at each back-off;
+    #: the same in every chain of a run)
+    step_scale: float = 1.0
+    #: the largest rise of an epoch's potential above ``level`` after burn-in, in rise limits
+    rise_max: float = 0.0
+    num_samples: int = 0
+    # per sample kept: log p(y_i | x_i, θ) of every test point, and the weight probes
+    # (bdl.diagnostics)
+    log_likelihoods: list[Tensor] = field(default_factory=list)
+    probes: list[Tensor] = field(default_factory=list)
+    validation: Any = None  # the model average on the validation points, if the data hold some
+
+    @classmethod
+    def start(cls, experiment: Experiment) -> Loop:
+        loop = cls(
+            sampler=experiment.sampler.init(experiment.potential.params),
+            average=experiment.task.average(),
+            validation=None if experiment.validation is None else experiment.validation.average(),
+        )
+        if experiment.backs_off:
+            loop.snapshot = stability.snapshot(loop.live_state(experiment))
+            loop.epoch_start = loop.snapshot
+        return loop
+
+    @property
+    def level(self) -> float | None:
+        return min(self.recent, default=None)
+
+    def live_state(self, experiment: Experiment) -> dict[str, Tensor]:
+        """The tensors that a back-off returns to their snapshot (`bdl.runner.stability`): the
+        parameters, the sampler's buffers and the Gibbs-sampled hyperparameters."""
+        state = self.sampler
+        live = {f"params/{i}": p for i, p in enumerate(state.params)}
+        for key, values in state.buffers.items():
+            if values is not state.params:
+                live.update({f"buffers/{key}/{i}": t for i, t in enumerate(values)})
+        live.update({f"potential/{k}": t for k, t in experiment.potential.state_dict().items()})
+        return live
+
+    def check_stability(self, experiment: Experiment, mean_potential: float, name: str) -> None:
+        """Hold this chain's epoch (the chain ``name``d, of ``experiment``), whose mean
+        potential was ``mean_potential``, against its level, the lowest mean potential of its last
+        epochs (`bdl.runner.stability`): during burn-in, a climb or a non-finite state returns the
+        chain to its snapshot and halves the run's step; after burn-in (and for kernels that do
+        not back off), a climb past `DIVERGENCE_LIMITS` limits, or a
+        non-finite state, is a divergence."""
+        exp = experiment
+        finite = torch.stack(torch._foreach_norm(self.sampler.params)).isfinite().all().item()
+        finite = finite and math.isfinite(mean_potential)
+        level = self.level
+        # the first epoch sets the yardstick; a non-finite one is an infinite rise
+        rise = math.inf if not finite else 0.0 if level is None else mean_potential - level
+        burning_in = exp.backs_off and self.epoch < exp.burn_in
+        if burning_in and not rise <= exp.rise_limit:  # True for NaN
+            self._back_off(exp, mean_potential, name)
+            return
+        if finite:
+            if burning_in and (level is None or mean_potential <= level):
+                self.snapshot = self.epoch_start
+            self.recent = [*self.recent, mean_potential][-exp.stability_window :]
+        if burning_in and self.epoch + 1 < exp.burn_in:
+            self.epoch_start = stability.snapshot(self.live_state(exp))
+        else:  # the step is frozen: nothing to return to
+            self.snapshot = self.epoch_start = None
+        if exp.sampler.declaration.injects_noise:
+            if finite and self.epoch >= exp.burn_in:
+                self.rise_max = max(self.rise_max, rise / exp.rise_limit)
+            limit = DIVERGENCE_LIMITS * exp.rise_limit
+            diverged = not rise <= limit
+            what = (
+                f"U per step rose {rise:.4g} above its lowest of the last "
+                f"{exp.stability_window} epochs, {rounded(level)}: more than "
+                f"{DIVERGENCE_LIMITS:g} x {exp.rise_limit:.4g}, the rise a stationary "
+                "chain exceeds once in 10^9 epochs"
+            )
+        else:  # an optimiser's or a variational fit's objective: only an explosion is certain
+            limit = DIVERGENCE_FACTOR * max(abs(self.initial_potential), exp.data.num_train)
+            diverged = not mean_potential <= limit
+            what = f"U per step = {mean_potential:.4g}, over {DIVERGENCE_FACTOR:.0e} x its start"
+        if finite and not diverged:
+            return
+        if not finite:
+            what = "its parameters or potential are not finite"
+        fix = exp.sampler.divergence_fix(self.sampler)
+        if self.step_scale < 1:
+            fix += (
+                f" (burn-in had already taken the step down to {self.step_scale:.3g} x "
+                f"sampler.lr={exp.lr:g}; try "
+                f"sampler.lr={exp.lr * self.step_scale / 4:.3g} or a longer burn_in)"
+            )
+        raise DivergedError(f"{name} diverged in epoch {self.epoch + 1} ({what}). {fix}")
+
+    def _back_off(self, exp: Experiment, mean_potential: float, name: str) -> None:
+        """Return the chain to its snapshot and halve its step (every chain's, at the end of the
+        epoch)."""
+        if self.step_scale <= 2.0**-MAX_BACKOFFS:
+            lr = exp.lr
+            raise DivergedError(
+                f"{name} still climbs in epoch {self.epoch + 1} of burn-in after the step was "
+                f"halved {MAX_BACKOFFS} times, to {self.step_scale:.3g} x sampler.lr={lr:g} "
+                f"(U per step {mean_potential:.4g}, lowest {rounded(self.level)}): start from "
+                f"a smaller step, sampler.lr={lr * self.step_scale / 10:.3g}, and if that "
+                "climbs too, check the model and data with sampler=hmc"
+            )
+        stability.restore(self.live_state(exp), self.snapshot)
+        exp.sampler.restart(self.sampler)
+        self.epoch_start = self.snapshot
+        self.step_scale /= 2
+        log.info(
+            "epoch %d%s: U per step %.4g, above its lowest (%s) by more than %.4g: back to "
+            "that point, step halved to %.3g x sampler.lr (burn-in adapts it; it is frozen from "
+            "epoch %d on)",
+            self.epoch + 1,
+            "" if name == ONE_CHAIN else f", {name}",
+            mean_potential,
+            rounded(self.level),
+            exp.rise_limit,
+            self.step_scale,
+            exp.burn_in + 1,
+        )

@@ -1,0 +1,64 @@
+"""What a run shows while it runs: a progress bar on a terminal, a line every ``log_every``
+epochs otherwise."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+import sys
+from typing import Any
+
+from bdl.runner.experiment import Experiment
+
+log = logging.getLogger("bdl")
+
+#: Terminal columns below which a bar could not show its numbers: plain lines instead.
+MIN_COLUMNS = 40
+
+
+class Progress:
+    """A progress bar on a terminal; plain lines every ``log_every`` epochs otherwise (logs, CI).
+    Not ``shown`` on the ranks of a run under ``torchrun`` but rank 0."""
+
+    def __init__(self, experiment: Experiment, epoch: int, shown: bool = True) -> None:
+        self.experiment = experiment
+        self.shown = shown
+        self.bar = None
+        self._redirect = contextlib.ExitStack()
+        if shown and sys.stderr.isatty() and shutil.get_terminal_size().columns >= MIN_COLUMNS:
+            from tqdm import tqdm
+            from tqdm.contrib.logging import logging_redirect_tqdm
+
+            self.bar = tqdm(
+                total=experiment.epochs, initial=epoch, unit="epoch", dynamic_ncols=True
+            )
+            # log lines go above the bar instead of into it
+            self._redirect.enter_context(logging_redirect_tqdm())
+
+    def update(self, row: dict[str, Any]) -> None:
+        exp, epoch = self.experiment, row["epoch"]
+        potential = row["potential"]
+        parts = {"U/N": "inf" if potential is None else f"{potential / exp.data.num_train:.4g}"}
+        if row["num_samples"]:
+            parts[exp.task.headline] = f"{row['test_metric']:.4f}"
+        else:
+            parts["phase"] = "burn-in" if exp.sampler.declaration.injects_noise else "optimising"
+        if row["accept_rate"] != "":
+            parts["accept"] = f"{row['accept_rate']:.2f}"
+        if self.bar is not None:
+            self.bar.set_postfix(parts, refresh=False)
+            self.bar.update(1)
+        elif self.shown and (epoch % exp.log_every == 0 or epoch == exp.epochs):
+            log.info(
+                "epoch %d/%d  %s  samples %d",
+                epoch,
+                exp.epochs,
+                "  ".join(f"{k} {v}" for k, v in parts.items()),
+                row["num_samples"],
+            )
+
+    def close(self) -> None:
+        self._redirect.close()
+        if self.bar is not None:
+            self.bar.close()

@@ -1,0 +1,327 @@
+"""The end of a run: its metrics, the verdict on them, and the tables and figures beside.
+
+`write_metrics` writes ``metrics.json`` (with ``predictive.safetensors``, ``chains.csv``,
+``diagnostics.csv`` and ``summary.csv``) for a run that completed, diverged or failed: the pooled
+model average's test and validation metrics, agreement and total variation against a reference,
+the work done, divergent transitions, R-hat and ESS over the chains, and for a completed run its
+verdicts (`judge`, and `judge_convergence` for a sampler's chains).
+`write_pruning` adds the pruning curve of ``pruning=true``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+
+from bdl import diagnostics
+from bdl.analysis import pruning
+from bdl.composition.network import named_parameters, predict, sample_tensors
+from bdl.metrics import UncertaintyAverage, agreement, ood_detection, pool, total_variation
+from bdl.runner.experiment import Experiment
+from bdl.runner.loop import Loop
+from bdl.storage import outputs
+from bdl.storage.outputs import RunDirectory
+from bdl.storage.store import load_samples
+
+log = logging.getLogger("bdl")
+
+
+def write_metrics(
+    status: str,
+    experiment: Experiment,
+    loops: list[Loop],
+    directory: RunDirectory,
+    wall_time_s: float,
+    **extra: Any,
+) -> dict[str, Any]:
+    """``metrics.json`` of the run whose chains are ``loops`` (``experiment``: the first chain's,
+    for what they share), ended with ``status``; returns what it holds."""
+    exp = experiment
+    average = pool([loop.average for loop in loops])
+    metrics: dict[str, Any] = {"status": status, **extra}
+    if average.count:
+        metrics.update(average.metrics(exp.task.y_test))
+        predictive = average.predictive()
+        if exp.reference is not None:
+            metrics["agreement"] = agreement(predictive, exp.reference)
+            metrics["total_variation"] = total_variation(predictive, exp.reference)
+        directory.write_predictive(predictive, exp.task.targets())
+    if exp.validation is not None and average.count:
+        validation = pool([loop.validation for loop in loops])
+        for key, value in validation.metrics(exp.validation.y_test).items():
+            metrics[key.replace("test_", "val_", 1)] = value
+    metrics.update(
+        num_samples=average.count,
+        epochs=exp.epochs,
+        grad_evals=sum(loop.sampler.grad_evals for loop in loops),
+        wall_time_s=round(wall_time_s, 3),
+    )
+    rates = [rate for loop in loops for rate in loop.accept_rates]
+    if rates:
+        metrics["accept_rate"] = sum(rates) / len(rates)
+    if exp.backs_off:
+        metrics["step_scale"] = loops[0].step_scale
+    if exp.sampler.declaration.injects_noise:
+        metrics["rise_max"] = max(loop.rise_max for loop in loops)
+    if len(loops) > 1:
+        metrics["chains"] = len(loops)
+        _write_chain_table(exp, loops, directory)
+    metrics.update(divergences(exp, loops))
+    found, table = _diagnostics(loops, directory)
+    metrics.update(found)
+    if status == "completed" and average.count:
+        metrics.update(ood_metrics(exp, directory, len(loops)))
+        judge(metrics, exp, len(loops))
+        refuse_tie(metrics, exp, predictive)
+        if exp.sampler.declaration.injects_noise:
+            judge_convergence(metrics, exp, loops, table, directory)
+    directory.write_metrics(metrics)
+    return metrics
+
+
+def ood_metrics(experiment: Experiment, directory: RunDirectory, chains: int) -> dict[str, Any]:
+    """The out-of-distribution detection metrics of the run's stored samples
+    (`bdl.metrics.ood_detection`: the test set against ``ood=``'s), the network holding
+    each in turn and given back its own state after; nothing without ``ood=`` or samples."""
+    exp = experiment
+    stores = [folder for folder in directory.store_folders(chains) if folder.is_dir()]
+    if exp.x_ood is None or not directory.writer or not stores:
+        return {}
+    model, likelihood = exp.potential.model, exp.potential.likelihood
+    live = sample_tensors(model, likelihood)
+    kept = {name: p.detach().clone() for name, p in live.items()}
+    inside, outside = UncertaintyAverage(), UncertaintyAverage()
+    with torch.no_grad():
+        for store in stores:
+            for params, _ in load_samples(store):
+                for name, p in live.items():
+                    p.copy_(params[name])
+                inside.update(predict(model, likelihood, exp.x_test))
+                outside.update(predict(model, likelihood, exp.x_ood))
+        for name, p in live.items():
+            p.copy_(kept[name])
+    if not inside.count:
+        return {}
+    return {"ood": exp.ood, **ood_detection(inside, outside)}
+
+
+def judge(metrics: dict[str, Any], experiment: Experiment, chains: int) -> None:
+    """Set ``metrics``' verdict: ``unsound`` (with the ``error``) where the trivial predictor
+    does better on held-out data; ``warnings`` for what is a judgement, not a certainty."""
+    task = experiment.task
+    trivial = metrics["trivial"] = task.trivial_metrics()
+    worse = task.worse_than(metrics, trivial, (task.headline,))
+    if worse:
+        metrics["status"] = "unsound"
+        metrics["error"] = (
+            f"the posterior predicts worse than ignoring the inputs: {worse[0]} (the trivial "
+            "predictor's in brackets). Try another sampler, a smaller sampler.lr or more "
+            "epochs"
+        )
+    warnings = []
+    for density in task.worse_than(metrics, trivial, (task.calibration,)):
+        warnings.append(
+            f"the predictive density is worse than ignoring the inputs: {density} (the "
+            "trivial predictor's in brackets); its point predictions beat it, its spread "
+            "does not (an overconfident fit)"
+        )
+    metrics["warnings"] = warnings
+
+
+def judge_convergence(
+    metrics: dict[str, Any],
+    experiment: Experiment,
+    loops: list[Loop],
+    table: dict[str, np.ndarray],
+    directory: RunDirectory,
+) -> None:
+    """Set ``metrics``' ``converged`` (true or false), the ``reasons`` it is false and the
+    ``notes`` that inform without judging (`bdl.diagnostics.verdict`), from the draws of
+    the test predictive (``table``: its per-point R-hat and ESS), of the potential and of the
+    sampled hyperparameters, whose ``az.summary``-like table it writes (``summary.csv``)."""
+    draws = min(len(loop.log_likelihoods) for loop in loops)
+    scalars = _scalar_draws(experiment, loops, draws)
+    measured = diagnostics.scalar_diagnostics(scalars) if draws >= diagnostics.MIN_DRAWS else {}
+    reasons, notes = diagnostics.verdict(
+        metrics, measured, len(loops), draws, _more_draws(experiment, diagnostics.ESS_PER_CHAIN)
+    )
+    metrics.update({f"potential_{k}": v for k, v in measured.get("potential", {}).items()})
+    metrics.update(converged=not reasons, reasons=reasons, notes=notes)
+    if draws >= diagnostics.MIN_DRAWS:
+        _write_summary(scalars, measured, loops, table, directory)
+
+
+def _scalar_draws(experiment: Experiment, loops: list[Loop], draws: int) -> dict[str, np.ndarray]:
+    """``(chains, draws)`` of the potential (each kept epoch's mean ``U``, the curve's) and of
+    each hyperparameter at the epochs that kept a sample, as far as the curve has them."""
+    names = ["potential", *experiment.potential.hyperparameters()]
+    kept = [[r for r in loop.curve if experiment.collects(r["epoch"] - 1)] for loop in loops]
+    length = min(draws, *map(len, kept))
+    return {
+        name: np.array(
+            [[np.nan if r[name] is None else r[name] for r in rows[:length]] for rows in kept]
+        )
+        for name in names
+    }
+
+
+def _more_draws(experiment: Experiment, per_chain: int) -> str:
+    """The ``epochs`` (at this ``thin``) or ``thin`` (at these ``epochs``) that keep
+    ``per_chain`` draws per chain at a constant schedule."""
+    exp = experiment
+    options = [f"epochs={exp.burn_in + per_chain * exp.thin} (at thin={exp.thin})"]
+    thin = (exp.epochs - exp.burn_in) // per_chain
+    if thin >= 1 and thin != exp.thin:
+        options.append(f"thin={thin} (at epochs={exp.epochs})")
+    return f"{' or '.join(options)} keep {per_chain}"
+
+
+def _write_summary(
+    scalars: dict[str, np.ndarray],
+    measured: dict[str, dict],
+    loops: list[Loop],
+    table: dict[str, np.ndarray],
+    directory: RunDirectory,
+) -> None:
+    """``summary.csv``: `bdl.diagnostics.summary_rows` of the scalars and of each test
+    point's log predictive density, ``log_lik[i]``, with the R-hat and ESS of ``table``."""
+    draws = min(len(loop.log_likelihoods) for loop in loops)
+    pointwise = np.stack(
+        [torch.stack(loop.log_likelihoods[:draws]).double().numpy() for loop in loops]
+    )
+    points, found = {}, {}
+    for i in range(pointwise.shape[-1]):
+        points[f"log_lik[{i}]"] = pointwise[..., i]
+        found[f"log_lik[{i}]"] = {
+            k: diagnostics.number(table[k][i]) for k in diagnostics.RATINGS if k in table
+        }
+    rows = diagnostics.summary_rows(scalars, measured) + diagnostics.summary_rows(points, found)
+    fields = list(dict.fromkeys(key for row in rows for key in row))
+    directory.write_table(diagnostics.SUMMARY_FILE, fields, rows)
+
+
+def divergences(experiment: Experiment, loops: list[Loop]) -> dict[str, Any]:
+    """The divergent transitions after burn-in (`bdl.samplers.metropolis`): their count
+    over all chains, their fraction of the Metropolis tests, and each chain's list of the
+    (1-based) epochs that had any; nothing for a kernel without a Metropolis test."""
+    tests = sum(loop.sampling_tests for loop in loops)
+    if not tests:
+        return {}
+    rows = [
+        [r for r in loop.curve if r["epoch"] > experiment.burn_in and r.get("divergences")]
+        for loop in loops
+    ]
+    count = sum(r["divergences"] for chain in rows for r in chain)
+    return {
+        "divergences": count,
+        "divergence_fraction": count / tests,
+        "divergent_epochs": [[r["epoch"] for r in chain] for chain in rows],
+    }
+
+
+#: Standard errors by which the headline metric must beat the trivial predictor's for a run to
+#: be sound: a difference within one is what test points drawn again could take back.
+TIE_MARGIN = 1.0
+
+
+def headline_gain(experiment: Experiment, predictive: torch.Tensor) -> tuple[float, float]:
+    """How much the model average's ``predictive`` beats the trivial predictor on the headline
+    metric, and the standard error of that over the test points: the mean and standard error
+    of the paired per-point gain, in accuracy (1 where only the model is right, -1 where only
+    the trivial predictor is) or in squared error (the trivial predictor's minus the model's,
+    original units), so that RMSE's order is kept."""
+    task = experiment.task
+    data = task.data
+    y = task.y_test.cpu()
+    if task.classification:
+        counts = torch.bincount(data.y_train.long().cpu(), minlength=data.out_features)
+        model = predictive.cpu().argmax(-1) == y
+        gain = model.double() - (y == counts.argmax()).double()
+    else:
+        targets = task.targets().cpu().double()
+        trivial = float(data.y_train.double().mean()) * data.target_std + data.target_mean
+        gain = (targets - trivial) ** 2 - (targets - predictive[:, 0].cpu().double()) ** 2
+    error = float(gain.std() / len(gain) ** 0.5) if len(gain) > 1 else float("inf")
+    return float(gain.mean()), error
+
+
+def refuse_tie(metrics: dict[str, Any], experiment: Experiment, predictive: torch.Tensor) -> None:
+    """A run judged completed whose headline metric does not beat the trivial predictor's by
+    more than `TIE_MARGIN` standard errors (`headline_gain`) is ``unsound``: a
+    blown-up chain predicting the majority class everywhere ties it exactly."""
+    if metrics.get("status") != "completed":
+        return
+    gain, error = headline_gain(experiment, predictive)
+    if gain > TIE_MARGIN * error:
+        return
+    key = experiment.task.headline
+    unit = "accuracy" if experiment.task.classification else "squared error"
+    metrics["status"] = "unsound"
+    metrics["error"] = (
+        f"the posterior predicts no better than ignoring the inputs: {key} "
+        f"{metrics[key]:.4g} against the trivial predictor's {metrics['trivial'][key]:.4g}, a gain "
+        f"in {unit} of {gain:.3g} ± {error:.3g} per test point, within {TIE_MARGIN:g} standard "
+        "errors. Try another sampler, a smaller sampler.lr or more epochs"
+    )
+
+
+def _write_chain_table(experiment: Experiment, loops: list[Loop], directory: RunDirectory) -> None:
+    """``chains.csv``: each chain's own model average, work and accept rate."""
+    rows = []
+    for chain, loop in enumerate(loops):
+        row: dict[str, Any] = {"chain": chain, "num_samples": loop.average.count}
+        if loop.average.count:
+            row.update(loop.average.metrics(experiment.task.y_test))
+        row["grad_evals"] = loop.sampler.grad_evals
+        if loop.accept_rates:
+            row["accept_rate"] = sum(loop.accept_rates) / len(loop.accept_rates)
+        rows.append(row)
+    fields = list(dict.fromkeys(key for row in rows for key in row))
+    directory.write_table(outputs.CHAINS, fields, rows)
+
+
+def _diagnostics(
+    loops: list[Loop], directory: RunDirectory
+) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    """R-hat and ESS over the chains' first draws (as many as the shortest chain has), in
+    function space per test point (``diagnostics.csv``, the table returned) and on the weight
+    probes."""
+    draws = min(len(loop.log_likelihoods) for loop in loops)
+    if draws < diagnostics.MIN_DRAWS:
+        return {}, {}
+    pointwise = np.stack([torch.stack(loop.log_likelihoods[:draws]).numpy() for loop in loops])
+    probes = np.stack([torch.stack(loop.probes[:draws]).numpy() for loop in loops])
+    metrics, table = diagnostics.summarise(pointwise, probes)
+    rows = [dict(zip(table, values, strict=True)) for values in zip(*table.values(), strict=True)]
+    directory.write_table(diagnostics.FILE, list(table), rows)
+    return metrics, table
+
+
+def write_pruning(experiment: Experiment, loop: Loop, directory: RunDirectory) -> None:
+    """``pruning.csv`` and ``pruning.png``: the model average's test metric as the weights
+    with the lowest signal-to-noise ratio are removed (`bdl.analysis.pruning`); one chain's.
+    ``signal_to_noise.{csv,png}``: the distribution of σ and of the ratio it ranked by."""
+    exp = experiment
+    live = named_parameters(exp.potential.model, exp.potential.likelihood)
+    moments = exp.sampler.posterior_moments(loop.sampler)
+    if moments is not None:
+        moments = tuple(dict(zip(live, m, strict=True)) for m in moments)
+    rows, mean, std = pruning.curve_from_store(
+        directory.path / "samples",
+        live,
+        list(exp.potential.model_params),
+        moments,
+        exp.predict_test,
+        exp.task.pruning_score,
+        exp.pruning_samples,
+    )
+    path = pruning.write_curve(directory.path, rows, exp.task.pruning_metric)
+    pruning.write_signal_to_noise(directory.path, mean, std)
+    log.info(
+        "pruning curve in %s: %s",
+        path,
+        ", ".join(f"{r['fraction_removed']:.0%} {r['score']:.4f}" for r in rows),
+    )

@@ -1,0 +1,355 @@
+"""Sampling: the run's one epoch loop, from its first step (or where it stopped) to its outputs.
+
+`Sampling` moves every chain of a run through its epochs by `bdl.runner.steppers` (one
+stepper for chains stacked as one, else one per chain, in turn), and closes each chain's epoch:
+the stability check (`bdl.runner.stability`), the sample kept at the epochs the schedule collects,
+the curve row. It checkpoints every ``checkpoint_every`` epochs (by default about once a minute)
+and on SIGTERM or SIGINT (`bdl.runner.interrupts`), and writes the outputs at the end
+(`bdl.runner.results`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import signal
+import time
+from typing import Any
+
+import torch
+
+from bdl import diagnostics
+from bdl.composition.network import named_parameters, sample_tensors
+from bdl.metrics import pool
+from bdl.runner import checkpoint, distributed, results, stability
+from bdl.runner.experiment import Experiment
+from bdl.runner.interrupts import Interrupted, Signals, resume_command
+from bdl.runner.loop import Loop
+from bdl.runner.progress import Progress
+from bdl.runner.stability import DivergedError
+from bdl.runner.steppers import Stepper, steppers
+from bdl.storage import outputs
+from bdl.storage.outputs import RunDirectory
+from bdl.storage.store import StoreError
+
+log = logging.getLogger("bdl")
+
+#: Seconds of work between checkpoints when ``checkpoint_every`` is not set.
+CHECKPOINT_SECONDS = 60.0
+
+
+class Sampling:
+    """Runs the chains of a run, one `Loop` each, to the end: an epoch of every
+    chain, then the next epoch. Writes into ``directory`` (under ``torchrun``, only rank 0 writes:
+    the others' ``directory`` is not a ``writer``). ``config`` is the run's config as its
+    checkpoint records it (`bdl.runner.checkpoint.resumable_config`)."""
+
+    def __init__(
+        self,
+        experiments: list[Experiment],
+        loops: list[Loop],
+        directory: RunDirectory,
+        config: dict[str, Any],
+        signals: Signals,
+        group: distributed.Group | None = None,
+        elapsed_s: float = 0.0,
+        wandb_run: Any = None,
+    ) -> None:
+        self.experiments = experiments
+        self.experiment = experiments[0]  # what the chains share: the data, task and settings
+        self.loops = loops
+        self.directory = directory
+        self.config = config
+        self.signals = signals
+        self.group = group
+        self.wandb_run = wandb_run
+        self.stores = directory.open_stores(len(loops))
+        if self.stores is not None:  # the rank that writes (every run outside torchrun)
+            for store, loop in zip(self.stores, loops, strict=True):
+                store.truncate(loop.num_samples)
+        self.fields = ["chain"] if len(loops) > 1 else []
+        self.fields += ["epoch", "potential", "lr_scale", "num_samples", "test_metric"]
+        self.fields += ["wall_time_s", "accept_rate", "divergences"]
+        self.fields += list(self.experiment.potential.hyperparameters())
+        directory.write_curve(self.fields, self._curve())
+        self.steppers = steppers(experiments, loops)
+        self.stopped: Stepper | None = None  # the stepper a signal stopped
+        self.elapsed_before = elapsed_s  # wall time of earlier sessions of this run
+        self.started = self.last_checkpoint = time.perf_counter()
+
+    @property
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.started
+
+    @property
+    def epoch(self) -> int:
+        """The epochs that every chain has completed."""
+        return min(loop.epoch for loop in self.loops)
+
+    def _curve(self) -> list[dict[str, Any]]:
+        """The curve rows of all chains in the order they were written: by epoch, then chain."""
+        rows = [row for loop in self.loops for row in loop.curve]
+        return sorted(rows, key=lambda row: (row["epoch"], row.get("chain", 0)))
+
+    def run(self) -> dict[str, Any]:
+        """Sample to the last epoch and write the outputs; returns the metrics."""
+        exp = self.experiment
+        progress = Progress(exp, self.epoch, shown=self.directory.writer)
+        try:
+            while self.epoch < exp.epochs:
+                if not self.step_epoch():
+                    self._interrupt()
+                row = self._summary_row()
+                progress.update(row)
+                if self.wandb_run is not None:
+                    headline = exp.task.headline
+                    self.wandb_run.log(outputs.wandb_row(row, headline), step=row["epoch"])
+                if self._checkpoint_due():
+                    self._checkpoint()
+            self._checkpoint()
+            metrics = self._finish()
+        except DivergedError as error:
+            self._write_metrics("diverged", diverged_epoch=self.epoch + 1)
+            raise DivergedError(f"{error}; {self._kept()}") from None
+        except Interrupted:
+            raise
+        except BaseException as error:
+            with contextlib.suppress(StoreError):  # a full disk: keep the error that came first
+                self.directory.write_metrics(
+                    {
+                        "status": "failed",
+                        "epoch": self.epoch,
+                        "error": f"{type(error).__name__}: {error}",
+                    }
+                )
+                self._sync_stores()
+            raise
+        finally:
+            progress.close()
+        return metrics
+
+    def step_epoch(self) -> bool:
+        """An epoch of every chain (after a stop mid-epoch, of the chains behind); False if a
+        signal stopped a chain first."""
+        epoch = self.epoch
+        for stepper in self.steppers:
+            if stepper.loops[0].epoch == epoch and not self._epoch(stepper):
+                self.stopped = stepper
+                return False
+        # a back-off in one chain takes every chain's step down with it
+        scale = min(loop.step_scale for loop in self.loops)
+        if scale < 1 and self.epoch == self.experiment.burn_in:
+            scale /= 2
+            log.info(
+                "burn-in over: the step is frozen at %.3g x sampler.lr, half the largest that "
+                "held (a step that burn-in had to back off from sits near its limit)",
+                scale,
+            )
+        for loop in self.loops:
+            loop.step_scale = scale
+        return True
+
+    def _epoch(self, stepper: Stepper) -> bool:
+        """Steps the chains of ``stepper`` to the end of their epoch (from wherever they stopped
+        in it); False if a signal stopped them first."""
+        exp, position = stepper.experiment, stepper.loops[0]
+        epoch, scale = position.epoch, position.step_scale
+        stepper.begin_epoch()
+        for i in range(position.step, exp.steps_per_epoch):
+            if self._stop_requested():
+                stepper.sync()
+                return False
+            t = epoch * exp.steps_per_epoch + i
+            stepper.step(
+                i,
+                lr_scale=exp.schedule(t) * scale,
+                noise=not exp.schedule.explores(t),
+                tune=epoch < exp.burn_in,
+            )
+            if (t + 1) % exp.gibbs_every == 0 and exp.potential.has_gibbs_step:
+                stepper.gibbs_step()
+        stepper.sync()
+        if self._stop_requested():
+            return False
+        rows = []
+        try:
+            for chain in stepper.chains:
+                rows.append(self._end_epoch(chain))
+        finally:  # one write for all chains' rows; those before a diverged chain's included
+            self.directory.append_curve(self.fields, rows)
+        return True
+
+    def _stop_requested(self) -> bool:
+        """Whether a signal asks to stop; under ``torchrun``, whether any rank caught one, so
+        that all ranks stop at the same step."""
+        caught = self.signals.caught is not None
+        return caught if self.group is None else self.group.any(caught)
+
+    def _name(self, chain: int) -> str:
+        return f"chain {chain}" if len(self.loops) > 1 else stability.ONE_CHAIN
+
+    def _end_epoch(self, chain: int) -> dict[str, Any]:
+        """Close chain ``chain``'s epoch (stability check, the sample kept); its curve row, which
+        the caller writes."""
+        exp, loop = self.experiments[chain], self.loops[chain]
+        epoch = loop.epoch
+        mean_potential = torch.stack(loop.potentials).double().sum().item() / exp.steps_per_epoch
+        loop.check_stability(exp, mean_potential, self._name(chain))
+        if exp.collects(epoch):
+            self._collect(chain, epoch)
+        accepted, divergent = torch.stack([loop.accepted, loop.divergent]).tolist()  # one sync
+        accept_rate = accepted / loop.tests if loop.tests else None
+        if accept_rate is not None and epoch >= exp.burn_in:
+            loop.accept_rates.append(accept_rate)
+            loop.sampling_tests += loop.tests
+        row = {"chain": chain} if len(self.loops) > 1 else {}
+        row |= {
+            "epoch": epoch + 1,
+            # a backed-off epoch's potential may be infinite, which JSON and the curve cannot hold
+            "potential": mean_potential if math.isfinite(mean_potential) else None,
+            "lr_scale": exp.schedule((epoch + 1) * exp.steps_per_epoch - 1) * loop.step_scale,
+            "num_samples": loop.average.count,
+            "test_metric": self._test_metric(chain),
+            "wall_time_s": round(self.elapsed, 3),
+            "accept_rate": "" if accept_rate is None else accept_rate,
+            "divergences": round(divergent) if loop.tests else "",
+        }
+        row.update({k: v.item() for k, v in exp.potential.hyperparameters().items()})
+        loop.curve.append(row)
+        loop.epoch, loop.step, loop.order = epoch + 1, 0, None
+        loop.potentials, loop.accepted, loop.tests = [], torch.zeros_like(loop.accepted), 0
+        loop.divergent = torch.zeros_like(loop.divergent)
+        return row
+
+    def _test_metric(self, chain: int) -> float | str:
+        """The curve's test metric: the running model average's; for an optimiser or a
+        variational fit, which keep no samples along the way, its current point's (the lines
+        of SGD in Chen et al.'s Fig. 3); blank in burn-in."""
+        exp, loop = self.experiments[chain], self.loops[chain]
+        if loop.average.count:
+            return exp.task.headline_value(loop.average)
+        if exp.sampler.declaration.injects_noise:
+            return ""
+        current = exp.task.average()
+        current.update(exp.predict_test())
+        return exp.task.headline_value(current)
+
+    def _summary_row(self) -> dict[str, Any]:
+        """The epoch's curve row of a run of one chain; of several, the chains pooled: mean
+        potential and accept rate, and the headline metric of the model average over all."""
+        rows = [loop.curve[-1] for loop in self.loops]
+        if len(rows) == 1:
+            return rows[0]
+        average = pool([loop.average for loop in self.loops])
+        rates = [row["accept_rate"] for row in rows if row["accept_rate"] != ""]
+        divergences = [row["divergences"] for row in rows if row["divergences"] != ""]
+        potentials = [row["potential"] for row in rows if row["potential"] is not None]
+        return {
+            "epoch": rows[0]["epoch"],
+            "potential": sum(potentials) / len(potentials) if potentials else None,
+            "lr_scale": rows[0]["lr_scale"],
+            "num_samples": average.count,
+            "test_metric": self.experiment.task.headline_value(average) if average.count else "",
+            "wall_time_s": rows[-1]["wall_time_s"],
+            "accept_rate": sum(rates) / len(rates) if rates else "",
+            "divergences": sum(divergences) if divergences else "",
+        }
+
+    def _collect(self, chain: int, epoch: int) -> None:
+        exp, loop = self.experiments[chain], self.loops[chain]
+        model, likelihood = exp.potential.model, exp.potential.likelihood
+        prediction = exp.predict_test()
+        loop.average.update(prediction)
+        loop.log_likelihoods.append(exp.task.log_likelihoods(prediction).float())
+        loop.probes.append(diagnostics.weight_probes(named_parameters(model, likelihood).values()))
+        if loop.validation is not None:
+            loop.validation.update(exp.predict_validation())
+        if self.stores is not None:
+            self.stores[chain].add(sample_tensors(model, likelihood), epoch=epoch)
+        loop.num_samples = loop.average.count
+
+    def _checkpoint_due(self) -> bool:
+        every = self.experiment.checkpoint_every
+        if every is not None:
+            return self.epoch % every == 0
+        return time.perf_counter() - self.last_checkpoint >= CHECKPOINT_SECONDS
+
+    def _checkpoint(self) -> None:
+        self.elapsed_before = self.elapsed
+        self.started = self.last_checkpoint = time.perf_counter()
+        if not self.directory.writer:
+            return
+        self._sync_stores()  # the samples the checkpoint counts are on disk before it
+        checkpoint.save_run(
+            self.directory.checkpoint,
+            self.config,
+            self.experiments,
+            self.loops,
+            elapsed_s=self.elapsed_before,
+            wandb_id=getattr(self.wandb_run, "id", None),
+            threads=torch.get_num_threads(),  # what a resumed run must compute with
+        )
+
+    def _interrupt(self) -> None:
+        # a rank that caught nothing stops because another did: torchrun passes on SIGTERM
+        signum = self.signals.caught or signal.SIGTERM
+        stepper = self.stopped
+        chain, loop = stepper.chains[0], stepper.loops[0]
+        name = signal.Signals(signum).name
+        self._checkpoint()
+        exp = self.experiments[chain]
+        where = f"epoch {loop.epoch + 1} of {exp.epochs}"
+        status = {"status": "interrupted", "epoch": loop.epoch, "step": loop.step}
+        if len(stepper.chains) < len(self.loops):  # chains stepped in turn stop one by one
+            where += f", chain {chain}"
+            status["chain"] = chain
+        if loop.step:
+            where += f", after step {loop.step} of {exp.steps_per_epoch}"
+        self.directory.write_metrics({**status, "signal": name})
+        raise Interrupted(
+            signum,
+            f"{name}: stopped in {where}; checkpoint {self.directory.checkpoint}. Resume with: "
+            f"{resume_command(self.directory.path)}",
+        )
+
+    def _kept(self) -> str:
+        samples = self.directory.path / "samples"
+        kept = sum(loop.num_samples for loop in self.loops)
+        return f"the {kept} samples taken before are kept in {samples}"
+
+    def _finish(self) -> dict[str, Any]:
+        for chain, (experiment, loop) in enumerate(zip(self.experiments, self.loops, strict=True)):
+            for _ in experiment.sampler.final_samples(loop.sampler):
+                self._collect(chain, experiment.epochs - 1)
+        metrics = self._write_metrics("completed")
+        log.info("%s", outputs.summary_table(metrics))
+        if metrics["status"] == "unsound":
+            log.error("NOT A RESULT: %s; %s", metrics["error"], self._kept())
+        for warning in metrics.get("warnings", []):
+            log.warning("WARNING: %s", warning)
+        for reason in metrics.get("reasons", []):
+            log.warning("NOT CONVERGED: %s", reason)
+        for note in metrics.get("notes", []):
+            log.info("note: %s", note)
+        if self.experiment.pruning_samples is not None and self.stores is not None:
+            results.write_pruning(self.experiment, self.loops[0], self.directory)
+        if self.directory.writer:
+            from bdl.analysis.plots import write_summary  # matplotlib is imported only to draw
+
+            write_summary(self.directory.path)
+        log.info("run directory: %s", self.directory.path)
+        return metrics
+
+    def _write_metrics(self, status: str, **extra: Any) -> dict[str, Any]:
+        self._sync_stores()
+        metrics = results.write_metrics(
+            status, self.experiment, self.loops, self.directory, self.elapsed, **extra
+        )
+        if self.wandb_run is not None:  # the run's final metrics and status, as metrics.json's
+            self.wandb_run.summary.update(outputs.strict_json(metrics))
+        return metrics
+
+    def _sync_stores(self) -> None:
+        for store in self.stores or []:
+            store.sync()

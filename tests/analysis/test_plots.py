@@ -1,0 +1,280 @@
+"""bdl-report --plot: the figures hold exactly the curves of the runs' curve.csv files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PolyCollection
+from matplotlib.figure import Figure
+from matplotlib.image import imread
+
+from bdl.analysis.plots import figures, summary_figure, write_summary
+from bdl.analysis.report import main
+from bdl.analysis.sweeps import load_runs
+from bdl.diagnostics import RHAT_THRESHOLD
+
+# Running test accuracy after burn-in (epochs 1-2 are burn-in: empty test_metric).
+ACCURACY = {
+    ("sghmc", 0): [0.90, 0.92, 0.93],
+    ("sghmc", 1): [0.88, 0.90, 0.95],
+    ("sgld", 0): [0.80, 0.85, 0.86],
+}
+GRAD_EVALS_PER_EPOCH = {"sghmc": 100, "sgld": 100}
+
+
+def write_run(
+    directory: Path, sampler: str, seed: int, curve: str, metrics: dict, burn_in: int = 2
+) -> Path:
+    (directory / ".hydra").mkdir(parents=True)
+    (directory / ".hydra" / "config.yaml").write_text(
+        f"seed: {seed}\nburn_in: {burn_in}\ndataset:\n  name: mnist\nsampler:\n  name: {sampler}\n"
+    )
+    (directory / ".hydra" / "hydra.yaml").write_text(
+        f"hydra:\n  runtime:\n    choices:\n      sampler: {sampler}\n      dataset: mnist\n"
+    )
+    (directory / "metrics.json").write_text(json.dumps(metrics))
+    (directory / "curve.csv").write_text(curve)
+    return directory
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    for i, ((sampler, seed), accuracy) in enumerate(ACCURACY.items()):
+        lines = ["epoch,potential,lr_scale,num_samples,test_metric,wall_time_s,accept_rate"]
+        lines += [f"{e},{100 - e + seed},1.0,0,,{e}," for e in (1, 2)]
+        lines += [f"{e},{100 - e + seed},1.0,{e - 2},{a},{e}," for e, a in zip((3, 4, 5), accuracy)]
+        metrics = {"test_accuracy": accuracy[-1], "epochs": 5, "grad_evals": 500}
+        write_run(tmp_path / "sweep" / str(i), sampler, seed, "\n".join(lines) + "\n", metrics)
+    return tmp_path / "sweep"
+
+
+def test_test_error_lines_are_the_group_means_of_the_curves(sweep: Path):
+    drawn = figures(load_runs([sweep]), ["sampler"])
+    by_epoch, by_grads = drawn["test_error"].axes
+    lines = {line.get_label(): line for line in by_epoch.lines}
+    assert set(lines) == {"sampler=sghmc", "sampler=sgld", "_nolegend_"}  # and burn-in
+    np.testing.assert_allclose(lines["sampler=sghmc"].get_xdata(), [3, 4, 5])
+    np.testing.assert_allclose(
+        lines["sampler=sghmc"].get_ydata(), [1 - 0.89, 1 - 0.91, 1 - 0.94], rtol=1e-12
+    )
+    np.testing.assert_allclose(lines["sampler=sgld"].get_ydata(), [0.20, 0.15, 0.14], rtol=1e-12)
+    grads = {line.get_label(): line for line in by_grads.lines}
+    np.testing.assert_allclose(grads["sampler=sgld"].get_xdata(), [300, 400, 500])
+    np.testing.assert_allclose(grads["sampler=sgld"].get_ydata(), [0.20, 0.15, 0.14], rtol=1e-12)
+
+
+def test_traces_per_run(sweep: Path):
+    drawn = figures(load_runs([sweep]), ["sampler"])
+    assert {k for k in drawn if k.startswith("trace_")} == {"trace_0", "trace_1", "trace_2"}
+    line, burn_in = drawn["trace_1"].axes[0].lines  # seed 1: potential 100 - epoch + 1
+    np.testing.assert_allclose(line.get_xdata(), [1, 2, 3, 4, 5])
+    np.testing.assert_allclose(line.get_ydata(), [100, 99, 98, 97, 96])
+    np.testing.assert_allclose(burn_in.get_xdata(), [2, 2])
+
+
+def test_regression_chains_hyperparameters_and_rhat(tmp_path: Path):
+    curve = "epoch,chain,potential,test_metric,noise_precision,precision/layers.0.weight\n"
+    rows = [(e, c, 50.0 - e - 10 * c, 2.0 / e, 1.0 + c, 0.5 * e) for c in (0, 1) for e in (1, 2)]
+    curve += "".join(",".join(map(str, row)) + "\n" for row in rows)
+    run = write_run(tmp_path / "run", "sghmc", 0, curve, {"test_rmse": 1.0, "epochs": 2})
+    rhat = np.array([1.0, 1.002, 1.005, 1.02, 1.3, np.nan])
+    (run / "diagnostics.csv").write_text(
+        "point,rhat\n" + "".join(f"{i},{r}\n" for i, r in enumerate(rhat))
+    )
+    drawn = figures(load_runs([run]), [])
+    assert set(drawn) == {"test_rmse", "trace_run", "rhat_run"}
+    (rmse,) = drawn["test_rmse"].axes[0].lines  # the mean over the two chains' rows
+    np.testing.assert_allclose(rmse.get_ydata(), [2.0, 1.0])
+    assert not drawn["test_rmse"].axes[1].lines  # no grad_evals to put on the axis
+    potential, noise, precision = drawn["trace_run"].axes[:3]
+    assert [line.get_label() for line in potential.lines] == ["chain 0", "chain 1"]
+    np.testing.assert_allclose(potential.lines[1].get_ydata(), [39.0, 38.0])
+    np.testing.assert_allclose(noise.lines[1].get_ydata(), [2.0, 2.0])
+    assert precision.get_title() == "precision/layers.0.weight"
+    np.testing.assert_allclose(precision.lines[0].get_ydata(), [0.5, 1.0])
+    ax = drawn["rhat_run"].axes[0]
+    counts, _ = np.histogram(rhat[np.isfinite(rhat)], bins=30)
+    assert [p.get_height() for p in ax.patches] == counts.tolist()
+    assert ax.lines[0].get_xdata()[0] == RHAT_THRESHOLD
+
+
+def test_bdl_report_plot_writes_png_and_pdf(sweep: Path, capsys):
+    assert main([str(sweep), "--plot"]) == 0
+    out = sweep / "plots"
+    stems = ["test_error", "trace_0", "trace_1", "trace_2"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        f"{s}.{ext}" for s in stems for ext in ("pdf", "png")
+    )
+    image = imread(out / "test_error.png")
+    assert image.shape[0] > 300 and image.shape[1] > 900  # 11 x 4.2 inches at 150 dpi
+    assert image[..., :3].std() > 0.05  # not a blank canvas
+    assert (out / "trace_0.pdf").read_bytes().startswith(b"%PDF")
+    assert "wrote 8 files" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("label", "stem"),
+    [
+        ("sampler=sgld/seed=0", "sampler=sgld_seed=0"),  # a sweep's job: one file name
+        ("Xavier init, run 1 (2026)", "Xavier_init_run_1_2026"),  # only separators trimmed
+        ("???", "run"),
+    ],
+)
+def test_a_run_label_becomes_a_file_stem(label, stem):
+    from bdl.analysis.plots import _slug
+
+    assert _slug(label) == stem
+
+
+def overlapping_tick_labels(figure: Figure, gap: float = 2.0) -> list[tuple[str, str]]:
+    """The pairs of drawn tick labels of one axis closer than ``gap`` pixels, over every axis."""
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    pairs = []
+    for ax in figure.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            boxes = [
+                (tick.label1.get_text(), tick.label1.get_window_extent(renderer).padded(gap / 2))
+                for tick in axis.get_major_ticks() + axis.get_minor_ticks()
+                if tick.label1.get_visible()
+                and tick.label1.get_text()
+                and lo <= tick.get_loc() <= hi
+            ]
+            pairs += [
+                (a, b)
+                for i, (a, box_a) in enumerate(boxes)
+                for b, box_b in boxes[i + 1 :]
+                if box_a.overlaps(box_b)
+            ]
+    return pairs
+
+
+def burn_in_lines(ax) -> list[float]:
+    """The x of the vertical lines of ``ax`` (axvline: two points at one x)."""
+    return [
+        float(line.get_xdata()[0])
+        for line in ax.lines
+        if len(line.get_xdata()) == 2 and line.get_xdata()[0] == line.get_xdata()[1]
+    ]
+
+
+def test_the_sweep_figure_reads(sweep: Path):
+    """Title naming the dataset and the sweep, a band of ± std over the two sghmc seeds and none
+    for sgld's one, burn-in (epoch 2) marked, a linear y for errors within a factor of 2,
+    ticks apart."""
+    figure = figures(load_runs([sweep]), ["sampler"])["test_error"]
+    by_epoch, by_grads = figure.axes
+    assert figure.get_suptitle() == "test error of the model average — mnist, sweep sweep"
+    (band,) = [c for c in by_epoch.collections if isinstance(c, PolyCollection)]
+    errors = np.array([[0.10, 0.08, 0.07], [0.12, 0.10, 0.05]])  # 1 - ACCURACY of sghmc's seeds
+    lows = errors.mean(0) - errors.std(0, ddof=1)
+    highs = errors.mean(0) + errors.std(0, ddof=1)
+    y = band.get_paths()[0].vertices[:, 1]
+    np.testing.assert_allclose([y.min(), y.max()], [lows.min(), highs.max()], rtol=1e-9)
+    assert burn_in_lines(by_epoch) == [2.0, 2.0]  # each group's, in its colour
+    assert burn_in_lines(by_grads) == [200.0, 200.0]  # 100 gradients per epoch
+    assert by_epoch.get_yscale() == "linear"
+    assert overlapping_tick_labels(figure) == []
+
+
+def test_a_trace_spanning_decades_is_drawn_on_a_log_axis(tmp_path: Path):
+    """A potential falling from 10^5 to 10^2 spans more than SPREAD: log; the noise precision
+    (between 1 and 1.5) does not: linear. An optimiser (test metric from epoch 1) has no burn-in
+    to mark; a sampler (blank test metric until burn_in) has."""
+    epochs = range(1, 21)
+    for name, blank in (("sampler", 5), ("optimiser", 0)):
+        rows = [
+            f"{e},{1e5 * 0.7**e},{'' if e <= blank else 1.0 / e**2},{1 + e / 40}" for e in epochs
+        ]
+        curve = "epoch,potential,test_metric,noise_precision\n" + "\n".join(rows) + "\n"
+        write_run(tmp_path / name, "sghmc", 3, curve, {"test_rmse": 0.1, "epochs": 20}, 5)
+    drawn = figures(load_runs([tmp_path]), [])
+    potential, noise = drawn["trace_sampler"].axes[:2]
+    assert drawn["trace_sampler"].get_suptitle() == "trace — mnist sghmc seed 3"
+    assert (potential.get_yscale(), noise.get_yscale()) == ("log", "linear")
+    assert burn_in_lines(potential) == [5.0]
+    assert burn_in_lines(drawn["trace_optimiser"].axes[0]) == []
+    rmse = drawn["test_rmse"].axes[0]
+    assert rmse.get_yscale() == "log"  # 1/e² from epoch 1 (optimiser) to 20: a ratio of 400
+    means = rmse.lines[0].get_ydata()
+    assert rmse.get_ylim() == pytest.approx((means.min() / 1.5, 1.5 * means.max()))
+    for figure in drawn.values():
+        assert overlapping_tick_labels(figure) == []
+
+
+def test_summary_of_a_run_of_several_chains(tmp_path: Path):
+    curve = "chain,epoch,potential,test_metric\n"
+    curve += "".join(
+        f"{c},{e},{1e5 / e**2 + c},{'' if e <= 3 else 0.8 + 0.01 * c}\n"
+        for e in range(1, 11)
+        for c in (0, 1)
+    )
+    metrics = {"status": "completed", "test_accuracy": 0.85, "epochs": 10, "chains": 2}
+    run = write_run(tmp_path / "run", "sgld", 7, curve, metrics, burn_in=3)
+    rhat = [1.0, 1.05, 1.2]
+    (run / "diagnostics.csv").write_text("point,rhat\n0,1.0\n1,1.05\n2,1.2\n")
+    figure = summary_figure(run)
+    metric, potential, histogram = figure.axes
+    assert figure.get_suptitle() == "mnist sgld seed 7, 2 chains — completed"
+    np.testing.assert_allclose(metric.lines[1].get_ydata(), [0.19] * 7)  # chain 1's error
+    assert burn_in_lines(metric) == [3.0] and burn_in_lines(potential) == [3.0]
+    assert [round(y, 12) for y in metric.lines[-1].get_ydata()] == [0.15, 0.15]  # pooled
+    assert potential.get_yscale() == "log"  # 10^5 down to 10^3
+    assert [len(line.get_xdata()) for line in potential.lines[:2]] == [10, 10]
+    assert sum(p.get_height() for p in histogram.patches) == len(rhat)
+    assert overlapping_tick_labels(figure) == []
+    assert write_summary(run) == run / "summary.png"
+    assert imread(run / "summary.png")[..., :3].std() > 0.05
+
+
+def test_a_summary_that_cannot_be_drawn_leaves_the_run_as_it_is(tmp_path: Path, caplog):
+    run = write_run(tmp_path / "run", "sgld", 0, "epoch,potential\n1,3.0\n", {"epochs": 1})
+    (run / "curve.csv").write_text("not,a\ncurve")  # no epoch column
+    assert write_summary(run) is None
+    assert not (run / "summary.png").exists()
+    assert "no summary.png: KeyError" in caplog.text
+
+
+def test_reliability_diagram_bars_are_each_bins_accuracy_and_confidence(tmp_path: Path):
+    """Two bins by hand: confidences 0.4 and 0.45 (one right) in (0, 0.5], 0.6, 0.8 and 0.9
+    (two right) in (0.5, 1]; the bars are the accuracies 1/2 and 2/3, the gaps reach the mean
+    confidences 0.425 and 0.7667, the counts are 2 and 3, and the ECE is
+    0.4 * 0.075 + 0.6 * 0.1 = 0.09; a run's reliability.png is drawn from its
+    predictive.safetensors beside summary.png."""
+    import torch
+    from safetensors.torch import save_file
+
+    from bdl.analysis.plots import reliability_figure
+
+    probs = torch.tensor(
+        [
+            [0.4, 0.3, 0.3],
+            [0.45, 0.35, 0.2],
+            [0.6, 0.2, 0.2],
+            [0.1, 0.8, 0.1],
+            [0.05, 0.05, 0.9],
+        ],
+        dtype=torch.float64,
+    )
+    y = torch.tensor([0, 1, 0, 1, 0])
+    figure = reliability_figure(probs, y, "hand", bins=2)
+    diagram, counts = figure.axes
+    low, high, low_gap, high_gap = diagram.patches
+    assert [low.get_height(), high.get_height()] == pytest.approx([1 / 2, 2 / 3])
+    assert low.get_height() + low_gap.get_height() == pytest.approx(0.425)
+    assert high.get_height() + high_gap.get_height() == pytest.approx(2.3 / 3)
+    assert [p.get_height() for p in counts.patches] == [2, 3]
+    assert "ECE 0.0900" in diagram.get_title()
+
+    run = write_run(tmp_path / "run", "sgld", 0, "epoch,potential,test_metric\n1,3.0,0.6\n", {})
+    metrics = {"status": "completed", "test_accuracy": 0.6, "epochs": 1}
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    save_file({"predictive": probs, "targets": y}, run / "predictive.safetensors")
+    assert write_summary(run) == run / "summary.png"
+    assert imread(run / "reliability.png")[..., :3].std() > 0.05

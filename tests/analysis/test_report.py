@@ -1,0 +1,230 @@
+"""bdl-report must find every run of a sweep, group by what was swept and average over seeds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import write_run
+
+from bdl.analysis.report import main
+from bdl.analysis.sweeps import find_runs, load_runs
+from bdl.analysis.tables import summarize
+
+
+def _unfinish(run: Path, status: str | None) -> None:
+    """A run that stopped: metrics.json with ``status``, or none at all, and a curve to epoch 3."""
+    (run / "curve.csv").write_text("epoch,potential\n1,5.0\n2,4.0\n3,nan\n")
+    if status is None:
+        (run / "metrics.json").unlink()
+    else:
+        metrics = json.loads((run / "metrics.json").read_text())
+        (run / "metrics.json").write_text(json.dumps({**metrics, "status": status}))
+
+
+def test_unfinished_runs_are_listed_not_averaged(sweep, capsys):
+    jobs = sweep / "2024-01-01" / "12-00-00"
+    _unfinish(jobs / "1", "diverged")
+    _unfinish(jobs / "3", None)
+    (jobs / "3" / "curve.csv").unlink()  # killed before its first epoch
+    completed = jobs / "0" / "metrics.json"
+    completed.write_text(json.dumps({**json.loads(completed.read_text()), "status": "completed"}))
+    df = load_runs([sweep])
+    assert list(df["seed"]) == [0, 0]  # the two seed-0 runs, one of them marked completed
+    assert "status" not in df.columns
+    assert df.attrs["unfinished"] == [
+        {"run_dir": str(jobs / "1"), "status": "diverged", "epoch": 3},
+        {
+            "run_dir": str(jobs / "3"),
+            "status": "no metrics.json (killed, or still running)",
+            "epoch": None,
+        },
+    ]
+    assert main([str(sweep)]) == 0
+    out = capsys.readouterr().out
+    table, below = out.split("Not in the table (2 runs):")
+    assert "0.9 " in table and "0.92" not in table  # seed 1's sghmc accuracy is not averaged
+    assert f"- {jobs / '1'}: diverged, epoch 3" in below
+    assert f"- {jobs / '3'}: no metrics.json (killed, or still running)\n" in below
+    assert "Not in the table" in (sweep / "report.md").read_text()
+
+
+def test_only_unfinished_runs(tmp_path, capsys):
+    write_run(tmp_path / "0", "sgld", 0)
+    _unfinish(tmp_path / "0", "interrupted")
+    assert main([str(tmp_path)]) == 0
+    assert "interrupted, epoch 3" in capsys.readouterr().out
+
+
+def test_main_writes_csvs(sweep, capsys):
+    assert main([str(sweep)]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("| sampler")
+    assert "0.910 ± 0.014" in out
+    runs = pd.read_csv(sweep / "report.csv")
+    summary = pd.read_csv(sweep / "report_summary.csv")
+    assert len(runs) == 4 and "run_dir" in runs.columns
+    assert list(summary["sampler"]) == ["sghmc", "sgld"]
+    assert summary.loc[0, "test_accuracy_sem"] == pytest.approx(0.01)
+    assert (sweep / "report.md").read_text() == out
+    assert r"\begin{tabular}" in (sweep / "report.tex").read_text()
+    assert "report.csv" in err
+
+
+def test_main_options(sweep, tmp_path, capsys):
+    out_dir = tmp_path / "out" / "tables"
+    args = ["--by", "sampler", "seed", "--metrics", "test_nll", "--error", "sem"]
+    assert main([str(sweep), *args, "--out", str(out_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "test_accuracy" not in out and "seed" in out and "standard error" in out
+    names = ["report.csv", "report.md", "report.tex", "report_summary.csv"]
+    assert sorted(p.name for p in out_dir.iterdir()) == names
+    assert len(pd.read_csv(out_dir / "report_summary.csv")) == 4
+    assert not list(sweep.glob("report*"))  # --out places every file
+
+
+def test_main_by_config_key_named_like_a_metric(sweep, capsys):
+    assert main([str(sweep), "--by", "epochs"]) == 0
+    assert capsys.readouterr().out.startswith("| config.epochs   |   n_runs |")
+
+
+def test_main_unknown_by_key(sweep, capsys):
+    assert main([str(sweep), "--by", "optimizer"]) == 2
+    err = capsys.readouterr().err
+    assert "optimizer" in err and "sampler.lr" in err and "Traceback" not in err
+
+
+def test_main_unknown_metric(sweep, capsys):
+    assert main([str(sweep), "--metrics", "test_rmse"]) == 2
+    assert "test_accuracy" in capsys.readouterr().err
+
+
+def test_main_no_runs(tmp_path, capsys):
+    assert main([str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert str(tmp_path) in err and "metrics.json" in err and ".hydra/config.yaml" in err
+    assert not (tmp_path / "report.csv").exists()
+
+
+def test_main_usage_error_returns_code(capsys):
+    assert main([]) == 2
+    assert "usage" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("hydra_interpolation", [False, True])
+def test_environment_is_never_resolved(tmp_path, monkeypatch, capsys, hydra_interpolation):
+    """A secret in the environment of whoever runs bdl-report appears nowhere in its output."""
+    secret = "s3cr3t-token-value"
+    monkeypatch.setenv("BDL_TEST_SECRET", secret)
+    root = tmp_path / "sweep"
+    for seed in (0, 1):
+        run = root / str(seed)
+        (run / ".hydra").mkdir(parents=True)
+        config = (
+            "dataset:\n"
+            "  root: ${oc.env:BDL_TEST_SECRET,null}\n"
+            f"  split: {seed}\n"
+            "copy: ${dataset.root}\n"
+            "nested: x${oc.decode:${oc.env:BDL_TEST_SECRET}}\n"
+            "legacy: ${env:BDL_TEST_SECRET}\n"
+            f"seed: {seed}\n"
+        )
+        if hydra_interpolation:  # takes the key-by-key resolution path
+            config += "out: ${hydra:runtime.output_dir}\n"
+        (run / ".hydra" / "config.yaml").write_text(config)
+        (run / "metrics.json").write_text(json.dumps({"test_rmse": 1.0 + seed}))
+    assert main([str(root), "--by", "dataset.root", "copy"]) == 0
+    assert main([str(root)]) == 0
+    out = capsys.readouterr()
+    written = [p.read_text() for p in (root / "report.csv", root / "report_summary.csv")]
+    assert secret not in out.out + out.err + "".join(written)
+    df = load_runs([root])
+    assert set(df["dataset.root"]) == {"${oc.env:BDL_TEST_SECRET,null}"}
+    assert set(df["copy"]) == {"${oc.env:BDL_TEST_SECRET,null}"}
+    assert set(df["dataset.split"]) == {0, 1}  # everything else still resolves
+
+
+def test_a_stray_file_is_no_run(tmp_path, capsys):
+    stray = tmp_path / "notes.txt"
+    stray.write_text("not a run\n")
+    assert main([str(stray)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"bdl-report: error: {stray} is a file, not a run directory or a sweep")
+    assert find_runs([stray]) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "fraction_removed,weights_kept\n0.0,10\n",  # no metric column
+        "fraction_removed,weights_kept,test_error\nhalf,10,0.1\n",  # not a number
+        "",  # empty
+        "a,b,c\n1,2,3\n",  # other columns
+    ],
+)
+def test_a_malformed_pruning_curve_is_one_line(tmp_path, capsys, text):
+    (tmp_path / "run").mkdir()
+    path = tmp_path / "run" / "pruning.csv"
+    path.write_text(text)
+    assert main([str(tmp_path), "--pruning"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"bdl-report: error: {path} is not a pruning curve (")
+    assert line.endswith("bdl-run pruning=true writes it: run that again, or remove the file")
+
+
+def test_runs_with_warnings_are_counted_and_named_and_unsound_ones_left_out(sweep, capsys):
+    jobs = sweep / "2024-01-01" / "12-00-00"
+    warned = jobs / "0" / "metrics.json"
+    metrics = json.loads(warned.read_text())
+    warning = "the predictive density is worse than ignoring the inputs: test_ll -3 (-2.8)"
+    warned.write_text(json.dumps({**metrics, "warnings": [warning], "trivial": {"x": 1}}))
+    _unfinish(jobs / "1", "unsound")
+    df = load_runs([sweep])
+    summary = summarize(df, by=["sampler"], metrics=["test_accuracy"]).set_index("sampler")
+    assert summary.loc["sghmc", "n_runs"] == 1 and summary.loc["sghmc", "n_warned"] == 1
+    assert summary.loc["sgld", "n_warned"] == 0
+    assert not any(c.startswith("trivial") for c in df.columns)
+    assert main([str(sweep)]) == 0
+    out = capsys.readouterr().out
+    assert "n_warned" in out.splitlines()[0]
+    assert f"- {jobs / '0'}: {warning}" in out.split("with warnings")[1]
+    assert f"- {jobs / '1'}: unsound, epoch 3" in out.split("Not in the table")[1]
+
+
+def test_the_help_names_what_each_option_takes_and_writes():
+    from bdl.analysis.report import _parser
+
+    usage = " ".join(_parser().format_help().split())
+    assert "--out DIR" in usage and "PATH [PATH ...]" in usage
+    assert "R-hat histograms (PNG and PDF) in PATH/plots/" in usage
+
+
+def test_unconverged_runs_are_counted_and_named_per_row_and_notes_never_count(sweep, capsys):
+    """A run whose chains have not converged is averaged in, counted in its row's
+    ``n_unconverged`` and named with its reasons; a converged run's notes (one chain) count as
+    nothing, neither a warning nor an unconverged run."""
+    jobs = sweep / "2024-01-01" / "12-00-00"
+    note = "one chain: R-hat compares its two halves"
+    reason = "R-hat of potential 1.046 > 1.01 (Vehtari et al. 2021)"
+    for job, converged in (("0", False), ("2", True)):
+        path = jobs / job / "metrics.json"
+        metrics = json.loads(path.read_text())
+        verdict = {
+            "converged": converged,
+            "reasons": [] if converged else [reason],
+            "notes": [note],
+        }
+        path.write_text(json.dumps({**metrics, **verdict, "warnings": []}))
+    df = load_runs([sweep])
+    summary = summarize(df, by=["sampler"], metrics=["test_accuracy"]).set_index("sampler")
+    assert summary["n_unconverged"].to_dict() == {"sghmc": 1, "sgld": 0}
+    assert "n_warned" not in summary.columns  # the notes are no warnings
+    assert main([str(sweep)]) == 0
+    out = capsys.readouterr().out
+    header = out.splitlines()[0]
+    assert "n_unconverged" in header and "| unconverged" not in header  # counted, not a key
+    named = out.split("without converging (n_unconverged; 1 runs):")[1]
+    assert named.strip().splitlines()[0] == f"- {jobs / '0'}: {reason}"

@@ -1,0 +1,212 @@
+"""Everything Hydra composes passes bdl's allow-list before Hydra builds any of it: the ``hydra``
+node of a preset loaded with ``--config-dir``, of a primary config (``-cp``/``-cn``), of each
+option a sweep or the sweeper's ``params`` choose (callbacks, launcher, sweeper, logging);
+``--experimental-rerun`` (which unpickles its file) is refused; a run directory is never a config.
+
+The payloads are real: a module in the folder a researcher was handed, whose class writes a
+marker file holding an environment secret when Hydra builds it; each is first shown to write its
+marker through Hydra's own ``instantiate``, so that a refusal below is a refusal of a payload that
+works. ``bdl.cli.main`` runs in this process from that folder (``python -m bdl.cli``'s
+``sys.path``)."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from pathlib import Path
+
+import pytest
+from hydra.utils import instantiate as hydra_instantiate
+
+from bdl import cli
+
+SECRET = "s3cr3t-53"
+PAYLOAD = """\
+import os
+from pathlib import Path
+
+
+class Marker:
+    def __init__(self, *args, **kwargs):
+        Path(os.environ["BDL_TEST_MARKER"]).write_text(os.environ["BDL_TEST_SECRET"])
+
+    def __reduce__(self):
+        return (Marker, ())
+"""
+
+
+@pytest.fixture
+def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A handed-over folder holding ``payload53.py``, made the working directory and importable,
+    with a secret in the environment."""
+    (tmp_path / "payload53.py").write_text(PAYLOAD)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("BDL_TEST_MARKER", str(tmp_path / "marker"))
+    monkeypatch.setenv("BDL_TEST_SECRET", SECRET)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    return tmp_path
+
+
+def preset(folder: Path, group: str, name: str, text: str) -> None:
+    path = folder / "presets" / group / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("# @package _global_\n" + text)
+
+
+CALLBACK = "hydra:\n  callbacks:\n    evil:\n      _target_: payload53.Marker\n"
+
+
+def bdl_run(monkeypatch: pytest.MonkeyPatch, folder: Path, *args: str) -> str:
+    """``bdl-run ARGS`` in this process: the line it ends with."""
+    monkeypatch.setattr(sys, "argv", ["bdl-run", *args, f"hydra.run.dir={folder / 'run'}"])
+    with pytest.raises(SystemExit) as stop:
+        cli.main()
+    return str(stop.value.code)
+
+
+def test_the_payload_runs_when_hydra_builds_it(folder):
+    hydra_instantiate({"_target_": "payload53.Marker"})
+    assert (folder / "marker").read_text() == SECRET
+
+
+@pytest.mark.parametrize(
+    ("args", "text", "refused"),
+    [
+        # a callback in an experiment preset of --config-dir
+        (["-cd", "presets", "experiment=evil"], CALLBACK, "hydra.callbacks.evil._target_"),
+        # the same preset chosen by the second job of a sweep
+        (
+            ["-m", "-cd", "presets", "experiment=uci_sghmc,evil", "seed=0,1"],
+            CALLBACK,
+            "hydra.callbacks.evil._target_",
+        ),
+        # ... or by a glob over the group's options
+        (["-m", "-cd", "presets", "experiment=glob(ev*)"], CALLBACK, "hydra.callbacks.evil"),
+        # a launcher or sweeper that is neither bdl's nor one it ships a config for
+        (
+            ["-m", "-cd", "presets", "experiment=evil", "seed=0,1"],
+            "hydra:\n  launcher:\n    _target_: payload53.Marker\n",
+            "hydra.launcher._target_=payload53.Marker",
+        ),
+        (
+            ["-m", "-cd", "presets", "experiment=evil", "seed=0,1"],
+            "hydra:\n  sweeper:\n    _target_: payload53.Marker\n",
+            "hydra.sweeper._target_=payload53.Marker",
+        ),
+        # Python's logging builds a handler's "()" and "class", imports an "ext://"
+        (
+            ["-cd", "presets", "experiment=evil"],
+            "hydra:\n  job_logging:\n    handlers:\n      console:\n        (): payload53.Marker\n",
+            "hydra.job_logging.handlers.console.()=payload53.Marker",
+        ),
+        (
+            ["-cd", "presets", "experiment=evil"],
+            "hydra:\n  hydra_logging:\n    handlers:\n      console:\n"
+            "        class: payload53.Marker\n",
+            "hydra.hydra_logging.handlers.console.class=payload53.Marker",
+        ),
+        (
+            ["-cd", "presets", "experiment=evil"],
+            "hydra:\n  job_logging:\n    handlers:\n      console:\n"
+            "        stream: ext://payload53.Marker\n",
+            "hydra.job_logging.handlers.console.stream=ext://payload53.Marker",
+        ),
+    ],
+)
+def test_a_preset_cannot_make_hydra_build_code(monkeypatch, folder, args, text, refused):
+    preset(folder, "experiment", "evil", text)
+    line = bdl_run(monkeypatch, folder, *args)
+    assert line.startswith(f"bdl-run: error: {refused}")
+    assert len(line.splitlines()) == 1
+    assert not (folder / "marker").exists()
+    assert not (folder / "run").exists()
+
+
+def test_a_sweep_file_cannot_choose_a_preset_that_builds_code(monkeypatch, folder):
+    # the sweeper's params (a sweep file) choose a sampler option of --config-dir in one job
+    preset(
+        folder, "experiment", "sweep", "hydra:\n  sweeper:\n    params:\n      sampler: sgld,evil\n"
+    )
+    preset(folder, "sampler", "evil", CALLBACK)
+    line = bdl_run(monkeypatch, folder, "-m", "-cd", "presets", "experiment=sweep")
+    assert line.startswith("bdl-run: error: hydra.callbacks.evil._target_=payload53.Marker")
+    assert not (folder / "marker").exists()
+
+
+def test_a_primary_config_passes_the_same_allow_list(monkeypatch, folder):
+    (folder / "mine").mkdir()
+    (folder / "mine" / "main.yaml").write_text(CALLBACK)
+    line = bdl_run(monkeypatch, folder, "-cp", str(folder / "mine"), "-cn", "main")
+    assert line.startswith("bdl-run: error: hydra.callbacks.evil._target_=payload53.Marker")
+    assert not (folder / "marker").exists()
+
+
+def test_a_primary_config_cannot_make_hydra_import_a_package(monkeypatch, folder):
+    (folder / "payload_package" / "conf").mkdir(parents=True)
+    (folder / "payload_package" / "__init__.py").write_text(
+        "import payload53\npayload53.Marker()\n"
+    )
+    (folder / "payload_package" / "conf" / "__init__.py").write_text("")
+    (folder / "mine").mkdir()
+    primary = folder / "mine" / "main.yaml"
+    primary.write_text(
+        "defaults:\n  - config\nhydra:\n  searchpath:\n    - pkg://payload_package.conf\n"
+    )
+    line = bdl_run(monkeypatch, folder, "-cp", str(folder / "mine"), "-cn", "main")
+    assert line == (
+        f"bdl-run: error: {primary}: hydra.searchpath names pkg://payload_package.conf, whose "
+        "package Hydra would import (running its code) to read its configs: add configs with "
+        "--config-dir DIR"
+    )
+    assert not (folder / "marker").exists()
+
+
+def test_an_environment_variable_that_loads_code_is_refused(monkeypatch, folder):
+    preset(folder, "experiment", "evil", "hydra:\n  job:\n    env_set:\n      LD_PRELOAD: ./x.so\n")
+    line = bdl_run(monkeypatch, folder, "-cd", "presets", "experiment=evil")
+    assert line.startswith("bdl-run: error: hydra.job.env_set.LD_PRELOAD makes a later process")
+
+
+def test_a_run_directory_is_never_a_config(monkeypatch, folder):
+    run = folder / "handed"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text(CALLBACK)
+    (run / "metrics.json").write_text("{}")
+    for args in (
+        ["-cp", str(run / ".hydra"), "-cn", "config"],
+        ["-cp", str(run), "-cn", ".hydra/config"],
+        ["-cd", str(run / ".hydra"), "-cn", "config"],
+    ):
+        line = bdl_run(monkeypatch, folder, *args)
+        assert line.startswith(f"bdl-run: error: {run}")
+        assert f"is in the run directory {run}: a run's files are data" in line
+    assert not (folder / "marker").exists()
+
+
+def test_experimental_rerun_unpickles_nothing(monkeypatch, folder):
+    from payload53 import Marker
+
+    (folder / "config.pickle").write_bytes(pickle.dumps(Marker.__new__(Marker)))
+    line = bdl_run(monkeypatch, folder, "--experimental-rerun", str(folder / "config.pickle"))
+    assert line.startswith("bdl-run: error: --experimental-rerun")
+    assert "unpickles that file" in line
+    assert not (folder / "marker").exists()
+    pickle.loads((folder / "config.pickle").read_bytes())  # the payload is real
+    assert (folder / "marker").read_text() == SECRET
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["-m", "hydra/launcher=joblib", "seed=0,1"],
+        ["-m", "hydra/launcher=slurm", "sampler=sgld,sghmc"],
+        ["-m", "hydra/launcher=submitit_local", "experiment=csgld,csghmc"],
+        ["hydra/job_logging=disabled", "hydra/hydra_logging=disabled"],
+    ],
+)
+def test_bdl_s_own_hydra_configs_pass(args):
+    from bdl.composition.overrides import check_composition
+
+    check_composition(args, "bdl.cli")

@@ -1,0 +1,104 @@
+"""``bdl.run_model``: a network and data of the caller's own, run by bdl's runner into a run
+directory that ``bdl-eval``, ``bdl-report`` and ``load_run`` read like any other, and that
+resumes bit for bit after a kill."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import bdl
+from bdl.analysis.evaluate import main as bdl_eval
+from bdl.analysis.report import main as bdl_report
+from bdl.errors import ConfigError
+from bdl.runner.steppers import StackedStepper
+from runner.test_resume import Kill, outputs
+
+
+class Wave(nn.Module):
+    """A network of the caller's own: bdl passes the data's shapes, the caller its width."""
+
+    def __init__(self, input_shape, out_features, width=8):
+        super().__init__()
+        self.layers = nn.Sequential(
+            nn.Linear(math.prod(input_shape), width), nn.Tanh(), nn.Linear(width, out_features)
+        )
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+def sine(points: int = 80, seed: int = 0):
+    """y = sin(x) + N(0, 0.1^2) on [-3, 3]: (train, test) as (x, y) pairs, 3 to 1."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.rand(points, 1, generator=generator) * 6 - 3
+    y = torch.sin(x[:, 0]) + 0.1 * torch.randn(points, generator=generator)
+    cut = points * 3 // 4
+    return (x[:cut], y[:cut]), (x[cut:], y[cut:])
+
+
+SHORT = dict(epochs=6, burn_in=2, thin=1, overrides=["batch_size=12", "checkpoint_every=1"])
+
+
+def test_a_killed_run_model_resumes_bitwise(tmp_path, monkeypatch):
+    train, test = sine()
+    args = dict(model_args={"width": 8}, chains=2, **SHORT)
+    bdl.run_model(Wave, train, test, directory=tmp_path / "whole", **args)
+    real_step, calls = StackedStepper.closure, {"n": 0}
+
+    def dying(self, *a):
+        calls["n"] += 1
+        if calls["n"] == 13:  # mid-epoch 3 of the two chains stepped as one
+            raise Kill
+        return real_step(self, *a)
+
+    monkeypatch.setattr(StackedStepper, "closure", dying)
+    with pytest.raises(Kill):
+        bdl.run_model(Wave, train, test, directory=tmp_path / "killed", **args)
+    monkeypatch.undo()
+    posterior = bdl.run_model(Wave, train, test, directory=tmp_path / "killed", resume=True, **args)
+    assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
+    assert posterior.num_chains == 2 and len(posterior) == 2 * 4
+    assert posterior.metrics["status"] == "completed" and posterior.metrics["rhat_max"] >= 1.0
+
+
+def test_its_run_directory_is_read_by_bdl_eval_bdl_report_and_load_run(tmp_path):
+    train, test = sine()
+    directory = tmp_path / "run"
+    short = {**SHORT, "overrides": [*SHORT["overrides"], "protocol.mlp.hidden=[8]"]}
+    posterior = bdl.run_model("mlp", train, test, directory=directory, **short)
+    metrics = json.loads((directory / "metrics.json").read_text())
+    assert metrics["status"] == "completed" and posterior.metrics == metrics
+    # bdl-eval, in a fresh read of the directory, reproduces the run's own test metrics
+    assert bdl_eval([str(directory)]) == 0
+    (evaluated,) = (directory / "eval").glob("*/metrics.json")
+    again = json.loads(evaluated.read_text())
+    for key in ("test_rmse", "test_ll"):
+        assert again[key] == pytest.approx(metrics[key], rel=1e-5), key
+    assert bdl_report([str(directory)]) == 0
+    assert (directory / "report.csv").is_file()
+    reread = bdl.load_run(directory)
+    assert len(reread) == len(posterior) == 4
+    # the targets standardised by the training rows' mean and standard deviation alone
+    y = train[1].double()
+    expected = (test[1].double() - y.mean()) / y.std(unbiased=False)
+    torch.testing.assert_close(reread.data.y_test.double(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_network_of_the_callers_own_is_rebuilt_only_when_handed_over_again(tmp_path):
+    train, test = sine()
+    bdl.run_model(Wave, train, test, directory=tmp_path / "run", model_args={"width": 5}, **SHORT)
+    with pytest.raises(ConfigError, match=r"model._target_=test_python_api.Wave is not one of"):
+        bdl.load_run(tmp_path / "run").network()
+    model, _ = bdl.load_run(tmp_path / "run", trust=[Wave]).network()
+    assert isinstance(model, Wave) and model.layers[0].out_features == 5
+
+    class Local(Wave):
+        pass
+
+    with pytest.raises(ConfigError, match="cannot be found again by its name"):
+        bdl.run_model(Local, train, test, directory=tmp_path / "local", **SHORT)

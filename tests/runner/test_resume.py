@@ -1,0 +1,563 @@
+"""One directory is one experiment, and a run stopped at any moment resumes bit for bit.
+
+A kill is simulated in-process by an exception raised at a chosen point (a sampler step, between
+a sample file and its manifest entry, in the middle of writing a checkpoint): what is on disk then
+is what a SIGKILL at that moment leaves. The resumed run's samples, ``metrics.json`` (wall time
+aside) and ``curve.csv`` (its wall-time column aside) must equal those of a run never stopped.
+The real-process version (SIGKILL at random moments of ``bdl-run``) is ``test_resume_slow.py``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import SAMPLER_OPTIONS, declaration, write_fake_uci
+from hydra import compose, initialize_config_module
+
+import bdl.atomic
+import bdl.runner.checkpoint
+import bdl.storage.store
+from bdl.composition.config import ConfigError
+from bdl.composition.network import load_data
+from bdl.metrics import ClassificationAverage, RegressionAverage
+from bdl.runner import run as runner
+from bdl.runner.checkpoint import CheckpointError
+from bdl.runner.interrupts import Interrupted
+from bdl.runner.loop import Loop
+from bdl.runner.sampling import Sampling
+from bdl.runner.stability import DivergedError
+from bdl.runner.steppers import ChainStepper
+from bdl.storage.outputs import RunDirectory
+
+
+class Kill(BaseException):
+    """Stands for SIGKILL: nothing in bdl may catch it and tidy up."""
+
+
+def write_tiny_uci(root: Path, n: int = 60) -> Path:
+    """A regression set ``uci/tiny/`` in the standard splits' layout, with one split."""
+    write_fake_uci(root, "tiny", rows=n, columns=4, splits=1)
+    return root
+
+
+@pytest.fixture(scope="module")
+def uci_root(tmp_path_factory) -> Path:
+    return write_tiny_uci(tmp_path_factory.mktemp("data"))
+
+
+def config(root: Path, *overrides: str):
+    base = [
+        "dataset=boston",
+        "dataset.name=tiny",
+        f"dataset.root={root}",
+        "dataset.download=false",
+        "protocol.mlp.hidden=[8]",
+        "sampler.lr=3e-4",  # the UCI step size (sampler=sghmc_uci's)
+        "epochs=6",
+        "burn_in=2",
+        "thin=1",
+        "batch_size=12",
+        "checkpoint_every=1",
+    ]
+    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+        return compose("config", [*base, *overrides])
+
+
+def outputs(directory: Path) -> tuple[dict, list[list[str]], list[dict]]:
+    """What must be equal between runs: metrics less wall time, curve less its wall-time column,
+    and the sample manifest of each chain (file names and sha256 of every sample)."""
+    metrics = json.loads((directory / "metrics.json").read_text())
+    metrics.pop("wall_time_s")
+    with (directory / "curve.csv").open() as file:
+        curve = [[v for k, v in row.items() if k != "wall_time_s"] for row in csv.DictReader(file)]
+    manifests = sorted((directory / "samples").glob("**/manifest.json"))  # one per chain
+    return metrics, curve, [json.loads(path.read_text()) for path in manifests]
+
+
+#: What an option needs on the tiny data set beyond its defaults; an option not named here (a new
+#: sampler's) runs at them.
+ON_TINY_DATA = {
+    # small batches: noise enough for its step; seed 1, one whose fitted step does not diverge
+    # on this tiny network (most do: see the csgd module)
+    "csgd": ["batch_size=4", "seed=1"],
+    "hmc": ["sampler.num_steps=3"],
+    "bbb": ["sampler.num_samples=3"],
+    "bbb_sgd": ["sampler.num_samples=3"],
+    "mfvi": ["sampler.num_samples=3"],
+    "swag": ["sampler.num_samples=3", "sampler.collect_every=1"],
+    "mc_dropout": ["sampler.num_samples=3"],
+    # the Laplace approximation is of the weights alone: the noise is fixed
+    "laplace": ["likelihood.noise_std=0.5"],
+}
+#: What the options' defaults leave out: Gibbs-sampled hyperparameters, the online noise
+#: estimate, step-size adaptation under a hyperprior, naive SGHMC's Metropolis test.
+VARIANTS = {
+    "sghmc gibbs hyperprior": ["sampler=sghmc", "prior=gamma_hierarchical"],
+    "sghmc online noise": ["sampler=sghmc", "sampler.grad_var=online", "likelihood.gibbs=true"],
+    "hmc adapting": ["sampler=hmc", "sampler.num_steps=3", "prior=gamma_hierarchical"],
+    "naive sghmc mh": ["sampler=naive_sghmc", "sampler.mh=true", "sampler.resample_every=4"],
+    # a step and threshold at which 3 of the 4 transitions after burn-in count as divergent:
+    # their tallies resume too
+    "hmc divergent": [
+        "sampler=hmc",
+        "sampler.num_steps=3",
+        "sampler.lr=0.003",
+        "sampler.divergence_threshold=0.01",
+    ],
+}
+
+
+def sampler_cases(on_tiny_data: dict[str, list[str]], variants: dict[str, list[str]]):
+    """Every sampler option (with what it needs here) and the variants: name -> overrides."""
+    options = {name: [f"sampler={name}", *on_tiny_data.get(name, [])] for name in SAMPLER_OPTIONS}
+    return options | variants
+
+
+def option_of(overrides: list[str]) -> str:
+    return next(o.split("=", 1)[1] for o in overrides if o.startswith("sampler="))
+
+
+def trained_start(root: Path, directory: Path, overrides: list[str]) -> list[str]:
+    """For a sampler that expands the posterior around a trained network (Laplace), the SGD run
+    it starts from (``init_from``); nothing for the others."""
+    if not declaration(option_of(overrides)).needs_trained_start:
+        return []
+    if not (directory / "metrics.json").exists():
+        runner.run(config(root, "sampler=sgd", "burn_in=0"), directory)
+    return [f"init_from={directory}"]
+
+
+def tiny_config(root: Path, directory: Path, overrides: list[str], *more: str):
+    """``config`` of a sampler case, burn-in dropped for the samplers that keep no states."""
+    burn_in = [] if declaration(option_of(overrides)).injects_noise else ["burn_in=0"]
+    return config(root, *overrides, *burn_in, *trained_start(root, directory, overrides), *more)
+
+
+SAMPLERS = sampler_cases(ON_TINY_DATA, VARIANTS)
+
+
+#: HMC's trajectory compiled as one program (compile=true, the training set in one chunk), with
+#: some of its transitions divergent
+COMPILED_TRAJECTORY = [
+    *VARIANTS["hmc divergent"],
+    "batch_size=100000",
+    "compile=true",
+]
+
+
+@pytest.mark.parametrize("name", [*SAMPLERS, "hmc compiled trajectory"])
+def test_a_run_killed_mid_epoch_resumes_bitwise(uci_root, tmp_path, monkeypatch, name, request):
+    if name not in SAMPLERS:
+        request.getfixturevalue("compiler")
+    overrides = SAMPLERS.get(name, COMPILED_TRAJECTORY)
+    cfg = tiny_config(uci_root, tmp_path / "start", overrides)
+    runner.run(cfg, tmp_path / "whole")
+
+    real_step = ChainStepper.closure
+    calls = {"n": 0}
+    full_batch = declaration(option_of(overrides)).full_batch
+    kill_at = 4 if full_batch else 17  # epoch 5 of the full-batch kernels; mid-epoch 4 otherwise
+
+    def dying(self, *args):
+        calls["n"] += 1
+        if calls["n"] == kill_at:
+            raise Kill
+        return real_step(self, *args)
+
+    monkeypatch.setattr(ChainStepper, "closure", dying)
+    with pytest.raises(Kill):
+        runner.run(cfg, tmp_path / "killed")
+    monkeypatch.setattr(ChainStepper, "closure", real_step)
+    runner.run(
+        tiny_config(uci_root, tmp_path / "start", overrides, "resume=true"), tmp_path / "killed"
+    )
+    assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
+    if "sampler.divergence_threshold=0.01" in overrides:  # there were divergences to carry
+        assert outputs(tmp_path / "whole")[0]["divergences"] > 0
+
+
+def test_a_sample_written_after_the_checkpoint_is_neither_lost_nor_duplicated(
+    uci_root, tmp_path, monkeypatch
+):
+    cfg = config(uci_root, "checkpoint_every=2", "epochs=8")
+    runner.run(cfg, tmp_path / "whole")
+    real_add, real_sync = bdl.storage.store.SampleStore.add, bdl.storage.store.SampleStore.sync
+    adds = {"n": 0}
+
+    def dying(self, *args, **kwargs):
+        real_add(self, *args, **kwargs)
+        adds["n"] += 1
+        if adds["n"] == 4:  # the 4th sample's file is written, in epoch 6
+            raise Kill
+
+    def sync(self):
+        if adds["n"] < 4:  # a killed process lists nothing more
+            real_sync(self)
+
+    monkeypatch.setattr(bdl.storage.store.SampleStore, "add", dying)
+    monkeypatch.setattr(bdl.storage.store.SampleStore, "sync", sync)
+    with pytest.raises(Kill):
+        runner.run(cfg, tmp_path / "killed")
+    monkeypatch.undo()
+    samples = tmp_path / "killed" / "samples"
+    # listed: the samples of epochs 3 and 4, which the checkpoint after epoch 4 counts
+    assert len(json.loads((samples / "manifest.json").read_text())) == 2
+    for name in ("sample_00002.safetensors", "sample_00003.safetensors"):
+        assert (samples / name).exists()  # written, never listed
+    # the resumed run writes the 3rd and 4th again
+    runner.run(
+        config(uci_root, "checkpoint_every=2", "epochs=8", "resume=true"), tmp_path / "killed"
+    )
+    assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
+
+
+@pytest.mark.parametrize("chains", [1, 2])
+def test_a_checkpoint_counts_only_samples_already_flushed_to_disk(
+    uci_root, tmp_path, monkeypatch, chains
+):
+    """The stores flush at checkpoints, not at each sample: after a power cut the checkpoint
+    must not count a sample whose file or manifest entry was still only in memory."""
+    flushed = set()  # inodes, so that a file renamed after its flush still counts
+    real_fsync, real_save = os.fsync, bdl.runner.checkpoint.save
+
+    def fsync(fd):
+        flushed.add(os.fstat(fd).st_ino)
+        real_fsync(fd)
+
+    checkpoints = []
+
+    def save(path, tensors, header):
+        samples = path.parent / "samples"
+        written = [*samples.rglob("sample_*.safetensors"), *samples.rglob("manifest.json")]
+        assert {p.stat().st_ino for p in written} <= flushed, "a checkpoint before its samples"
+        checkpoints.append(len(written))
+        real_save(path, tensors, header)
+
+    monkeypatch.setattr(bdl.atomic.os, "fsync", fsync)
+    monkeypatch.setattr(bdl.runner.checkpoint, "save", save)
+    runner.run(config(uci_root, f"chains={chains}"), tmp_path / "run")
+    # a checkpoint each epoch; the last one sees each chain's 4 samples (epochs 3-6, after a
+    # burn-in of 2) and its manifest
+    assert checkpoints[-1] == chains * (4 + 1) and len(checkpoints) >= 6
+
+
+def test_a_kill_while_checkpointing_leaves_the_previous_checkpoint(uci_root, tmp_path, monkeypatch):
+    cfg = config(uci_root)
+    runner.run(cfg, tmp_path / "whole")
+    real = bdl.runner.checkpoint.atomic_write
+    saves = {"n": 0}
+
+    def dying(path, data):
+        saves["n"] += 1
+        if saves["n"] == 3:
+            # half the new file written beside the old one, then the process dies
+            (path.parent / f".{path.name}.partial.tmp").write_bytes(data[: len(data) // 2])
+            raise Kill
+        real(path, data)
+
+    monkeypatch.setattr(bdl.runner.checkpoint, "atomic_write", dying)
+    with pytest.raises(Kill):
+        runner.run(cfg, tmp_path / "killed")
+    monkeypatch.setattr(bdl.runner.checkpoint, "atomic_write", real)
+    _, header = bdl.runner.checkpoint.load(tmp_path / "killed" / bdl.runner.checkpoint.FILE)
+    assert header["chains"][0]["loop"]["epoch"] == 2
+    runner.run(config(uci_root, "resume=true"), tmp_path / "killed")
+    assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
+    assert not list((tmp_path / "killed").glob(".*.tmp"))  # the orphan was removed
+
+
+@pytest.mark.parametrize(
+    ("method", "calls", "stopped_at"),
+    [
+        ((ChainStepper, "closure"), 10, {"epoch": 2, "step": 2}),  # mid-epoch
+        # between epochs, after the progress line: the next epoch must not draw its order twice
+        ((Sampling, "_checkpoint_due"), 3, {"epoch": 3, "step": 0}),
+    ],
+)
+def test_sigterm_checkpoints_and_resumes_bitwise(
+    uci_root, tmp_path, monkeypatch, method, calls, stopped_at
+):
+    cfg = config(uci_root, "checkpoint_every=100")  # only the signal's checkpoint
+    runner.run(cfg, tmp_path / "whole")
+    owner, method = method
+    real = getattr(owner, method)
+    count = {"n": 0}
+
+    def signalled(self, *args):
+        count["n"] += 1
+        if count["n"] == calls:
+            signal.raise_signal(signal.SIGTERM)
+        return real(self, *args)
+
+    monkeypatch.setattr(owner, method, signalled)
+    with pytest.raises(Interrupted) as stop:
+        runner.run(cfg, tmp_path / "stopped")
+    assert stop.value.exit_code == 128 + signal.SIGTERM
+    assert "resume=true" in str(stop.value) and "checkpoint" in str(stop.value)
+    status = json.loads((tmp_path / "stopped" / "metrics.json").read_text())
+    assert status == {"status": "interrupted", **stopped_at, "signal": "SIGTERM"}
+    monkeypatch.setattr(owner, method, real)
+    runner.run(config(uci_root, "checkpoint_every=100", "resume=true"), tmp_path / "stopped")
+    assert outputs(tmp_path / "stopped") == outputs(tmp_path / "whole")
+
+
+def test_a_directory_holding_a_run_is_refused_and_left_alone(uci_root, tmp_path):
+    cfg = config(uci_root)
+    runner.run(cfg, tmp_path)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError, match="already holds a run.*resume=true.*fresh directory"):
+        runner.run(config(uci_root, "seed=1"), tmp_path)
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_a_directory_in_use_by_another_run_is_refused(uci_root, tmp_path):
+    holder = RunDirectory(tmp_path)
+    holder.claim(config(uci_root), resume=False)
+    try:
+        with pytest.raises(ConfigError, match="another bdl-run is writing into"):
+            runner.run(config(uci_root), tmp_path)
+    finally:
+        holder.release()
+
+
+def test_resume_refuses_what_it_cannot_continue(uci_root, tmp_path):
+    cfg = config(uci_root, "epochs=4")
+    runner.run(cfg, tmp_path / "done")
+    # a requeued job whose run had completed: nothing to redo, and nothing changed
+    before = {p: p.read_bytes() for p in (tmp_path / "done").rglob("*") if p.is_file()}
+    again = runner.run(config(uci_root, "epochs=4", "resume=true"), tmp_path / "done")
+    assert again == json.loads((tmp_path / "done" / "metrics.json").read_text())
+    assert {p: p.read_bytes() for p in (tmp_path / "done").rglob("*") if p.is_file()} == before
+
+    directory = tmp_path / "done"
+    (directory / "metrics.json").unlink()  # as if killed before its end
+    with pytest.raises(ConfigError, match=r"another config: epochs \(4 there, 5 now\)"):
+        runner.run(config(uci_root, "epochs=5", "resume=true"), directory)
+    with pytest.raises(ConfigError, match=r"sampler\._target_"):
+        runner.run(config(uci_root, "epochs=4", "sampler=sgld", "resume=true"), directory)
+
+    path = directory / bdl.runner.checkpoint.FILE
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF  # one flipped bit in the tensor data
+    path.write_bytes(bytes(data))
+    before = {p: p.read_bytes() for p in directory.rglob("*") if p.is_file()}
+    with pytest.raises(CheckpointError, match="corrupt.*delete checkpoint.safetensors"):
+        runner.run(config(uci_root, "epochs=4", "resume=true"), directory)
+    path.write_bytes(bytes(data[: len(data) // 2]))
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        runner.run(config(uci_root, "epochs=4", "resume=true"), directory)
+    before[path] = path.read_bytes()
+    assert {p: p.read_bytes() for p in directory.rglob("*") if p.is_file()} == before
+    # the way out the message names: without the checkpoint, resume=true runs it again
+    path.unlink()
+    runner.run(config(uci_root, "epochs=4", "resume=true"), directory)
+    runner.run(cfg, tmp_path / "whole")
+    assert outputs(directory) == outputs(tmp_path / "whole")
+
+
+def test_a_completed_run_without_its_checkpoint_is_not_run_again(uci_root, tmp_path):
+    runner.run(config(uci_root, "epochs=4"), tmp_path)
+    (tmp_path / bdl.runner.checkpoint.FILE).unlink()
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError, match="completed run whose checkpoint.safetensors is gone"):
+        runner.run(config(uci_root, "epochs=4", "resume=true"), tmp_path)
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize(
+    ("chains", "kill_after"),
+    [
+        (1, 0),  # as soon as the run has its directory: its config alone
+        (1, 4),  # after epoch 4 and two samples
+        (2, 1),  # after epoch 1: empty samples/chain_0/ and chain_1/
+        (2, 4),  # after samples of both chains
+    ],
+)
+def test_a_run_killed_before_its_first_checkpoint_is_finished_by_resume(
+    uci_root, tmp_path, monkeypatch, caplog, chains, kill_after
+):
+    overrides = [f"chains={chains}", "checkpoint_every=100"]  # no checkpoint before the end
+    runner.run(config(uci_root, *overrides), tmp_path / "whole")
+    real_epoch_end = Sampling._checkpoint_due
+    real_stores = RunDirectory.open_stores
+    epochs = {"n": 0}
+
+    def dying(self):
+        epochs["n"] += 1
+        if epochs["n"] == kill_after:
+            raise Kill
+        return real_epoch_end(self)
+
+    def stores(self, count):
+        if kill_after == 0:
+            raise Kill
+        return real_stores(self, count)
+
+    monkeypatch.setattr(Sampling, "_checkpoint_due", dying)
+    monkeypatch.setattr(RunDirectory, "open_stores", stores)
+    with pytest.raises(Kill):
+        runner.run(config(uci_root, *overrides), tmp_path / "killed")
+    monkeypatch.undo()
+    killed = tmp_path / "killed"
+    assert not (killed / bdl.runner.checkpoint.FILE).exists()
+    with caplog.at_level("WARNING", logger="bdl"):
+        runner.run(config(uci_root, *overrides, "resume=true"), killed)
+    assert f"{killed} has no checkpoint: starting the run from the beginning" in caplog.text
+    assert outputs(killed) == outputs(tmp_path / "whole")
+    assert len(outputs(killed)[2]) == chains
+
+
+def test_a_run_that_diverged_before_its_first_checkpoint_is_finished_by_resume(
+    uci_root, tmp_path, monkeypatch
+):
+    cfg = config(uci_root, "checkpoint_every=100")
+    real = Loop.check_stability
+
+    def diverging(loop, experiment, mean_potential, name):
+        if loop.epoch == 4:  # after two samples
+            raise DivergedError("the chain diverged in epoch 5")
+        real(loop, experiment, mean_potential, name)
+
+    monkeypatch.setattr(Loop, "check_stability", diverging)
+    with pytest.raises(DivergedError, match="the 2 samples taken before are kept"):
+        runner.run(cfg, tmp_path / "run")
+    monkeypatch.undo()
+    # the way out that the refusal of a second start names
+    with pytest.raises(ConfigError, match="already holds a run.*add resume=true"):
+        runner.run(cfg, tmp_path / "run")
+    runner.run(config(uci_root, "checkpoint_every=100", "resume=true"), tmp_path / "run")
+    runner.run(cfg, tmp_path / "whole")
+    assert outputs(tmp_path / "run") == outputs(tmp_path / "whole")
+
+
+@pytest.mark.parametrize(("offset", "message"), [(1, "newer bdl"), (-1, "older bdl")])
+def test_a_checkpoint_of_another_format_is_refused(tmp_path, offset, message):
+    path = tmp_path / bdl.runner.checkpoint.FILE
+    bdl.runner.checkpoint.save(path, {"x": torch.zeros(2)}, {})
+    tensors, header = bdl.runner.checkpoint.load(path)
+    from safetensors.torch import save
+
+    header["format_version"] = bdl.runner.checkpoint.FORMAT_VERSION + offset
+    path.write_bytes(save(tensors, metadata={"bdl_checkpoint": json.dumps(header)}))
+    with pytest.raises(CheckpointError, match=message):
+        bdl.runner.checkpoint.load(path)
+
+
+def test_a_diverged_chain_is_a_status_in_strict_json(uci_root, tmp_path):
+    # burn_in=0: no epoch in which the step could back off (bdl.runner.stability)
+    cfg = config(uci_root, "sampler=sgld", "sampler.lr=1e4", "burn_in=0")
+    with pytest.raises(DivergedError, match="diverged in epoch 1.*Lower sampler.lr"):
+        runner.run(cfg, tmp_path)
+    text = (tmp_path / "metrics.json").read_text()
+    metrics = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
+    assert metrics["status"] == "diverged" and metrics["diverged_epoch"] == 1
+    assert metrics["num_samples"] == 0
+
+
+def test_a_completed_run_says_so(uci_root, tmp_path):
+    metrics = runner.run(config(uci_root, "epochs=60"), tmp_path)
+    assert metrics["status"] == "completed"
+    assert json.loads((tmp_path / "metrics.json").read_text())["status"] == "completed"
+
+
+def test_a_run_worse_than_ignoring_the_inputs_is_unsound(uci_root, tmp_path):
+    """Six epochs learn nothing of the tiny set: the training targets' mean and variance predict
+    its test targets better, and the run says so rather than 'completed'."""
+    metrics = runner.run(config(uci_root), tmp_path)
+    data = load_data(config(uci_root))
+    y_train = data.y_train.double() * data.target_std + data.target_mean
+    y_test = data.y_test.double() * data.target_std + data.target_mean
+    rmse = (y_test - y_train.mean()).square().mean().sqrt().item()
+    normal = torch.distributions.Normal(y_train.mean(), y_train.std())
+    assert metrics["trivial"]["test_rmse"] == pytest.approx(rmse, rel=1e-9)
+    assert metrics["trivial"]["test_ll"] == pytest.approx(normal.log_prob(y_test).mean().item())
+    assert metrics["test_rmse"] > rmse
+    assert metrics["status"] == "unsound" and "worse than ignoring the inputs" in metrics["error"]
+    assert json.loads((tmp_path / "metrics.json").read_text())["status"] == "unsound"
+
+
+@pytest.mark.parametrize("average", ["classification", "regression"])
+def test_a_model_average_restored_from_its_state_continues_exactly(average):
+    generator = torch.Generator().manual_seed(0)
+    y = torch.randn(5, generator=generator)
+
+    def fresh():
+        return ClassificationAverage() if average == "classification" else RegressionAverage(y)
+
+    def draw():
+        if average == "classification":
+            return torch.rand(5, 3, generator=generator).softmax(-1)
+        return torch.stack(
+            [torch.randn(5, generator=generator), torch.rand(5, generator=generator)], -1
+        )
+
+    draws = [draw() for _ in range(4)]
+    whole, first = fresh(), fresh()
+    for d in draws:
+        whole.update(d)
+    for d in draws[:2]:
+        first.update(d)
+    resumed = fresh()
+    resumed.load_state_dict({k: v.clone() for k, v in first.state_dict().items()})
+    for d in draws[2:]:
+        resumed.update(d)
+    assert resumed.count == 4
+    assert torch.equal(resumed.predictive(), whole.predictive())
+
+
+@pytest.mark.parametrize("damage", ["deleted", "altered"])
+def test_resume_checks_the_samples_it_keeps(uci_root, tmp_path, monkeypatch, damage):
+    cfg = config(uci_root)
+    runner.run(cfg, tmp_path / "whole")
+    real_epoch_end = Sampling._checkpoint_due
+
+    def dying(self):
+        if self.epoch == 5:  # after the checkpoint of epoch 4, which counts two samples
+            raise Kill
+        return real_epoch_end(self)
+
+    monkeypatch.setattr(Sampling, "_checkpoint_due", dying)
+    with pytest.raises(Kill):
+        runner.run(cfg, tmp_path / "killed")
+    monkeypatch.undo()
+    sample = tmp_path / "killed" / "samples" / "sample_00001.safetensors"
+    if damage == "deleted":
+        sample.unlink()
+    else:
+        data = bytearray(sample.read_bytes())
+        data[-1] ^= 0x01
+        sample.write_bytes(bytes(data))
+    before = {p: p.read_bytes() for p in (tmp_path / "killed").rglob("*") if p.is_file()}
+    problem = "is missing" if damage == "deleted" else r"is corrupt or incomplete \(sha256"
+    with pytest.raises(
+        bdl.storage.store.StoreError, match=f"sample file {sample} {problem}.*delete"
+    ):
+        runner.run(config(uci_root, "resume=true"), tmp_path / "killed")
+    assert {p: p.read_bytes() for p in (tmp_path / "killed").rglob("*") if p.is_file()} == before
+    # the way out the message names
+    (tmp_path / "killed" / bdl.runner.checkpoint.FILE).unlink()
+    runner.run(config(uci_root, "resume=true"), tmp_path / "killed")
+    assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
+
+
+def test_a_finished_run_leaves_no_temporary_file(uci_root, tmp_path, monkeypatch):
+    """A kill inside a write leaves its temporary; the next claim removes it, and a run removes
+    those of its own writes that an error interrupted before it ends."""
+    (tmp_path / ".checkpoint.safetensors.0badf00d.tmp").write_bytes(b"half")
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / ".config.yaml.0badf00d.tmp").write_bytes(b"half")
+    real = Sampling._finish
+
+    def stray_then_finish(self):
+        (tmp_path / ".metrics.json.12345678.tmp").write_bytes(b"")
+        return real(self)
+
+    monkeypatch.setattr(Sampling, "_finish", stray_then_finish)
+    runner.run(config(uci_root), tmp_path)
+    assert not [p for p in tmp_path.rglob(".*.tmp")]

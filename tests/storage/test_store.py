@@ -1,0 +1,435 @@
+"""The sample store must round-trip exactly, fail loudly on damaged files, and never unpickle."""
+
+from __future__ import annotations
+
+import errno
+import gc
+import hashlib
+import json
+import os
+import pickle
+import stat
+import types
+import weakref
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import bdl.atomic
+from bdl.storage.store import (
+    PREDICTIVE,
+    SampleStore,
+    StoreError,
+    load_reference,
+    load_samples,
+    save_predictive,
+)
+
+
+def _params(seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(4, 3, generator=g)
+    return {
+        "layer.weight": w.t(),  # a non-contiguous view must still be stored
+        "layer.bias": torch.randn(3, generator=g, dtype=torch.float64),
+        "count": torch.tensor([seed], dtype=torch.int64),
+    }
+
+
+@pytest.fixture
+def store_dir(tmp_path):
+    store = SampleStore(tmp_path / "a" / "samples")
+    for i in range(3):
+        store.add(_params(i), epoch=i, step=10 * i)
+    return tmp_path / "a" / "samples"
+
+
+def test_round_trip_and_manifest(store_dir):
+    loaded = list(load_samples(store_dir))
+    assert len(loaded) == 3
+    for i, (tensors, entry) in enumerate(loaded):
+        expected = _params(i)
+        assert tensors.keys() == expected.keys()
+        for k, v in expected.items():
+            assert tensors[k].dtype == v.dtype
+            assert torch.equal(tensors[k], v)
+        assert entry["index"] == i
+        assert entry["file"] == f"sample_{i:05d}.safetensors"
+        assert entry["epoch"] == i and entry["step"] == 10 * i
+        assert len(entry["sha256"]) == 64
+    manifest = json.loads((store_dir / "manifest.json").read_text())
+    assert [e["index"] for e in manifest] == [0, 1, 2]
+    # No temporary files are left behind by the atomic writes.
+    assert sorted(p.name for p in store_dir.iterdir()) == [
+        "manifest.json",
+        "sample_00000.safetensors",
+        "sample_00001.safetensors",
+        "sample_00002.safetensors",
+    ]
+
+
+def test_every_sample_lists_its_tensors_in_the_same_order(tmp_path):
+    """A network's parameters, written in the network's order, come back in one order for every
+    sample, so that samples flattened by ``torch.cat(list(tensors.values()))`` line up."""
+    names = [f"layers.{i}.{kind}" for i in (4, 0, 2) for kind in ("weight", "bias")]
+    store = SampleStore(tmp_path)
+    for seed in range(6):
+        store.add({name: torch.full((2,), float(seed)) for name in names})
+    orders = [list(tensors) for tensors, _ in load_samples(tmp_path)]
+    assert orders == [sorted(names)] * 6
+
+
+def test_reopening_continues_numbering(store_dir):
+    store = SampleStore(store_dir)
+    assert len(store) == 3
+    path = store.add(_params(3), epoch=3, step=np.int64(30), lr=torch.tensor(0.5))
+    assert path.name == "sample_00003.safetensors"
+    assert len(store) == 4
+    assert [e["index"] for e in store.manifest] == [0, 1, 2, 3]
+    entries = [e for _, e in load_samples(store_dir)]
+    assert entries[-1]["step"] == 30 and entries[-1]["lr"] == 0.5
+
+
+def test_manifest_property_is_a_copy(store_dir):
+    store = SampleStore(store_dir)
+    store.manifest[0]["sha256"] = "x"
+    assert store.manifest[0]["sha256"] != "x"
+
+
+def test_bad_metadata_rejected(tmp_path):
+    store = SampleStore(tmp_path)
+    with pytest.raises(ValueError, match="reserved"):
+        store.add(_params(0), sha256="abc")
+    with pytest.raises(TypeError, match="JSON"):
+        store.add(_params(0), thing=object())
+    assert len(store) == 0
+
+
+def test_tampered_file_is_named(store_dir):
+    target = store_dir / "sample_00001.safetensors"
+    data = bytearray(target.read_bytes())
+    data[-1] ^= 0xFF
+    target.write_bytes(bytes(data))
+    with pytest.raises(StoreError, match=r"sample_00001\.safetensors.*sha256 mismatch"):
+        list(load_samples(store_dir))
+
+
+def test_truncated_file(store_dir):
+    target = store_dir / "sample_00002.safetensors"
+    target.write_bytes(target.read_bytes()[:20])
+    with pytest.raises(StoreError, match=r"sample_00002\.safetensors.*corrupt or incomplete"):
+        list(load_samples(store_dir))
+
+
+def test_missing_sample_file(store_dir):
+    (store_dir / "sample_00000.safetensors").unlink()
+    with pytest.raises(StoreError, match=r"sample_00000\.safetensors.*missing"):
+        list(load_samples(store_dir))
+
+
+def test_missing_manifest(tmp_path):
+    with pytest.raises(StoreError, match="manifest.json"):
+        load_samples(tmp_path)
+
+
+def test_invalid_manifest(store_dir):
+    (store_dir / "manifest.json").write_text("{not json")
+    with pytest.raises(StoreError, match="manifest.json"):
+        load_samples(store_dir)
+    with pytest.raises(StoreError, match="manifest.json"):
+        SampleStore(store_dir)
+    (store_dir / "manifest.json").write_text(
+        json.dumps([{"index": 0, "file": "../evil.safetensors", "sha256": "0" * 64}])
+    )
+    with pytest.raises(StoreError, match="invalid sample file"):
+        load_samples(store_dir)
+
+
+def test_pickle_is_never_loaded(tmp_path, monkeypatch):
+    """A pickle whose unpickling would run code must be rejected, not executed."""
+
+    class Boom:
+        def __reduce__(self):
+            return (pytest.fail, ("pickle was executed",))
+
+    payload = pickle.dumps({"w": Boom()})
+    sample = tmp_path / "sample_00000.safetensors"
+    sample.write_bytes(payload)
+    (tmp_path / "manifest.json").write_text(
+        json.dumps(
+            [{"index": 0, "file": sample.name, "sha256": hashlib.sha256(payload).hexdigest()}]
+        )
+    )
+    monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("torch.load called"))
+    monkeypatch.setattr(pickle, "loads", lambda *a, **k: pytest.fail("pickle.loads called"))
+    with pytest.raises(StoreError, match="corrupt or incomplete"):
+        list(load_samples(tmp_path))
+
+    ref = tmp_path / "ref.safetensors"
+    ref.write_bytes(payload)
+    with pytest.raises(StoreError, match="reference="):
+        load_reference(ref)
+    obj = tmp_path / "ref.npy"
+    np.save(obj, np.array([Boom()], dtype=object), allow_pickle=True)
+    with pytest.raises(StoreError, match="reference="):
+        load_reference(obj)
+
+
+def test_load_samples_is_lazy(store_dir):
+    it = load_samples(store_dir)
+    assert isinstance(it, types.GeneratorType)
+    first, entry = next(it)
+    assert entry["index"] == 0
+    # A file damaged after iteration started is only noticed when it is reached.
+    (store_dir / "sample_00002.safetensors").write_bytes(b"")
+    _, entry = next(it)
+    assert entry["index"] == 1
+    with pytest.raises(StoreError, match="sample_00002"):
+        next(it)
+
+
+def test_store_keeps_no_tensors(tmp_path):
+    store = SampleStore(tmp_path)
+    params = {"w": torch.zeros(1000)}
+    ref = weakref.ref(params["w"])
+    store.add(params)
+    del params
+    gc.collect()
+    assert ref() is None
+
+
+@pytest.mark.parametrize("as_dir", [True, False])
+def test_predictive_round_trip(tmp_path, as_dir):
+    probs = torch.softmax(torch.randn(5, 3), dim=-1)
+    targets = torch.tensor([0, 1, 2, 0, 1])
+    if as_dir:
+        save_predictive(tmp_path, probs, targets=targets)
+        assert (tmp_path / "predictive.safetensors").is_file()
+        ref = load_reference(tmp_path)
+    else:
+        path = tmp_path / "sub" / "hmc.safetensors"
+        save_predictive(path, probs.double(), targets=targets)
+        ref = load_reference(path)
+    assert ref.dtype == torch.float32
+    assert torch.equal(ref, probs)
+    assert [p.name for p in tmp_path.rglob("*.tmp")] == []
+
+
+def test_reference_csv_with_and_without_header(tmp_path):
+    probs = np.random.default_rng(0).dirichlet(np.ones(10), size=7).astype(np.float32)
+    plain = tmp_path / "probs.csv"
+    np.savetxt(plain, probs, delimiter=",")
+    headed = tmp_path / "headed.csv"
+    header = ",".join(f"class_{i}" for i in range(10))
+    np.savetxt(headed, probs, delimiter=",", header=header, comments="")
+    for path in (plain, headed):
+        ref = load_reference(path)
+        assert ref.shape == (7, 10) and ref.dtype == torch.float32
+        np.testing.assert_allclose(ref.numpy(), probs, rtol=1e-6)
+
+
+def test_reference_csv_single_column_is_1d(tmp_path):
+    path = tmp_path / "y.csv"
+    path.write_text("y\n1.5\n2.5\n")
+    assert torch.equal(load_reference(path), torch.tensor([1.5, 2.5]))
+
+
+def test_reference_npy(tmp_path):
+    array = np.arange(1, 13, dtype=np.float64).reshape(4, 3)
+    array /= array.sum(axis=1, keepdims=True)
+    path = tmp_path / "ref.npy"
+    np.save(path, array)
+    ref = load_reference(path)
+    assert ref.dtype == torch.float32
+    assert torch.equal(ref, torch.from_numpy(array).float())
+
+
+def test_reference_errors(tmp_path):
+    with pytest.raises(StoreError, match="does not exist.*reference="):
+        load_reference(tmp_path / "nope.csv")
+    with pytest.raises(StoreError, match="without predictive.safetensors"):
+        load_reference(tmp_path)
+    pt = tmp_path / "ref.pt"
+    pt.write_bytes(b"x")
+    with pytest.raises(StoreError, match="unsupported suffix '.pt'.*reference="):
+        load_reference(pt)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,x\n")
+    with pytest.raises(StoreError, match="bad.csv cannot be parsed"):
+        load_reference(bad)
+    other = tmp_path / "other.safetensors"
+    save_file({"logits": torch.zeros(2)}, str(other))
+    with pytest.raises(StoreError, match="no 'predictive' tensor.*logits"):
+        load_reference(other)
+
+
+def _probs(rows: int = 4, classes: int = 3) -> np.ndarray:
+    p = np.arange(1, rows * classes + 1, dtype=np.float64).reshape(rows, classes)
+    return p / p.sum(axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize(
+    ("row", "value", "expected"),
+    [
+        (2, np.nan, r"row 2 \(0-based; line 4 of the file\) holds a NaN or infinite value"),
+        (0, np.inf, r"row 0 \(0-based; line 2 of the file\) holds a NaN or infinite value"),
+        (3, -0.25, r"row 3 \(0-based; line 5 of the file\) has a negative entry \(-0.25\)"),
+        (1, 0.9, r"row 1 \(0-based; line 3 of the file\) sums to 1\.\d+, not 1 \(tolerance"),
+    ],
+)
+def test_reference_csv_that_is_not_probabilities_names_row(tmp_path, row, value, expected):
+    array = _probs()
+    array[row, 1] = value
+    path = tmp_path / "probs.csv"
+    np.savetxt(path, array, delimiter=",", header="a,b,c", comments="")
+    with pytest.raises(StoreError, match=expected) as err:
+        load_reference(path)
+    assert str(path) in str(err.value)
+
+
+def test_reference_logits_and_regression_predictive_are_refused(tmp_path):
+    logits = tmp_path / "logits.npy"
+    np.save(logits, np.log(_probs()))  # finite but negative: logits rather than probabilities
+    with pytest.raises(StoreError, match=r"logits.npy: row 0 \(0-based\) has a negative entry"):
+        load_reference(logits)
+    run = tmp_path / "regression_run"
+    run.mkdir()
+    # A regression run's predictive is (mean, variance) per test point, not probabilities.
+    save_predictive(run, torch.tensor([[0.3, 2.0], [0.1, 0.5]]))
+    with pytest.raises(StoreError, match=r"row 0 \(0-based\) sums to 2.3, not 1"):
+        load_reference(run)
+
+
+def test_reference_row_sum_tolerance(tmp_path):
+    """Rows within 1e-3 of 1 pass (probabilities printed with four decimals), beyond fail."""
+    path = tmp_path / "ref.npy"
+    array = _probs()
+    array[1, 0] += 9e-4
+    np.save(path, array.astype(np.float32))
+    assert load_reference(path).shape == (4, 3)
+    array[1, 0] += 2e-4
+    np.save(path, array.astype(np.float32))
+    with pytest.raises(StoreError, match=r"row 1 \(0-based\) sums to 1.0011, not 1"):
+        load_reference(path)
+
+
+def test_reference_vector_needs_only_finite_values(tmp_path):
+    path = tmp_path / "ref.csv"
+    path.write_text("-1.5\n2.0\n0.3\n")  # regression values: negative, not summing to 1
+    assert torch.equal(load_reference(path), torch.tensor([-1.5, 2.0, 0.3]))
+    path.write_text("-1.5\n\nnan\n")
+    with pytest.raises(StoreError, match=r"ref.csv: row 1 \(0-based\) holds a NaN"):
+        load_reference(path)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
+def test_written_files_respect_the_umask(tmp_path, umask):
+    old = os.umask(umask)
+    try:
+        store = SampleStore(tmp_path / "samples")
+        sample = store.add(_params(0))
+        save_predictive(tmp_path, torch.full((2, 2), 0.5))
+    finally:
+        os.umask(old)
+    for path in (sample, tmp_path / "samples" / "manifest.json", tmp_path / PREDICTIVE):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, path
+
+
+def _fail_fsync_after(monkeypatch, calls_ok: int, err: int = errno.ENOSPC) -> None:
+    """Make the ``calls_ok + 1``-th fsync of an atomic write fail as a full disk would."""
+    real = os.fsync
+    count = {"n": 0}
+
+    def fsync(fd):
+        count["n"] += 1
+        if count["n"] > calls_ok:
+            raise OSError(err, os.strerror(err))
+        real(fd)
+
+    monkeypatch.setattr(bdl.atomic.os, "fsync", fsync)
+
+
+@pytest.mark.parametrize(("calls_ok", "failing"), [(0, "sample_00003"), (1, "manifest.json")])
+def test_full_disk_keeps_what_was_written(store_dir, monkeypatch, calls_ok, failing):
+    manifest = (store_dir / "manifest.json").read_bytes()
+    samples = {p.name: p.read_bytes() for p in store_dir.glob("sample_*")}
+    store = SampleStore(store_dir)
+    _fail_fsync_after(monkeypatch, calls_ok)
+    with pytest.raises(StoreError, match=rf"no space left on device writing \S*{failing}") as err:
+        store.add(_params(3))
+    assert "free space and resume" in str(err.value)
+    assert (store_dir / "manifest.json").read_bytes() == manifest
+    for name, data in samples.items():
+        assert (store_dir / name).read_bytes() == data
+    assert not [p for p in store_dir.iterdir() if p.name.startswith(".")]  # no temporaries
+    monkeypatch.undo()
+    # Once space is freed the same store carries on where it stopped.
+    store.add(_params(3))
+    assert [e["index"] for _, e in load_samples(store_dir)] == [0, 1, 2, 3]
+
+
+def test_a_store_that_defers_flushing_flushes_at_sync(tmp_path, monkeypatch):
+    flushed = []  # inodes of the files and folders flushed to disk, in order
+    real = os.fsync
+    monkeypatch.setattr(bdl.atomic.os, "fsync", lambda fd: flushed.append(os.fstat(fd).st_ino))
+    folder = tmp_path / "samples"
+    store = SampleStore(folder, fsync_each=False)
+    paths = [store.add(_params(i), epoch=i) for i in range(2)]
+    assert flushed == [] and all(path.is_file() for path in paths)
+    assert not (folder / "manifest.json").exists()  # nothing listed that is not on disk
+    store.sync()
+    assert flushed == [p.stat().st_ino for p in [*paths, folder / "manifest.json", folder]]
+    store.sync()  # nothing added since
+    assert len(flushed) == 4
+    paths.append(store.add(_params(2), epoch=2))
+    assert [e["epoch"] for _, e in load_samples(folder)] == [0, 1]
+    store.sync()
+    assert flushed[4:] == [p.stat().st_ino for p in [paths[2], folder / "manifest.json", folder]]
+    monkeypatch.setattr(bdl.atomic.os, "fsync", real)
+    assert [e["epoch"] for _, e in load_samples(folder)] == [0, 1, 2]
+    assert [e["epoch"] for _, e in load_samples(folder)] == [e["epoch"] for e in store.manifest]
+
+
+def test_a_failed_sync_is_named_and_can_be_retried(tmp_path, monkeypatch):
+    store = SampleStore(tmp_path / "samples", fsync_each=False)
+    store.add(_params(0))
+    _fail_fsync_after(monkeypatch, 0)
+    with pytest.raises(StoreError, match=r"could not flush \S*sample_00000.safetensors") as err:
+        store.sync()
+    assert "free space" in str(err.value)
+    assert not (tmp_path / "samples" / "manifest.json").exists()
+    monkeypatch.undo()
+    _fail_fsync_after(monkeypatch, 1)  # the sample flushes, the manifest does not
+    with pytest.raises(StoreError, match=r"no space left on device writing \S*manifest.json"):
+        store.sync()
+    assert not (tmp_path / "samples" / "manifest.json").exists()
+    monkeypatch.undo()
+    store.sync()
+    assert len(list(load_samples(tmp_path / "samples"))) == 1
+
+
+def test_unwritable_output_is_named(tmp_path, monkeypatch):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    with pytest.raises(StoreError, match=rf"cannot create the folder {blocker}/samples"):
+        SampleStore(blocker / "samples")
+    with pytest.raises(StoreError, match=rf"cannot create the folder {blocker}"):
+        save_predictive(blocker / "predictive.safetensors", torch.ones(2, 1))
+    store = SampleStore(tmp_path / "samples")
+    _fail_fsync_after(monkeypatch, 0, errno.EROFS)
+    with pytest.raises(StoreError, match=r"cannot write \S*sample_00000.safetensors \(Read-only"):
+        store.add(_params(0))
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes anywhere")
+def test_read_only_output_folder_is_named(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        with pytest.raises(StoreError, match=rf"cannot create the folder {folder}/samples"):
+            SampleStore(folder / "samples")
+    finally:
+        folder.chmod(0o755)
