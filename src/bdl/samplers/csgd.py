@@ -92,7 +92,7 @@ class ConstantSGD(Sampler):
     def closure_for(self, state: SamplerState, closure: Closure) -> Closure:
         if self.tuning:
             return observing(state, closure, self.foreach)
-        if "preconditioner" not in state.buffers:
+        if "preconditioner" not in state.buffers:  # the first step after burn-in
             self._fit(state)
         return closure
 
