@@ -307,22 +307,23 @@ def _unconverged(metrics: dict[str, Any]) -> str:
     return ""
 
 
+def _flagged_lines(df: pd.DataFrame, column: str) -> list[str]:
+    """One Markdown list item per run in the table with text in ``column``: the run, the text."""
+    if column not in df.columns:
+        return []
+    flagged = df[df[column].fillna("") != ""]
+    rows = zip(flagged["run_dir"], flagged[column], strict=True)
+    return [f"- {run}: {text}" for run, text in rows]
+
+
 def unconverged_lines(df: pd.DataFrame) -> list[str]:
     """One Markdown list item per run in the table whose chains have not converged."""
-    if UNCONVERGED not in df.columns:
-        return []
-    flagged = df[df[UNCONVERGED].fillna("") != ""]
-    rows = zip(flagged["run_dir"], flagged[UNCONVERGED], strict=True)
-    return [f"- {run}: {text}" for run, text in rows]
+    return _flagged_lines(df, UNCONVERGED)
 
 
 def warned_lines(df: pd.DataFrame) -> list[str]:
     """One Markdown list item per run in the table whose ``metrics.json`` carries warnings."""
-    if WARNINGS not in df.columns:
-        return []
-    warned = df[df[WARNINGS].fillna("") != ""]
-    rows = zip(warned["run_dir"], warned[WARNINGS], strict=True)
-    return [f"- {run}: {text}" for run, text in rows]
+    return _flagged_lines(df, WARNINGS)
 
 
 def unfinished_lines(df: pd.DataFrame) -> list[str]:

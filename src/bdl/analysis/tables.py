@@ -6,7 +6,7 @@ between runs (a sweep's interesting axes are exactly those), averaged over seeds
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
@@ -43,30 +43,35 @@ _IMPL_KEYS = ("_target_", "*._target_", "_partial_", "*._partial_")
 # --------------------------------------------------------------------------- grouping
 
 
-def metric_columns(df: pd.DataFrame) -> list[str]:
-    """Metric columns from ``attrs``, or guessed by name when a pandas op dropped the attrs."""
-    cols = df.attrs.get("metric_columns")
+def _columns(df: pd.DataFrame, kind: str, guess: Callable[[Any], bool]) -> list[str]:
+    """The columns that ``df.attrs[kind]`` names (`bdl.sweeps.load_runs` sets it), or those
+    ``guess`` picks when a pandas op dropped the attrs."""
+    cols = df.attrs.get(kind)
     if cols is not None:
         return [c for c in cols if c in df.columns]
-    return [
-        c
-        for c in df.columns
-        if (c in KNOWN_METRICS or str(c).startswith(("test_", "val_", "train_")))
-        and pd.api.types.is_numeric_dtype(df[c])
-    ]
+    return [c for c in df.columns if guess(c)]
+
+
+def metric_columns(df: pd.DataFrame) -> list[str]:
+    """Metric columns from ``attrs``, or guessed by name when a pandas op dropped the attrs."""
+    return _columns(
+        df,
+        "metric_columns",
+        lambda c: (
+            (c in KNOWN_METRICS or str(c).startswith(("test_", "val_", "train_")))
+            and pd.api.types.is_numeric_dtype(df[c])
+        ),
+    )
 
 
 def choice_columns(df: pd.DataFrame) -> list[str]:
-    cols = df.attrs.get("choice_columns")
-    if cols is not None:
-        return [c for c in cols if c in df.columns]
     # A scalar column named like the prefix of config keys can only be a group choice, since
     # in the config itself that name holds a mapping.
-    return [
-        c
-        for c in df.columns
-        if "." not in str(c) and any(str(o).startswith(f"{c}.") for o in df.columns)
-    ]
+    return _columns(
+        df,
+        "choice_columns",
+        lambda c: "." not in str(c) and any(str(o).startswith(f"{c}.") for o in df.columns),
+    )
 
 
 def varying_keys(df: pd.DataFrame, exclude: Iterable[str] = DEFAULT_EXCLUDE) -> list[str]:

@@ -208,15 +208,27 @@ class Sampler(ABC):
         noise: bool = True,
         tune: bool = False,
     ) -> SamplerState:
-        potential, grads = closure()
-        state.grad_evals += 1
         self.tuning = tune
+        potential, grads = self.closure_for(state, closure)()
+        state.grad_evals += 1
         update = self._update_foreach if self.foreach else self._update_loop
         step_size = self.lr * lr_scale
         update(state, grads, step_size, noise and self.declaration.injects_noise)
         state.step += 1
         state.info["potential"] = potential
+        self.after_step(state)
         return state
+
+    def closure_for(self, state: SamplerState, closure: Closure) -> Closure:
+        """The closure that `step` evaluates: ``closure`` itself (the default). A kernel that
+        watches the gradients while tuning (an online noise estimate) or takes them elsewhere
+        than at ``state.params`` (a dropout mask) wraps it, so that its update stays the
+        paper's."""
+        return closure
+
+    def after_step(self, state: SamplerState) -> None:  # noqa: B027 (optional)
+        """Called at the end of `step`, the update made: a method that gathers the iterates
+        (SWAG's moments) reads them here. Kernels that gather nothing ignore it (the default)."""
 
     def final_samples(self, state: SamplerState) -> Iterator[None]:
         """Write each end-of-run sample into ``state.params`` in place and yield after each."""

@@ -89,19 +89,12 @@ class ConstantSGD(Sampler):
         self.preconditioner = preconditioner
         self.variance_floor = variance_floor
 
-    def step(
-        self,
-        state: SamplerState,
-        closure: Closure,
-        lr_scale: float = 1.0,
-        noise: bool = True,
-        tune: bool = False,
-    ) -> SamplerState:
-        if tune:
-            closure = observing(state, closure, self.foreach)
-        elif "preconditioner" not in state.buffers:
+    def closure_for(self, state: SamplerState, closure: Closure) -> Closure:
+        if self.tuning:
+            return observing(state, closure, self.foreach)
+        if "preconditioner" not in state.buffers:  # the first step after burn-in
             self._fit(state)
-        return super().step(state, closure, lr_scale, noise, tune)
+        return closure
 
     def divergence_fix(self, state: SamplerState) -> str:
         if "preconditioner" not in state.buffers:

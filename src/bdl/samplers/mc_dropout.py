@@ -74,15 +74,7 @@ class MCDropout(SGD):
             scales.append(kept.to(params[i].dtype) / (1 - self.p))
         return scales
 
-    @torch.no_grad()
-    def step(
-        self,
-        state: SamplerState,
-        closure: Closure,
-        lr_scale: float = 1.0,
-        noise: bool = True,
-        tune: bool = False,
-    ) -> SamplerState:
+    def closure_for(self, state: SamplerState, closure: Closure) -> Closure:
         params, scales = state.params, self._scales(state.params)
 
         def dropped_out() -> Evaluation:
@@ -98,7 +90,7 @@ class MCDropout(SGD):
                 grads[i].mul_(s)
             return potential, grads
 
-        return super().step(state, dropped_out, lr_scale, noise, tune)
+        return super().closure_for(state, dropped_out)
 
     def final_samples(self, state: SamplerState) -> Iterator[None]:
         trained = [p.detach().clone() for p in state.params]

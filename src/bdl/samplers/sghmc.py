@@ -82,17 +82,10 @@ class SGHMC(Sampler):
         state.buffers["momentum"] = [torch.zeros_like(p) for p in params]
         return state
 
-    def step(
-        self,
-        state: SamplerState,
-        closure: Closure,
-        lr_scale: float = 1.0,
-        noise: bool = True,
-        tune: bool = False,
-    ) -> SamplerState:
-        if tune and self.online:
-            closure = observing(state, closure, self.foreach)
-        return super().step(state, closure, lr_scale, noise, tune)
+    def closure_for(self, state: SamplerState, closure: Closure) -> Closure:
+        if self.tuning and self.online:
+            return observing(state, closure, self.foreach)
+        return closure
 
     @property
     def _friction(self) -> float:

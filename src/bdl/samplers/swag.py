@@ -37,7 +37,6 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from bdl.closures import Closure
 from bdl.noise import Generator
 from bdl.samplers.base import Declaration, SamplerState
 from bdl.samplers.sgd import SGD
@@ -84,18 +83,9 @@ class SWAG(SGD):
         ]
         return state
 
-    def step(
-        self,
-        state: SamplerState,
-        closure: Closure,
-        lr_scale: float = 1.0,
-        noise: bool = True,
-        tune: bool = False,
-    ) -> SamplerState:
-        state = super().step(state, closure, lr_scale, noise, tune)
-        if not tune and state.step % self.collect_every == 0:
+    def after_step(self, state: SamplerState) -> None:
+        if not self.tuning and state.step % self.collect_every == 0:
             self.collect(state)
-        return state
 
     @torch.no_grad()
     def collect(self, state: SamplerState) -> None:
