@@ -200,8 +200,8 @@ def judged(row: dict, equivalent: dict[str, str], population: set[str]) -> dict:
 
 def upgraded(previous: dict) -> dict:
     """A results file as this script writes it, from one written before first passes were kept
-    (``results-0.json``): its rows' first pass unknown, and its draw's commit and time unless
-    the file says them."""
+    (``results-0.json``): its rows' first pass unknown (``None``), and its draw's commit,
+    population and time, which such a file does not hold."""
     if "draw" in previous:
         return previous
     rows = [
