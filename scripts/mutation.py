@@ -14,6 +14,16 @@ drawn, and the first ``k`` of a seed's draw are its draw of ``k`` (Python's ``ra
 draws one at a time for samples far smaller than the population), so an interrupted run leaves
 the results of a smaller sample (``run`` in the file).
 
+Two scores are kept. ``first_pass`` is the draw's own pass: each mutant's verdict by the tests
+that existed when it was drawn (a row's ``first_pass``), the honest estimate of how many of
+today's mutants the suite catches. ``--rerun-survivors`` after tests written for the survivors
+updates each row's ``measured`` and ``verdict`` and the top-level ``score``, never the first
+pass: a test written against a known mutant kills it by construction. ``draw`` records the
+commit, seed, command and time of the draw; ``commit``, ``command`` and ``timestamp`` those of
+the latest pass, and ``reruns`` each rerun. A commit reads ``<hash>-dirty`` when ``src/`` or
+``tests/`` differed from it. A file written before first passes were kept (``results-0.json``)
+is read with its rows' first pass unknown (``null``), never guessed from the current verdicts.
+
 A simple random sample over all mutants estimates the score over all of them without bias, and
 the binomial interval applies to it; a sample stratified by module would need weights.
 
@@ -40,7 +50,9 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from mutmut.__main__ import create_mutants
 from mutmut.mutation.data import SourceFileMutationData
@@ -54,6 +66,9 @@ TESTS = Path("tests")
 OUT = Path("docs/mutation")
 EQUIVALENT = OUT / "equivalent.json"
 DETECTED = {"killed", "timeout"}
+#: the library's subpackages whose modules share one contract and are tested together
+TESTED_TOGETHER = {"samplers", "models", "data"}
+SURVIVED = {"survived", "no tests"}
 #: a mutant whose tests run longer than this has made them hang (the longest selection, the
 #: runner's tests, takes about 4 minutes on a busy core)
 TIMEOUT_S = 900
@@ -89,21 +104,24 @@ def source_path(module: str) -> Path:
 
 def test_selection(module: str) -> list[str]:
     """The tests a mutant of ``module`` runs: the mirroring file (``bdl.data.uci`` ->
-    ``tests/data/test_uci.py``), the test files that import the module or run it (``python -m
-    bdl.cli``), and a subpackage's whole test folder (``tests/samplers``: samplers are tested
-    together, through the package's names); if none, the runner's tests (every module is
-    reached through a run)."""
+    ``tests/data/test_uci.py``, ``bdl.runner.loop`` -> ``tests/runner/test_loop.py``), the test
+    files that import the module or run it (``python -m bdl.cli``), and a library subpackage's
+    whole test folder (``tests/samplers``: samplers are tested together, through the package's
+    names); if none, the runner's tests (every module is reached through a run). The
+    application's packages (``bdl.runner``, ...) group modules by job, not by a shared contract,
+    so their folders are not run whole."""
     *package, name = module.split(".")[1:]
     mirror = TESTS.joinpath(*package, f"test_{name}.py")
     parent = ".".join(["bdl", *package])
     imports = re.compile(rf"\b{re.escape(module)}\b|from {re.escape(parent)} import .*\b{name}\b")
     folder = TESTS.joinpath(*package)
+    whole = bool(package) and package[0] in TESTED_TOGETHER
     tests = {
-        str(folder if package and p.parent == folder else p)
+        str(folder if whole and p.parent == folder else p)
         for p in TESTS.rglob("test_*.py")
-        if p == mirror or imports.search(p.read_text()) or (package and p.parent == folder)
+        if p == mirror or imports.search(p.read_text()) or (whole and p.parent == folder)
     }
-    return sorted(tests) or [str(TESTS / "test_run.py")]
+    return sorted(tests) or [str(TESTS / "runner" / "test_run.py")]
 
 
 def run_mutant(mutant: str, tests: list[str]) -> tuple[str, float]:
@@ -143,9 +161,9 @@ def wilson(successes: int, trials: int, z: float = 1.959964) -> tuple[float, flo
     return centre - half, centre + half
 
 
-def score(rows: list[dict]) -> dict:
-    counts = Counter(row["verdict"] for row in rows)
-    considered = len(rows) - counts["equivalent"]
+def score(verdicts: list[str]) -> dict:
+    counts = Counter(verdicts)
+    considered = len(verdicts) - counts["equivalent"]
     detected = sum(counts[v] for v in DETECTED)
     low, high = wilson(detected, considered)
     return {
@@ -157,13 +175,25 @@ def score(rows: list[dict]) -> dict:
     }
 
 
+def first_pass(rows: list[dict], draw: dict) -> dict:
+    """The score of the draw's own pass (each row's ``first_pass`` verdict; a mutant argued
+    equivalent since is left out as in the current score), at the draw's commit; unknown when
+    a row's first pass is."""
+    if any(row["first_pass"] is None for row in rows):
+        return {"score": None, "unknown": draw.get("first_pass_unknown", "rows without one")}
+    verdicts = [
+        "equivalent" if row["verdict"] == "equivalent" else row["first_pass"] for row in rows
+    ]
+    return {"commit": draw["commit"], **score(verdicts)}
+
+
 def judged(row: dict, equivalent: dict[str, str], population: set[str]) -> dict:
     """``row`` (its ``measured`` verdict) judged: an argued equivalence applied, and the diff of
     a mutant no test killed (as drawn, for a mutant whose function has changed since)."""
     diff = row.get("diff")
     row = {k: v for k, v in row.items() if k not in ("verdict", "reason", "diff")}
     row["verdict"] = row["measured"]
-    if row["measured"] in ("survived", "no tests") and row["mutant"] in equivalent:
+    if row["measured"] in SURVIVED and row["mutant"] in equivalent:
         row |= {"verdict": "equivalent", "reason": equivalent[row["mutant"]]}
     if row["verdict"] not in DETECTED:
         current = row["mutant"] in population
@@ -173,24 +203,74 @@ def judged(row: dict, equivalent: dict[str, str], population: set[str]) -> dict:
     return row
 
 
-def write(path: Path, rows: list[dict], population: int, args: argparse.Namespace) -> dict:
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    results = {
-        "commit": commit,
-        "seed": args.seed,
+def upgraded(previous: dict) -> dict:
+    """A results file as this script writes it, from one written before first passes were kept
+    (``results-0.json``): its rows' first pass unknown (``None``), and its draw's commit,
+    population and time, which such a file does not hold."""
+    if "draw" in previous:
+        return previous
+    rows = [
+        {key: row[key] for key in ("mutant", "module", "tests")}
+        | {"first_pass": None}
+        | {key: value for key, value in row.items() if key not in ("mutant", "module", "tests")}
+        for row in previous["mutants"]
+    ]
+    draw = {
+        "commit": None,
+        "seed": previous["seed"],
+        "sample": previous["sample"],
+        "population": None,
+        "command": previous["command"],
+        "timestamp": None,
+        "first_pass_unknown": "written before first-pass verdicts were kept: --rerun-survivors "
+        "overwrote them",
+    }
+    return {**previous, "draw": draw, "reruns": previous.get("reruns", []), "mutants": rows}
+
+
+def results(
+    rows: list[dict], population: int, draw: dict, now: dict, reruns: list[dict]
+) -> dict[str, Any]:
+    """The results file of judged ``rows`` drawn as ``draw`` says, last measured as ``now``
+    (its ``commit``, ``command`` and ``timestamp``) after the ``reruns``."""
+    return {
+        **now,
+        "seed": draw["seed"],
         "population": population,
-        "sample": sample_size(args.sample, population),
+        "sample": draw["sample"],
         "run": len(rows),
         "modules_in_sample": len({row["module"] for row in rows}),
-        "command": f"python scripts/mutation.py --seed {args.seed} --sample {args.sample}",
-        **score(rows),
+        "draw": draw,
+        "reruns": reruns,
+        "first_pass": first_pass(rows, draw),
+        **score([row["verdict"] for row in rows]),
         "mutants": rows,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
-    return results
+
+
+def head() -> str:
+    """HEAD's short hash, with ``-dirty`` when ``src/`` or ``tests/`` differ from it (then the
+    verdicts belong to no commit)."""
+    git = ["git", "-C", str(ROOT)]
+    commit = subprocess.run(
+        [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    changed = subprocess.run(
+        [*git, "status", "--porcelain", "--", "src", "tests"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return f"{commit}-dirty" if changed else commit
+
+
+def pass_record(command: str) -> dict[str, str]:
+    """The commit, command and UTC time of a pass starting now."""
+    return {
+        "commit": head(),
+        "command": command,
+        "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
 def main() -> None:
@@ -211,19 +291,22 @@ def main() -> None:
     population = generate()
     generated = set(population)
     if args.rerun_survivors:
-        previous = json.loads(path.read_text())
-        args.sample, rows = str(previous["sample"]), previous["mutants"]
+        previous = upgraded(json.loads(path.read_text()))
+        now = pass_record(f"python scripts/mutation.py --seed {args.seed} --rerun-survivors")
+        draw, rows = previous["draw"], previous["mutants"]
+        reruns = [*previous["reruns"], now]
         for row in rows:  # more tests than a killed mutant ran still fail on it
             row["tests"] = test_selection(row["module"])
         # a survivor whose function has changed since the draw is no longer generated: it keeps
         # its verdict and its diff as drawn
         mutants = [
-            row
-            for row in rows
-            if row["measured"] in ("survived", "no tests") and row["mutant"] in generated
+            row for row in rows if row["measured"] in SURVIVED and row["mutant"] in generated
         ]
     else:
         size = sample_size(args.sample, len(population))
+        now = pass_record(f"python scripts/mutation.py --seed {args.seed} --sample {args.sample}")
+        draw = {**now, "seed": args.seed, "sample": size, "population": len(population)}
+        reruns = []
         drawn = random.Random(args.seed).sample(population, size)
         print(f"{size} of {len(population)} mutants (seed {args.seed})", flush=True)
         rows = [
@@ -234,18 +317,27 @@ def main() -> None:
 
     def record() -> dict:
         done = [judged(row, equivalent, generated) for row in rows if "measured" in row]
-        return write(path, done, len(population), args)
+        written = results(done, len(population), draw, now, reruns)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(written, indent=1, ensure_ascii=False) + "\n")
+        return written
 
     for row in mutants:
         row["measured"], seconds = run_mutant(row["mutant"], row["tests"])
+        row.setdefault("first_pass", row["measured"])
         print(f"{row['measured']} {row['mutant']} ({seconds:.0f} s)", flush=True)
         record()
-    results = record()
-    low, high = results["wilson_95"]
-    print(
-        f"{results['detected']} of {results['non_equivalent']} non-equivalent mutants killed "
-        f"({results['score']:.1%}, Wilson 95% {low:.1%}-{high:.1%}); {path}"
-    )
+    written = record()
+    for name, measured in (("first pass", written["first_pass"]), ("now", written)):
+        if measured["score"] is None:
+            print(f"{name}: unknown ({measured['unknown']})")
+            continue
+        low, high = measured["wilson_95"]
+        print(
+            f"{name}: {measured['detected']} of {measured['non_equivalent']} non-equivalent "
+            f"mutants killed ({measured['score']:.1%}, Wilson 95% {low:.1%}-{high:.1%})"
+        )
+    print(path)
 
 
 if __name__ == "__main__":

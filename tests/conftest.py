@@ -341,26 +341,30 @@ def fake_data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def networks_of_samples(posterior) -> Iterator[tuple[nn.Module, nn.Module]]:
-    """The run's network and likelihood holding each stored sample in turn, its tensors copied
-    in by name: the predictions of every sample, computed outside the runner's averages."""
+def networks_of_samples(posterior, chain=None) -> Iterator[tuple[nn.Module, nn.Module]]:
+    """The run's network and likelihood holding each stored sample (of ``chain``, or of all
+    chains) in turn, its tensors copied in by name: the predictions of every sample, computed
+    outside the runner's averages."""
     model, likelihood = posterior.network()
     live = dict(model.named_parameters())
     live.update({f"likelihood.{k}": v for k, v in likelihood.state_dict(keep_vars=True).items()})
-    for sample in posterior.samples():
+    for sample in posterior.samples(chain):
         with torch.no_grad():
             for name, p in live.items():
                 p.copy_(sample.params[name])
         yield model, likelihood
 
 
-def gaussian_mixture_of_samples(posterior) -> tuple[torch.Tensor, torch.distributions.Distribution]:
+def gaussian_mixture_of_samples(
+    posterior, chain=None
+) -> tuple[torch.Tensor, torch.distributions.Distribution]:
     """The test targets in original units and the equal mixture of the run's stored samples'
-    Gaussian predictives on its test inputs, each rebuilt from the sample's tensors: what a
-    regression run's ``test_rmse`` (mixture mean) and ``test_ll`` must be computed from."""
+    (``chain``'s, or all chains') Gaussian predictives on its test inputs, each rebuilt from the
+    sample's tensors: what a regression run's ``test_rmse`` (mixture mean) and ``test_ll`` must
+    be computed from."""
     data = posterior.data
     means, scales = [], []
-    for model, likelihood in networks_of_samples(posterior):
+    for model, likelihood in networks_of_samples(posterior, chain):
         with torch.no_grad():
             mu, var = likelihood.predict(model(data.x_test)).double().unbind(-1)
         means.append(mu * data.target_std + data.target_mean)

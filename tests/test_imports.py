@@ -1,8 +1,8 @@
 """bdl's modules import one another without a cycle, and along its layers (the library below
 the application's packages, the analysis never reaching into the runner): each can be read after
-the ones it builds on. Every import counts, inside functions too (a lazy import hides a cycle, it does not remove
-it) and under ``if TYPE_CHECKING:`` (a module that needs another's types to be read depends on
-it)."""
+the ones it builds on. Every import counts, inside functions too (a lazy import hides a cycle, it
+does not remove it) and under ``if TYPE_CHECKING:`` (a module that needs another's types to be
+read depends on it)."""
 
 import ast
 from pathlib import Path

@@ -8,12 +8,14 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import math
 import signal
 
 import numpy as np
 import pytest
 import torch
 from conftest import SAMPLER_OPTIONS, declaration, gaussian_mixture_of_samples
+from safetensors.numpy import load_file
 
 import bdl
 from bdl import diagnostics
@@ -232,23 +234,114 @@ def test_the_pooled_average_is_the_mixture_of_every_chains_samples(uci_root, tmp
     assert posterior.to_inferencedata().posterior.sizes["chain"] == 3
 
 
-def test_the_outputs_of_several_chains(uci_root, tmp_path):
-    metrics = runner.run(config(uci_root, "chains=2", "epochs=8", "sampler=hmc"), tmp_path)
+#: Two stacked HMC chains at a fixed step that rejects some proposals (accept rates 0.5 and 0.7),
+#: one Metropolis test per epoch (full batch), 10 draws each after burn-in: enough for arviz to
+#: measure ESS (it measures none under 10 draws per chain).
+SEVERAL_CHAINS = [
+    "chains=2",
+    "epochs=12",
+    "sampler=hmc",
+    "sampler.num_steps=10",
+    "sampler.adapt=false",
+    "sampler.lr=0.1",
+]
+
+
+def test_each_chains_diagnostics_are_those_of_its_own_draws(uci_root, tmp_path):
+    """Every per-chain number of a run of two chains, recomputed outside the runner: each
+    chain's accept rate from its curve and from its stored samples (a rejected HMC proposal
+    leaves the position where it was), its gradient evaluations by hand, its model average from
+    its own samples; R-hat and ESS per test point, their extremes, the weight probes' R-hat and
+    the scalars' summary by arviz on the draws the run recorded, checked against its samples."""
+    az = pytest.importorskip("arviz")
+    metrics = runner.run(config(uci_root, *SEVERAL_CHAINS), tmp_path)
     curve = rows(tmp_path / "curve.csv")
     assert [(r["chain"], r["epoch"]) for r in curve] == [
-        (str(k), str(e)) for e in range(1, 9) for k in range(2)
+        (str(k), str(e)) for e in range(1, 13) for k in range(2)
     ]
+    posterior = bdl.load_run(tmp_path)
     per_chain = rows(tmp_path / "chains.csv")
     assert [r["chain"] for r in per_chain] == ["0", "1"]
-    rates = [float(r["accept_rate"]) for r in per_chain]
-    assert metrics["accept_rate"] == pytest.approx(sum(rates) / 2)  # equal sampling epochs
+    sampled = [[r for r in curve if r["chain"] == str(k) and int(r["epoch"]) > 2] for k in range(2)]
+    loglik, probes = [], []
+    for k, row in enumerate(per_chain):
+        samples = list(posterior.samples(k))
+        assert int(row["num_samples"]) == len(samples) == 10
+        # one gradient at the start, then num_steps per iteration, one iteration per epoch
+        assert int(row["grad_evals"]) == 1 + 12 * 10
+        accepted = [float(r["accept_rate"]) for r in sampled[k]]
+        assert set(accepted) <= {0.0, 1.0}
+        assert float(row["accept_rate"]) == pytest.approx(sum(accepted) / 10, abs=1e-12)
+        moved = [
+            any(not torch.equal(now.params[n], before.params[n]) for n in now.params)
+            for before, now in zip(samples, samples[1:])
+        ]
+        assert moved == [a == 1.0 for a in accepted[1:]]
+        targets, mixture = gaussian_mixture_of_samples(posterior, k)
+        rmse = (mixture.mean - targets).square().mean().sqrt().item()
+        assert float(row["test_rmse"]) == pytest.approx(rmse, rel=1e-9)
+        assert float(row["test_ll"]) == pytest.approx(
+            mixture.log_prob(targets).mean().item(), rel=1e-9
+        )
+        # the chain's recorded log p(y_i | x_i, θ) of each draw (float32) and weight probes are
+        # those of its stored samples: each sample's own Gaussian density, its followed weights
+        recorded = load_file(tmp_path / "checkpoint.safetensors")
+        loglik.append(recorded[f"chain_{k}/loop/log_likelihoods"])
+        np.testing.assert_allclose(
+            loglik[-1], mixture.component_distribution.log_prob(targets[:, None]).T, rtol=1e-6
+        )
+        probes.append(recorded[f"chain_{k}/loop/probes"])
+        model, likelihood = posterior.network()
+        names = [n for n, _ in model.named_parameters()]
+        names += [f"likelihood.{n}" for n, _ in likelihood.named_parameters()]
+        flat = np.stack([np.concatenate([s.params[n].reshape(-1) for n in names]) for s in samples])
+        np.testing.assert_array_equal(
+            probes[-1], flat[:, diagnostics.probe_indices(flat.shape[1]).numpy()]
+        )
+    # (chains, draws, points or probes). arviz on the recorded float32 values, not on the float64
+    # ones recomputed above: with 10 draws, repeated by rejections, rank normalisation breaks
+    # near-ties differently after rounding (R-hat 1.566 against the recorded values' 1.552 at
+    # one point, measured).
+    loglik, probes = np.stack(loglik), np.stack(probes)
+    points = loglik.shape[-1]
+    expected = {
+        "rhat": np.array([az.rhat(loglik[..., i]) for i in range(points)]),
+        "ess_bulk": np.array([az.ess(loglik[..., i], method="bulk") for i in range(points)]),
+        "ess_tail": np.array([az.ess(loglik[..., i], method="tail") for i in range(points)]),
+    }
     table = rows(tmp_path / diagnostics.FILE)
-    assert list(table[0]) == ["point", "rhat", "ess_bulk", "ess_tail"]
-    assert len(table) == len(bdl.load_run(tmp_path).data.y_test)
-    measured = [float(r["rhat"]) for r in table if r["rhat"] not in ("", "nan")]
-    assert metrics["rhat_max"] == pytest.approx(max(measured))
-    for key in ("rhat_p95", "ess_bulk_min", "ess_tail_min", "weight_rhat_max"):
-        assert key in metrics
+    assert list(table[0]) == ["point", "rhat", "ess_bulk", "ess_tail"] and len(table) == points
+    ceiling = 20 * math.log10(20)  # arviz's bulk ESS ceiling, N log10 N of the 20 split draws
+    for key, values in expected.items():
+        written = np.array([float(r[key]) if r[key] not in ("", "nan") else np.nan for r in table])
+        # blank exactly where arviz measured no autocorrelation and returned its ceiling
+        assert np.array_equal(np.isnan(written), values >= ceiling * (1 - 1e-9)), key
+        measured = ~np.isnan(written)
+        np.testing.assert_allclose(written[measured], values[measured], rtol=1e-9, err_msg=key)
+        expected[key] = values[measured]
+    assert expected["ess_bulk"].size > 0  # some ESS measured: the comparison is not vacuous
+    assert metrics["rhat_max"] == pytest.approx(expected["rhat"].max(), rel=1e-9)
+    assert metrics["rhat_p95"] == pytest.approx(np.percentile(expected["rhat"], 95), rel=1e-9)
+    assert metrics["ess_bulk_min"] == pytest.approx(expected["ess_bulk"].min(), rel=1e-9)
+    assert metrics["ess_tail_min"] == pytest.approx(expected["ess_tail"].min(), rel=1e-9)
+    weight_rhat = [az.rhat(probes[..., j]) for j in range(probes.shape[-1])]
+    assert metrics["weight_rhat_max"] == pytest.approx(np.nanmax(weight_rhat), rel=1e-9)
+
+    # summary.csv's scalars: the curve's per-epoch values of each chain at the kept epochs
+    summary = {r["quantity"]: r for r in rows(tmp_path / diagnostics.SUMMARY_FILE)}
+    for name in ("potential", "noise_precision"):
+        draws = np.array([[float(r[name]) for r in chain] for chain in sampled])
+        row = summary[name]
+        assert float(row["mean"]) == pytest.approx(draws.mean(), rel=1e-9)
+        assert float(row["sd"]) == pytest.approx(draws.std(ddof=1), rel=1e-9)
+        assert float(row["rhat"]) == pytest.approx(az.rhat(draws), rel=1e-9)
+        for method in ("bulk", "tail"):
+            ess = az.ess(draws, method=method)
+            if ess < ceiling * (1 - 1e-9):
+                assert float(row[f"ess_{method}"]) == pytest.approx(ess, rel=1e-9)
+            else:
+                assert row[f"ess_{method}"] == ""
+    assert metrics["potential_rhat"] == pytest.approx(float(summary["potential"]["rhat"]))
 
 
 def test_rhat_flags_chains_that_never_left_their_starts(uci_root, tmp_path, caplog):

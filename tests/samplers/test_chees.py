@@ -1,5 +1,6 @@
 """ChEES: the Halton jitter by hand, the learnt length at the closed-form optimum of a Gaussian,
-the length carried over a change of mass, and the refusal of a single chain."""
+the step's adaptation beside it, the length carried over a change of mass, and the refusal of a
+single chain."""
 
 import math
 
@@ -55,6 +56,26 @@ def test_the_learnt_length_is_the_optimum_of_a_gaussian(seed):
     sampler.step(state, standard_normal(params))
     assert state.info["trajectory_length"].item() == pytest.approx(chees_optimum(), abs=0.2)
     assert state.length.iterations == 401
+
+
+@pytest.mark.parametrize("target", [0.65, 0.8])
+def test_the_adapted_step_reaches_the_configured_acceptance_while_the_length_is_learnt(
+    assert_adapts_to, target
+):
+    """The step is dual-averaged while the length moves under it: after 150 iterations the
+    acceptance at 0.65 is 0.704 ± 0.006, after 300 0.671, after 600 0.659 ± 0.004 (seeds 0-19)."""
+
+    def make(target_accept, generator):
+        return HMC(
+            0.1,
+            None,
+            trajectory_length=2.0,
+            adapt_length=True,
+            target_accept=target_accept,
+            generator=generator,
+        )
+
+    assert_adapts_to(make, target, burn_in=600)
 
 
 def test_a_change_of_mass_keeps_the_dominant_directions_period():

@@ -176,6 +176,20 @@ def test_dual_averaging_reaches_the_target_and_only_while_tuning(quadratic):
     assert state.adaptation.count == 150
 
 
+@pytest.mark.parametrize("target", [0.65, 0.8])
+def test_the_adapted_step_reaches_the_configured_acceptance(assert_adapts_to, target):
+    """Hoffman & Gelman's (2014, Alg. 5) setting: a fixed trajectory length, L = ⌈τ/ε⌉. At a
+    fixed L = 5 the acceptance is not monotone in ε on this target (0.88 at ε = 0.5, 0.87 at
+    0.6, 0.74 at 0.7, 0.75 at 0.8; seed 0), and dual averaging at 0.65 lands at 0.71."""
+
+    def make(target_accept, generator):
+        return HMC(
+            0.1, None, trajectory_length=2.0, target_accept=target_accept, generator=generator
+        )
+
+    assert_adapts_to(make, target)
+
+
 @pytest.mark.parametrize(("refresh", "mass"), [(0.0, "unit"), (0.7, "unit"), (0.7, "diagonal")])
 def test_foreach_equals_loop(assert_foreach_matches_loop, quadratic, refresh, mass):
     def make(foreach):

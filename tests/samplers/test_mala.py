@@ -55,6 +55,11 @@ def test_samples_a_gaussian_at_a_step_where_sgld_is_biased():
     assert params[0].var().item() == pytest.approx(1.0, rel=0.08)
 
 
+@pytest.mark.parametrize("target", [0.65, 0.8])
+def test_the_adapted_step_reaches_the_configured_acceptance(assert_adapts_to, target):
+    assert_adapts_to(lambda a, generator: MALA(0.1, target_accept=a, generator=generator), target)
+
+
 @pytest.mark.parametrize(
     "kwargs, key", [({"lr": -1.0}, "sampler.lr"), ({"target_accept": 0.0}, "target_accept")]
 )

@@ -50,6 +50,11 @@ def test_samples_a_gaussian_and_adapts_to_the_target_rate():
     assert params[0].var().item() == pytest.approx(9.0, rel=0.1)
 
 
+@pytest.mark.parametrize("target", [0.65, 0.8])
+def test_the_adapted_step_reaches_the_configured_acceptance(assert_adapts_to, target):
+    assert_adapts_to(lambda a, generator: RWMH(0.1, target_accept=a, generator=generator), target)
+
+
 @pytest.mark.parametrize(
     "kwargs, key", [({"lr": 0.0}, "sampler.lr"), ({"target_accept": 1.5}, "target_accept")]
 )
