@@ -52,8 +52,9 @@ format: install-dev ## apply ruff's formatting and safe fixes
 
 MUTATION_SEED ?= 0
 MUTATION_SAMPLE ?= 40
+MUTATION_JOBS ?= 1
 mutation: install-dev ## a seeded sample of mutmut's mutants of every module: docs/mutation/results-<seed>.json (under an hour, one core)
-	OMP_NUM_THREADS=1 $(BIN)/python scripts/mutation.py --seed $(MUTATION_SEED) --sample $(MUTATION_SAMPLE)
+	OMP_NUM_THREADS=1 $(BIN)/python scripts/mutation.py --seed $(MUTATION_SEED) --sample $(MUTATION_SAMPLE) --jobs $(MUTATION_JOBS)
 
 mutation-full: install-dev ## every mutant of src/bdl (17 659 at bde1161: over a week of one core at 40 s a mutant)
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/mutation.py --seed $(MUTATION_SEED) --sample 1.0

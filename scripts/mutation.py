@@ -33,6 +33,7 @@ denominator. Verdicts: ``killed`` (a test failed), ``timeout`` (counted as kille
 not pass), ``survived``, ``no tests`` (counted as survived), ``equivalent``.
 
     python scripts/mutation.py --seed 0 --sample 40           # 40 mutants
+    python scripts/mutation.py --seed 1 --sample 40 --jobs 2  # two at once, on two cores
     python scripts/mutation.py --seed 0 --sample 0.01         # 1% of them
     python scripts/mutation.py --sample 1.0                   # every mutant
     python scripts/mutation.py --seed 0 --rerun-survivors     # after a new test
@@ -50,6 +51,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -283,6 +285,13 @@ def main() -> None:
         help="rerun the results file's surviving mutants (after a new test) and re-apply "
         "docs/mutation/equivalent.json, keeping the other verdicts",
     )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="mutants run at once, each its own pytest at one thread (an interrupted run with "
+        "more than one leaves the mutants finished, not the first of the draw)",
+    )
     args = parser.parse_args()
     os.chdir(ROOT)
     path = OUT / f"results-{args.seed}.json"
@@ -322,11 +331,14 @@ def main() -> None:
         path.write_text(json.dumps(written, indent=1, ensure_ascii=False) + "\n")
         return written
 
-    for row in mutants:
-        row["measured"], seconds = run_mutant(row["mutant"], row["tests"])
-        row.setdefault("first_pass", row["measured"])
-        print(f"{row['measured']} {row['mutant']} ({seconds:.0f} s)", flush=True)
-        record()
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        running = {pool.submit(run_mutant, row["mutant"], row["tests"]): row for row in mutants}
+        for future in as_completed(running):
+            row = running[future]
+            row["measured"], seconds = future.result()
+            row.setdefault("first_pass", row["measured"])
+            print(f"{row['measured']} {row['mutant']} ({seconds:.0f} s)", flush=True)
+            record()
     written = record()
     for name, measured in (("first pass", written["first_pass"]), ("now", written)):
         if measured["score"] is None:
