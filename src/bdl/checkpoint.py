@@ -35,7 +35,9 @@ from bdl.store import StoreError, atomic_write, read_safetensors
 FILE = "checkpoint.safetensors"
 # 2: the state of each chain under chain_<k>/ (bdl-run chains=K)
 # 3: divergent transitions; the header inside the SHA-256
-FORMAT_VERSION = 3
+# 4: a kernel's cached evaluations in its state's fields (``cached/``), no longer in ``info/`` and
+#    ``buffers/grad`` (format 3, still read: `_upgrade_from_3`)
+FORMAT_VERSION = 4
 _HEADER = "bdl_checkpoint"
 _BASE_FIELDS = {f.name for f in dataclasses.fields(SamplerState)}
 #: What of a Loop the JSON header holds; its tensors are named by `_chain_state`.
@@ -115,16 +117,38 @@ def load(path: Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
             f"{path} was written by a newer bdl (checkpoint format {version}, this bdl reads up "
             f"to {FORMAT_VERSION}): upgrade bdl to resume it"
         )
-    if version < FORMAT_VERSION:
+    if version < FORMAT_VERSION - 1:
         raise CheckpointError(
             f"{path} was written by an older bdl (checkpoint format {version}; this bdl resumes "
-            f"format {FORMAT_VERSION}): finish it with the bdl that started it, or {fix}"
+            f"formats {FORMAT_VERSION - 1} and {FORMAT_VERSION}): finish it with the bdl that "
+            f"started it, or {fix}"
         )
     if _digest(tensors, header) != header.get("sha256"):
         raise CheckpointError(
             f"{path} is corrupt (its tensors or header fail their sha256 check); {fix}"
         )
+    if version == 3:
+        _upgrade_from_3(tensors, header)
     return tensors, header
+
+
+def _upgrade_from_3(tensors: dict[str, Tensor], header: dict[str, Any]) -> None:
+    """A run's checkpoint of format 3 laid out as format 4, in place: the Metropolis kernels'
+    ``(U, ∇U)`` at their position (``info/potential`` and ``buffers/grad/<i>`` then) become
+    their state's ``current``, naive SGHMC's trajectory start (``info/start_potential`` and
+    ``info/start_energy``) its ``start``."""
+    for k, chain in enumerate(header.get("chains", [])):
+        prefix, sampler = f"chain_{k}/sampler/", chain["sampler"]
+        sampler["cached"] = {}
+        count = sampler["buffers"].pop("grad", None)
+        if count is not None:
+            grads = [tensors.pop(f"{prefix}buffers/grad/{i}") for i in range(count)]
+            value = tensors[f"{prefix}info/potential"].double()
+            _put_cached(tensors, sampler["cached"], prefix, "current", (value, grads))
+        if f"{prefix}info/start_energy" in tensors:
+            value = tensors.pop(f"{prefix}info/start_potential").double()
+            start = (value, tensors.pop(f"{prefix}info/start_energy"))
+            _put_cached(tensors, sampler["cached"], prefix, "start", start)
 
 
 def _metadata(data: bytes) -> dict[str, str]:
@@ -136,7 +160,9 @@ def _metadata(data: bytes) -> dict[str, str]:
 
 def sampler_state(state: SamplerState) -> tuple[dict[str, Tensor], dict[str, Any]]:
     """A sampler state as flat tensors and a JSON header. Buffers that are the parameter list
-    itself (a variational mean) are recorded as aliases, not stored twice."""
+    itself (a variational mean) are recorded as aliases, not stored twice. A kernel's own fields
+    are dataclasses of plain values (its adaptation's statistics), in the header, or what it
+    cached between steps, a tuple of tensors and lists of tensors (`_put_cached`), or None."""
     tensors = {f"params/{i}": p for i, p in enumerate(state.params)}
     buffers, aliases = {}, []
     for key, values in state.buffers.items():
@@ -146,19 +172,45 @@ def sampler_state(state: SamplerState) -> tuple[dict[str, Tensor], dict[str, Any
         buffers[key] = len(values)
         tensors.update({f"buffers/{key}/{i}": t for i, t in enumerate(values)})
     tensors.update({f"info/{key}": t for key, t in state.info.items()})
-    extra = {
-        f.name: dataclasses.asdict(getattr(state, f.name))
-        for f in dataclasses.fields(state)
-        if f.name not in _BASE_FIELDS
-    }
+    extra, cached = {}, {}
+    for f in dataclasses.fields(state):
+        value = getattr(state, f.name)
+        if f.name in _BASE_FIELDS or value is None:
+            continue
+        if dataclasses.is_dataclass(value):
+            extra[f.name] = dataclasses.asdict(value)
+        else:
+            _put_cached(tensors, cached, "", f.name, value)
     header = {
         "step": state.step,
         "grad_evals": state.grad_evals,
         "buffers": buffers,
         "aliases": aliases,
         "extra": extra,
+        "cached": cached,
     }
     return tensors, header
+
+
+def _put_cached(
+    tensors: dict[str, Tensor],
+    layout: dict[str, Any],
+    prefix: str,
+    name: str,
+    value: tuple[Tensor | list[Tensor], ...],
+) -> None:
+    """A state's field ``name`` holding ``value``, a tuple of tensors and lists of tensors (an
+    evaluation ``(U, [∇U])``), as ``tensors`` under ``{prefix}cached/{name}/`` and its layout:
+    per item, None for a tensor or the length of a list."""
+    layout[name] = []
+    for i, item in enumerate(value):
+        where = f"{prefix}cached/{name}/{i}"
+        if isinstance(item, Tensor):
+            tensors[where] = item
+            layout[name].append(None)
+        else:
+            tensors.update({f"{where}/{j}": t for j, t in enumerate(item)})
+            layout[name].append(len(item))
 
 
 @torch.no_grad()
@@ -181,6 +233,15 @@ def restore_sampler_state(
     state.grad_evals = header["grad_evals"]
     for name, fields in header["extra"].items():
         setattr(state, name, type(getattr(state, name))(**fields))
+    for name, layout in header["cached"].items():
+        where = f"cached/{name}"
+        value = tuple(
+            tensors[f"{where}/{i}"].to(device)
+            if count is None
+            else [tensors[f"{where}/{i}/{j}"].to(device) for j in range(count)]
+            for i, count in enumerate(layout)
+        )
+        setattr(state, name, value)
 
 
 def save_run(

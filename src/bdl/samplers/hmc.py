@@ -222,7 +222,7 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
         """``(U, ∇U)`` at the current position; where nothing is cached and the closure offers a
         program, by the trajectories' own program, one step of size 0, which spares a second
         compilation (of the closure's gradient) its seconds."""
-        if "grad" not in state.buffers:
+        if state.current is None:
             device = state.params[0].device
             value = torch.zeros(chain_shape(self.generator), dtype=torch.float64, device=device)
             grads = [torch.zeros_like(p) for p in state.params]
