@@ -444,7 +444,7 @@ def as_format_3(path: Path) -> None:
 
     tensors, header = bdl.checkpoint.load(path)
     for k, chain in enumerate(header["chains"]):
-        prefix, sampler = f"chain_{k}/sampler/", header["chains"][k]["sampler"]
+        prefix, sampler = f"chain_{k}/sampler/", chain["sampler"]
         cached = sampler.pop("cached")
         if "current" in cached:
             tensors[f"{prefix}info/potential"] = tensors.pop(f"{prefix}cached/current/0")

@@ -29,7 +29,7 @@ from torch import Tensor
 from bdl.config import ConfigError
 from bdl.experiment import Experiment
 from bdl.loop import Loop
-from bdl.samplers.base import SamplerState
+from bdl.samplers.base import Cached, SamplerState, cached
 from bdl.store import StoreError, atomic_write, read_safetensors
 
 FILE = "checkpoint.safetensors"
@@ -39,7 +39,6 @@ FILE = "checkpoint.safetensors"
 #    ``buffers/grad`` (format 3, still read: `_upgrade_from_3`)
 FORMAT_VERSION = 4
 _HEADER = "bdl_checkpoint"
-_BASE_FIELDS = {f.name for f in dataclasses.fields(SamplerState)}
 #: What of a Loop the JSON header holds; its tensors are named by `_chain_state`.
 _POSITION = (
     "epoch",
@@ -162,7 +161,7 @@ def sampler_state(state: SamplerState) -> tuple[dict[str, Tensor], dict[str, Any
     """A sampler state as flat tensors and a JSON header. Buffers that are the parameter list
     itself (a variational mean) are recorded as aliases, not stored twice. A kernel's own fields
     are dataclasses of plain values (its adaptation's statistics), in the header, or what it
-    cached between steps, a tuple of tensors and lists of tensors (`_put_cached`), or None."""
+    cached between steps (`bdl.samplers.base.cached`), among the tensors."""
     tensors = {f"params/{i}": p for i, p in enumerate(state.params)}
     buffers, aliases = {}, []
     for key, values in state.buffers.items():
@@ -172,22 +171,22 @@ def sampler_state(state: SamplerState) -> tuple[dict[str, Tensor], dict[str, Any
         buffers[key] = len(values)
         tensors.update({f"buffers/{key}/{i}": t for i, t in enumerate(values)})
     tensors.update({f"info/{key}": t for key, t in state.info.items()})
-    extra, cached = {}, {}
-    for f in dataclasses.fields(state):
-        value = getattr(state, f.name)
-        if f.name in _BASE_FIELDS or value is None:
-            continue
-        if dataclasses.is_dataclass(value):
-            extra[f.name] = dataclasses.asdict(value)
-        else:
-            _put_cached(tensors, cached, "", f.name, value)
+    layouts: dict[str, Any] = {}
+    for name, value in cached(state).items():
+        if value is not None:
+            _put_cached(tensors, layouts, "", name, value)
+    extra = {
+        f.name: dataclasses.asdict(value)
+        for f in dataclasses.fields(state)
+        if dataclasses.is_dataclass(value := getattr(state, f.name))
+    }
     header = {
         "step": state.step,
         "grad_evals": state.grad_evals,
         "buffers": buffers,
         "aliases": aliases,
         "extra": extra,
-        "cached": cached,
+        "cached": layouts,
     }
     return tensors, header
 
@@ -197,11 +196,11 @@ def _put_cached(
     layout: dict[str, Any],
     prefix: str,
     name: str,
-    value: tuple[Tensor | list[Tensor], ...],
+    value: Cached,
 ) -> None:
-    """A state's field ``name`` holding ``value``, a tuple of tensors and lists of tensors (an
-    evaluation ``(U, [∇U])``), as ``tensors`` under ``{prefix}cached/{name}/`` and its layout:
-    per item, None for a tensor or the length of a list."""
+    """A state's field ``name`` holding ``value`` (`bdl.samplers.base.Cached`) as ``tensors``
+    under ``{prefix}cached/{name}/``, and its layout as ``layout[name]``: per item, None for a
+    tensor or the length of a list."""
     layout[name] = []
     for i, item in enumerate(value):
         where = f"{prefix}cached/{name}/{i}"

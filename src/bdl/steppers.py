@@ -54,7 +54,7 @@ from bdl.closures import Closure
 from bdl.data.augment import random_crop_flip
 from bdl.experiment import Experiment
 from bdl.loop import Loop
-from bdl.samplers.base import Sampler, SamplerState
+from bdl.samplers.base import Cached, Sampler, SamplerState, cached
 
 log = logging.getLogger("bdl")
 
@@ -203,9 +203,15 @@ class StackedStepper(Stepper):
             for key in states[0].buffers
         }
         info = {key: torch.stack([s.info[key] for s in states]) for key in states[0].info}
-        # fields beyond the tensors (a step-size adaptation) are the first chain's: they are
-        # shared by the stacked chains, so every chain's checkpoint holds the same
-        state = dataclasses.replace(states[0], params=self.params, buffers=buffers, info=info)
+        stacked = {
+            name: None if value is None else _stack([cached(s)[name] for s in states])
+            for name, value in cached(states[0]).items()
+        }
+        # the other fields (a step-size adaptation) are the first chain's: they are shared by
+        # the stacked chains, so every chain's checkpoint holds the same
+        state = dataclasses.replace(
+            states[0], params=self.params, buffers=buffers, info=info, **stacked
+        )
         super().__init__(experiments, loops, list(range(len(loops))), sampler, state)
         self.orders: Tensor | None = None  # the epoch's minibatch orders, one row per chain
         self.sync()
@@ -236,12 +242,33 @@ class StackedStepper(Stepper):
 
     def sync(self) -> None:
         """Also point each chain's loop state at its slice of the stacked state (buffers a step
-        created or dropped included)."""
+        created or dropped included, and what the kernel cached)."""
         for k, loop in enumerate(self.loops):
+            own = {
+                name: None if value is None else _chain(value, k)
+                for name, value in cached(self.state).items()
+            }
             loop.sampler = dataclasses.replace(
                 self.state,
                 params=loop.sampler.params,
                 buffers={key: [b[k] for b in bs] for key, bs in self.state.buffers.items()},
                 info={key: t[k] if t.dim() else t for key, t in self.state.info.items()},
+                **own,
             )
         super().sync()
+
+
+def _stack(chains: list[Cached]) -> Cached:
+    """The chains' cached values (`bdl.samplers.base.Cached`), each tensor stacked along a new
+    first dimension."""
+    return tuple(
+        torch.stack(items)
+        if isinstance(items[0], Tensor)
+        else [torch.stack(group) for group in zip(*items, strict=True)]
+        for items in zip(*chains, strict=True)
+    )
+
+
+def _chain(stacked: Cached, k: int) -> Cached:
+    """Chain ``k``'s slice of a `_stack`ed cached value."""
+    return tuple(item[k] if isinstance(item, Tensor) else [t[k] for t in item] for item in stacked)

@@ -163,7 +163,9 @@ class LeapfrogUpdate:
     ``state.buffers["inverse_mass"]`` where the kernel adapts one); ``noise`` plays no part."""
 
     @staticmethod
-    def _leapfrog(state: SamplerState, grads: list[Tensor], step_size: float, foreach: bool) -> None:
+    def _leapfrog(
+        state: SamplerState, grads: list[Tensor], step_size: float, foreach: bool
+    ) -> None:
         momenta, inverse_mass = state.buffers["momentum"], state.buffers.get("inverse_mass")
         kick(momenta, grads, step_size, foreach)
         drift(state.params, momenta, step_size, foreach, inverse_mass)
