@@ -321,7 +321,7 @@ def _restore_chain(
     loop.average.load_state_dict(_prefixed(tensors, "average/"))
     if loop.validation is not None:
         loop.validation.load_state_dict(_prefixed(tensors, "validation/"))
-    device = experiment.device
+    device = experiment.run.device
     loop.order = tensors["loop/order"].to(device) if "loop/order" in tensors else None
     if "loop/potentials" in tensors:
         loop.potentials = list(tensors["loop/potentials"].to(device).unbind())
