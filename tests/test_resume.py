@@ -255,7 +255,7 @@ def test_a_kill_while_checkpointing_leaves_the_previous_checkpoint(uci_root, tmp
 
     def dying(path, data):
         saves["n"] += 1
-        if saves["n"] == 2:
+        if saves["n"] == 3:
             # half the new file written beside the old one, then the process dies
             (path.parent / f".{path.name}.partial.tmp").write_bytes(data[: len(data) // 2])
             raise Kill

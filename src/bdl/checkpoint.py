@@ -1,9 +1,10 @@
 """Checkpoints: a run's whole state in one safetensors file, written atomically.
 
 A checkpoint is one ``checkpoint.safetensors``: every tensor of each chain's loop state
-(`bdl.loop.Loop`: parameters, sampler buffers, generator states, hyperparameters, the
-running model average) under ``chain_<k>/`` and a flat name, and a JSON header (the safetensors
-metadata) with everything else (positions, counters, the curve so far, the config it belongs to).
+(`bdl.loop.Loop`: parameters, sampler buffers and what a kernel cached, generator states,
+hyperparameters, the running model average) under ``chain_<k>/`` and a flat name, and a JSON
+header (the safetensors metadata) with everything else (positions, counters, the curve so far,
+the config it belongs to).
 This module is the one place that lays it out (`save_run`, `load_run`). One file
 replaced atomically, so a kill at any moment leaves the previous checkpoint or the new one, never a
 mixture. The header records the SHA-256 of itself and the tensor data, so a file damaged or

@@ -1,11 +1,14 @@
 """Building a run: the config turned into an `Experiment` per chain, fixed while sampling.
 
-`build_chains` builds every chain of a run: the data (read once and shared), the task, the
-network initialised from the chain's seed, prior and potential, the sampler (the step converted to
-its unit, `bdl.samplers.base.Declaration`) and its schedule, and the random generators.
-Every refusal a config can earn from what it builds (a reference of the wrong shape, a sampler that
-needs a trained start, a run too short to keep a sample, chains that do not fit in memory) is
-raised here, before the first step.
+`build_chains` builds every chain of a run (`build`), in steps: the data read once (`_read`), and
+for each chain the network initialised from its seed, its prior and potential (`_potential`), its
+random generators (`_generators`) and its sampler, the step converted to its unit
+(`make_sampler`, `bdl.samplers.base.Declaration`). What the chains share, the data on the device,
+the task, the batches, schedule and lengths and the runner's settings, is built once with the
+first chain (`_settings`) into the `RunSettings` every chain's experiment holds. Every refusal a
+config can earn from what it builds (a reference of the wrong shape, a sampler that needs a
+trained start, a run too short to keep a sample, chains that do not fit in memory) is raised
+here, before the first step.
 """
 
 from __future__ import annotations

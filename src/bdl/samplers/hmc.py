@@ -102,12 +102,7 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
         generator: Generator = None,
     ) -> None:
         super().__init__(
-            lr,
-            adapt=adapt,
-            target_accept=target_accept,
-            divergence_threshold=divergence_threshold,
-            foreach=foreach,
-            generator=generator,
+            lr, adapt, target_accept, divergence_threshold, foreach=foreach, generator=generator
         )
         if (num_steps is None) == (trajectory_length is None):
             raise ValueError(
