@@ -58,13 +58,13 @@ def main() -> None:
         }
         sghmc = loops["sghmc"].experiment
         bare_epoch = bare_sgd_epoch(sghmc)
-        generator = torch.Generator(sghmc.device).manual_seed(0)
+        generator = torch.Generator(sghmc.run.device).manual_seed(0)
         noise = torch.empty(
-            sum(p.numel() for p in sghmc.potential.model.parameters()), device=sghmc.device
+            sum(p.numel() for p in sghmc.potential.model.parameters()), device=sghmc.run.device
         )
 
         def draws() -> None:
-            for _ in range(sghmc.steps_per_epoch):
+            for _ in range(sghmc.run.steps_per_epoch):
                 noise.normal_(generator=generator)
 
         epochs = [loop.step_epoch for loop in loops.values()]
@@ -81,7 +81,8 @@ def main() -> None:
         )
 
     print(
-        f"device {sghmc.device}, {sghmc.steps_per_epoch} steps/epoch, batch {sghmc.batch_size}, "
+        f"device {sghmc.run.device}, {sghmc.run.steps_per_epoch} steps/epoch, "
+        f"batch {sghmc.run.batch_size}, "
         f"{args.rounds} rounds, torch threads {torch.get_num_threads()}"
     )
     print(f"bare PyTorch SGD-momentum epoch:        {bare * 1e3:8.1f} ms (median)")

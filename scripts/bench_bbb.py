@@ -51,8 +51,8 @@ def main() -> None:
     ]
     runs = {name: build(composed(base + extra)) for name, extra in VARIANTS.items()}
     first = next(iter(runs.values()))
-    device, batch = first.device, first.batch_size
-    x, y = first.x_train, first.y_train
+    device, batch = first.run.device, first.run.batch_size
+    x, y = first.run.x_train, first.run.y_train
     generator = torch.Generator(device).manual_seed(0)
     index = [
         torch.randint(0, x.shape[0], (batch,), generator=generator, device=device)

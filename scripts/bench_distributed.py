@@ -44,8 +44,9 @@ def worker(
         torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // size))
     group = distributed.join(cfg.distributed.backend, device)
     try:
-        run = build(cfg, group)
-        closure = run.potential.full_closure(run.train_chunks)
+        experiment = build(cfg, group)
+        run = experiment.run
+        closure = experiment.potential.full_closure(run.train_chunks)
         for _ in range(2):  # warm-up: allocator, kernels, the collectives' buffers
             closure()
         seconds = [timed(closure) for _ in range(steps)]

@@ -43,9 +43,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         # from the end of burn-in: no step-size adaptation, the kernel as it samples
         loop = sampling(cfg, Path(directory), start_epoch=cfg.burn_in)
-        run = loop.experiment
-        steps = run.sampler.num_steps
-        baseline = bare_model(run)
+        experiment = loop.experiment
+        run = experiment.run
+        steps = experiment.sampler.num_steps
+        baseline = bare_model(experiment)
 
         def hmc_iteration():
             loop.step_epoch()

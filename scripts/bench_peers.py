@@ -372,9 +372,9 @@ class BlackJAXSGHMC:
 
     def __init__(self, cfg: DictConfig, experiment: Experiment) -> None:
         self.forward = jax_mlp(cfg)
-        self.x = jnp.asarray(experiment.x_train.flatten(1).numpy())
-        self.y = jnp.asarray(experiment.y_train.numpy())
-        count, batch = self.x.shape[0], experiment.batch_size
+        self.x = jnp.asarray(experiment.run.x_train.flatten(1).numpy())
+        self.y = jnp.asarray(experiment.run.y_train.numpy())
+        count, batch = self.x.shape[0], experiment.run.batch_size
         steps = count // batch
         scale = float(cfg.prior.scale)
 
@@ -408,7 +408,7 @@ class BlackJAXSGHMC:
             return state, key
 
         self.epoch = jax.jit(epoch)
-        sizes = widths(cfg, experiment.data)
+        sizes = widths(cfg, experiment.run.data)
         keys = jax.random.split(jax.random.PRNGKey(0), len(sizes))
         # Chen et al.'s initial weights N(0, init_std^2) and zero biases, as bdl's protocol
         position = [
@@ -435,10 +435,10 @@ def first_layer_products(experiment: Experiment) -> tuple[Callable, Callable]:
     ``nn.Linear`` holds it; JAX's ``x W`` and ``xᵀ G`` with ``W`` of shape (in, out), as the
     BlackJAX contender's); each call one more epoch: what the epochs would cost with nothing
     else."""
-    x = experiment.x_train[: experiment.batch_size].flatten(1)
+    x = experiment.run.x_train[: experiment.run.batch_size].flatten(1)
     weight = experiment.potential.params[0].detach()
     gradient = torch.randn(x.shape[0], weight.shape[0])
-    steps = experiment.steps_per_epoch
+    steps = experiment.run.steps_per_epoch
 
     def torch_epoch() -> None:
         for _ in range(steps):
@@ -469,13 +469,13 @@ def mnist(rounds: int) -> None:
         )
         torch_products, xla_products = alternating_times(first_layer_products(sghmc), rounds)
         with torch.no_grad():
-            logits = sghmc.potential.model(sghmc.x_test)
-    y_test = sghmc.task.y_test
+            logits = sghmc.potential.model(sghmc.run.x_test)
+    y_test = sghmc.run.task.y_test
     accuracy = (logits.argmax(-1) == y_test).double().mean().item()
     print(
-        f"MNIST {sghmc.x_train.shape[0]} images (real, bdl's loader), MLP "
-        f"{'-'.join(map(str, widths(cfg, sghmc.data)))}, batch {sghmc.batch_size}, "
-        f"{sghmc.steps_per_epoch} steps an epoch, {rounds} rounds after a warm-up, {threads()}"
+        f"MNIST {sghmc.run.x_train.shape[0]} images (real, bdl's loader), MLP "
+        f"{'-'.join(map(str, widths(cfg, sghmc.run.data)))}, batch {sghmc.run.batch_size}, "
+        f"{sghmc.run.steps_per_epoch} steps an epoch, {rounds} rounds after a warm-up, {threads()}"
     )
     print(f"bare PyTorch SGD-momentum epoch: {statistics.median(bare) * 1e3:8.1f} ms (median)")
     contenders = (
@@ -500,7 +500,7 @@ def mnist(rounds: int) -> None:
     )
     print(
         f"test accuracy of the last state, {rounds + 1} epochs: bdl {accuracy:.3f}, BlackJAX "
-        f"{blackjax.accuracy(sghmc.x_test, y_test):.3f}"
+        f"{blackjax.accuracy(sghmc.run.x_test, y_test):.3f}"
     )
 
 

@@ -38,9 +38,9 @@ def sampling(cfg: DictConfig, directory: Path, start_epoch: int = 0) -> Sampling
     return Sampling(experiments, loops, output, resumable_config(cfg), Signals())
 
 
-def bare_model(run: Experiment) -> nn.Module:
+def bare_model(experiment: Experiment) -> nn.Module:
     """A freshly initialised network of the run's architecture, for the bare PyTorch loops."""
-    model = copy.deepcopy(run.potential.model)
+    model = copy.deepcopy(experiment.potential.model)
     torch.manual_seed(0)
     for module in model.modules():
         if hasattr(module, "reset_parameters"):
@@ -48,13 +48,14 @@ def bare_model(run: Experiment) -> nn.Module:
     return model
 
 
-def bare_sgd_epoch(run: Experiment) -> Callable[[], None]:
-    """An epoch of the loop every PyTorch tutorial writes, on a bare copy of ``run``'s network
-    and its training tensors already in memory, minibatches of its size: SGD with momentum 0.99
-    at learning rate 0.1, Chen et al. (2014)'s SGHMC setting without its noise. Each call runs
-    one more epoch."""
-    model = bare_model(run)
+def bare_sgd_epoch(experiment: Experiment) -> Callable[[], None]:
+    """An epoch of the loop every PyTorch tutorial writes, on a bare copy of ``experiment``'s
+    network and its training tensors already in memory, minibatches of its size: SGD with
+    momentum 0.99 at learning rate 0.1, Chen et al. (2014)'s SGHMC setting without its noise.
+    Each call runs one more epoch."""
+    model = bare_model(experiment)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.99)
+    run = experiment.run
     generator = torch.Generator(run.device).manual_seed(0)
     x_train, y_train, batch_size = run.x_train, run.y_train, run.batch_size
 

@@ -64,7 +64,7 @@ def main() -> None:
     step = 2 * dim / sum(v.sum() for v in variances).item()
 
     experiment = run.experiment
-    potential, chunks = experiment.potential, experiment.train_chunks
+    potential, chunks = experiment.potential, experiment.run.train_chunks
     generator = torch.Generator().manual_seed(0)
     shapes = [p.shape for p in potential.params]
     vector = [torch.randn(s, generator=generator, dtype=torch.float64) for s in shapes]
@@ -80,9 +80,11 @@ def main() -> None:
         signs = [torch.randint(0, 2, s, generator=generator).double() * 2 - 1 for s in shapes]
         trace += dot(hessian_vector(potential, chunks, signs, args.step), signs) / args.probes
     mean = trace / dim
-    fraction = experiment.batch_size / experiment.data.num_train
+    fraction = experiment.run.batch_size / experiment.run.data.num_train
     ratio = step * top / 2
-    print(f"{experiment.data.name}, {cfg.burn_in} burn-in epochs, D = {dim}, n/N = {fraction:.3g}")
+    print(
+        f"{experiment.run.data.name}, {cfg.burn_in} burn-in epochs, D = {dim}, n/N = {fraction:.3g}"
+    )
     print(f"h* = 2D/ΣV = {step:.3g} on U; λ_max(∇²U) = {top:.4g}, limit 2/λ_max = {2 / top:.3g}")
     print(f"h* λ_max / 2 = {ratio:.3g}: {'unstable' if ratio > 1 else 'stable'}")
     print(f"mean curvature Tr(∇²U)/D = {mean:.4g}; λ_max / mean = {top / mean:.3g}")

@@ -32,27 +32,17 @@ module's scaling (`Potential.energy`, `Potential.prior_scale`) and model
 from __future__ import annotations
 
 import functools
-import logging
-from collections.abc import Callable, Hashable, Iterator
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator
+from typing import Protocol
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call, grad_and_value, vmap
+from torch.func import functional_call, vmap
 
 from bdl.closures import Closure, Evaluation, Program, writable_gradients
+from bdl.compiled import Compiler
 from bdl.likelihoods import Likelihood
 from bdl.priors import Prior
-
-log = logging.getLogger("bdl")
-
-#: compile=true's warnings when it falls back, by whether Inductor found no working compiler
-FALLBACKS = {
-    True: "compile=true: torch.compile failed (%s); computing gradients eagerly. Install a C++ "
-    "compiler (g++) for Inductor on the CPU, or set compile=false",
-    False: "compile=true: the sampler's trajectory does not compile as one program (%s); its "
-    "steps are computed one by one",
-}
 
 
 class Variational(Protocol):
@@ -97,15 +87,14 @@ class Potential:
             of tensors in place over the processes; the full-data closure and the Gibbs step
             pass it their per-process data terms, before the prior is added once.
         compile: differentiate the data term by ``torch.compile`` of
-            ``torch.func.grad_and_value`` (`_log_likelihood_grad`) instead of eager
-            autograd: the forward and backward passes become one fused function per input shape,
-            compiled at its first call (seconds), which removes most of a small network's
-            per-operation cost; the prior's term is compiled too (`_add_prior`). A
-            full-data closure on one chunk also offers a sampler's program
-            (`Program`, `_program`): HMC's whole trajectory as one
-            compiled loop. Gradients agree with autograd's to float rounding. The variational
-            closure (a ``MeanField`` ``q``) stays eager. Without a working compiler (Inductor
-            needs a C++ compiler on the CPU) the run warns and goes on eagerly.
+            ``torch.func.grad_and_value`` instead of eager autograd (`bdl.compiled`): the
+            forward and backward passes become one fused function per input shape, compiled at
+            its first call (seconds); the prior's term is compiled too where it is in closed
+            form. A full-data closure on one chunk also offers a sampler's program (`Program`,
+            `_program`): HMC's whole trajectory as one compiled loop. Gradients agree with
+            autograd's to float rounding. The variational closure (a ``MeanField`` ``q``) stays
+            eager. Without a working compiler (Inductor needs a C++ compiler on the CPU) the run
+            warns and goes on eagerly.
     """
 
     def __init__(
@@ -137,10 +126,15 @@ class Potential:
         self._joint = _Joint(model, likelihood)
         #: the names of ``params`` in `log_joint`'s ``values``: ``model.…``, ``likelihood.…``
         self.param_names = [name for name, _ in self._joint.named_parameters()]
-        # compile=true: the compiled functions, one per kind of closure and one for the prior
-        # (torch.compile keys each on its input shapes); None: eager autograd
-        self._compiled: dict[Hashable, Callable] | None = {} if compile else None
-        self._programs_failed = False  # a sampler's program failed to compile: closures only
+        self._compiler = Compiler() if compile else None
+        #: `_prior_term`, compiled where it is in closed form (a prior Gaussian given its
+        #: hyperparameters): its dozen small eager operations were a third of a small network's
+        #: compiled step (yacht's MLP, one chain or eight stacked). Other priors' terms
+        #: differentiate by autograd, which the compiled function would leave by a graph break,
+        #: and there gave wrong gradients (torch 2.14).
+        self._add_prior = self._prior_term
+        if self._compiler is not None and self._closed_form_prior:
+            self._add_prior = self._compiler.or_eager("prior", self._prior_term)
 
     def step_size(self, lr_per_datum: float) -> float:
         """The step size on the scale of ``U`` for a per-datum learning rate: ``lr / N``.
@@ -247,10 +241,10 @@ class Potential:
     def _program(
         self, batches: Callable[[], Iterator[tuple[Tensor, Tensor]]], stacked: bool
     ) -> Program | None:
-        """The full-data closures' `Program` with ``compile``: where the
-        potential can be traced whole, a training set in one chunk on one process and a prior in
-        closed form (`_evaluation_at`); None otherwise."""
-        if self._compiled is None or self._programs_failed or self.reduce is not None:
+        """The full-data closures' `Program` with ``compile``: where the potential can be
+        traced whole (`_potential_at`), a training set in one chunk on one process and a prior in
+        closed form; None otherwise."""
+        if self._compiler is None or not self._compiler.programs or self.reduce is not None:
             return None
         if not self._closed_form_prior:
             return None
@@ -258,53 +252,19 @@ class Potential:
         x, y = next(chunks)
         if next(chunks, None) is not None:
             return None
-
-        def run(fn: Callable, params: list[Tensor], *args: Any) -> Any:
-            build = functools.partial(self._bound_program, fn, stacked, x, y, params)
-            key = ("program", fn, stacked)
-            return self._compiled_call(key, build, x, y, params, *args, whole=True)
-
-        return run
-
-    def _bound_program(
-        self, fn: Callable, stacked: bool, x: Tensor, y: Tensor, params: list[Tensor]
-    ) -> Callable:
-        """``fn`` of `_program` as a function of the training set and ``fn``'s arguments,
-        for ``torch.compile``: its ``evaluate`` is `_evaluation_at` on that set. The
-        priors keep constants of each layout from their first use, which a traced loop's body
-        may not do: that first use is an eager evaluation here, at ``params``."""
-        with torch.no_grad():
-            self._potential_at(list(params), x, y, stacked)
-
-        def program(x: Tensor, y: Tensor, *args: Any) -> Any:
-            return fn(functools.partial(self._evaluation_at, x=x, y=y, stacked=stacked), *args)
-
-        return program
-
-    def _evaluation_at(
-        self, params: list[Tensor], x: Tensor, y: Tensor, stacked: bool
-    ) -> Evaluation:
-        """``U_T`` (float64, one value per chain when ``stacked``) and its gradient at the values
-        ``params``, aligned with `params`, on the whole training set ``(x, y)``: the
-        full-data closures' evaluation as a pure function of its arguments, differentiated by
-        ``torch.func``, which ``torch.compile`` traces into a sampler's program
-        (`_program`)."""
-        potential = functools.partial(self._potential_at, x=x, y=y, stacked=stacked)
-        grads, value = torch.func.grad(potential, has_aux=True)(list(params))
-        return value, grads
+        potential = functools.partial(self._potential_at, stacked=stacked)
+        return self._compiler.program(("program", stacked), potential, x, y)
 
     def _potential_at(
         self, values: list[Tensor], x: Tensor, y: Tensor, stacked: bool
     ) -> tuple[Tensor, Tensor]:
-        """`_evaluation_at`'s ``U_T`` at ``values``: summed over the chains, to be
-        differentiated, and each chain's in float64."""
+        """``U_T`` on the whole training set ``(x, y)`` at the values ``values``, aligned with
+        `params` (stacked chains, a value each, where ``stacked``), as a pure function for
+        `_program`: summed over the chains, to be differentiated, and each chain's in
+        float64."""
         model = dict(zip(self.model_params, values, strict=False))  # the model's come first
-        if stacked:
-            log_lik = self._chain_log_likelihood(values, x, y, None)
-            log_prior = self.prior.chain_log_prob(model)
-        else:
-            log_lik, _ = self.log_joint(dict(zip(self.param_names, values, strict=True)), x, y)
-            log_prior = self.prior.log_prob(model)
+        log_lik = self._log_likelihood_at(values, x, y, stacked)
+        log_prior = (self.prior.chain_log_prob if stacked else self.prior.log_prob)(model)
         if self._samples_likelihood:
             log_prior = log_prior + self.likelihood.log_prior_grad(values[len(model) :])[0]
         value = -(log_lik.double() + log_prior.double()) / self.temperature
@@ -365,6 +325,21 @@ class Potential:
             )(values, x, y)
         return log_lik
 
+    def _log_likelihood_at(
+        self,
+        values: list[Tensor],
+        x: Tensor,
+        y: Tensor,
+        stacked: bool,
+        data_dim: int | None = None,
+    ) -> Tensor:
+        """``log p(y | x, θ)`` summed over the batch at the values ``values`` (aligned with
+        `params`), in ``torch.func``'s functional form: of one network, or of each of the
+        ``stacked`` chains as in `_chain_log_likelihood`."""
+        if stacked:
+            return self._chain_log_likelihood(values, x, y, data_dim)
+        return self.log_joint(dict(zip(self.param_names, values, strict=True)), x, y)[0]
+
     def _log_likelihood_grad(
         self,
         params: list[Tensor],
@@ -378,15 +353,16 @@ class Potential:
         ``params`` (aligned with `params`): of one network, or of each of the ``stacked``
         chains as in `_chain_log_likelihood` (leaves for ``params``; a value per chain).
         By eager autograd, or, with ``compile``, by the compiled ``torch.func.grad_and_value`` of
-        the same forward pass. Both come scaled in the parameters' dtype, as the full-data
-        closures' float64 sums need; the gradients can be added to in place."""
-        if self._compiled is not None:
-            build = functools.partial(self._grad_function, stacked, data_dim)
+        the same forward pass (`_log_likelihood_at`). Both come scaled in the parameters' dtype,
+        as the full-data closures' float64 sums need; the gradients can be added to in place."""
+        if self._compiler is not None:
             leaves = [p.detach() for p in params]
-            compiled = self._compiled_call((stacked, data_dim), build, leaves, x, y)
+            function = functools.partial(
+                self._log_likelihood_at, stacked=stacked, data_dim=data_dim
+            )
+            compiled = self._compiler.grad_and_value((stacked, data_dim), function, leaves, x, y)
             if compiled is not None:
-                grads, (_, log_lik) = compiled
-                grads = writable_gradients(grads)
+                grads, log_lik = compiled
                 torch._foreach_mul_(grads, scale)
                 return scale * log_lik, grads
         with torch.enable_grad():
@@ -397,62 +373,6 @@ class Potential:
             term = scale * log_lik
             grads = torch.autograd.grad(term.sum(), params, materialize_grads=True)
         return term.detach(), writable_gradients(grads)
-
-    def _compiled_call(
-        self, key: Hashable, build: Callable[[], Callable], *args: Any, whole: bool = False
-    ) -> Any:
-        """``build()``'s function, compiled at the first call with ``key``, called on ``args``;
-        None with ``compile`` off or failed on this machine (after one warning), for the caller
-        to compute eagerly instead. A sampler's program (``whole``) must be traced whole: where
-        Dynamo cannot, the programs are given up (after one warning) and None returned, while
-        the closures stay compiled; elsewhere such an error is the caller's."""
-        if self._compiled is None or (whole and self._programs_failed):
-            return None
-        if key not in self._compiled:
-            self._compiled[key] = torch.compile(build())
-        try:
-            return self._compiled[key](*args)
-        except torch._dynamo.exc.TorchDynamoException as error:
-            no_compiler = isinstance(error, torch._dynamo.exc.BackendCompilerFailed)
-            if not (no_compiler or whole):
-                raise
-            log.warning(FALLBACKS[no_compiler], str(error).splitlines()[0])
-            if no_compiler:
-                self._compiled = None
-            else:
-                self._programs_failed = True
-            return None
-
-    def _grad_function(self, stacked: bool, data_dim: int | None) -> Callable:
-        """``params, x, y -> (∇ Σ log p(y | x, θ), (Σ log p, log p per chain))`` in
-        ``torch.func``'s functional form, which ``torch.compile`` traces whole."""
-
-        def log_likelihood(params: list[Tensor], x: Tensor, y: Tensor):
-            if stacked:
-                log_lik = self._chain_log_likelihood(params, x, y, data_dim)
-            else:
-                log_lik, _ = self.log_joint(dict(zip(self.param_names, params, strict=True)), x, y)
-            return log_lik.sum(), log_lik.detach()
-
-        return grad_and_value(log_likelihood, has_aux=True)
-
-    def _add_prior(
-        self,
-        value: Tensor,
-        grads: list[Tensor],
-        prior_weight: float,
-        stacked: list[Tensor] | None = None,
-    ) -> Evaluation:
-        """`_prior_term`, compiled with ``compile`` where it is in closed form (a prior
-        Gaussian given its hyperparameters): its dozen small eager operations were a third of a
-        small network's compiled step (yacht's MLP, one chain or eight stacked). Other priors'
-        terms differentiate by autograd, which the compiled function would leave by a graph
-        break, and there gave wrong gradients (torch 2.14)."""
-        args = (value, grads, prior_weight, stacked)
-        compiled = None
-        if self._closed_form_prior:
-            compiled = self._compiled_call("prior", lambda: self._prior_term, *args)
-        return self._prior_term(*args) if compiled is None else compiled
 
     def _prior_term(
         self,

@@ -66,7 +66,7 @@ def on_the_device(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[torch.device
 
     def build(*args, **kwargs):
         experiment = real(*args, **kwargs)
-        built.append(experiment.device)
+        built.append(experiment.run.device)
         return experiment
 
     monkeypatch.setattr(bdl.runner.experiment, "build", build)

@@ -21,7 +21,7 @@ def uci_root(tmp_path_factory):
 
 def test_a_posterior_worse_than_ignoring_the_inputs_is_unsound(uci_root):
     experiment = build(config(uci_root))
-    trivial = experiment.task.trivial_metrics()
+    trivial = experiment.run.task.trivial_metrics()
     worse = {"test_rmse": trivial["test_rmse"] * 1.5, "test_ll": trivial["test_ll"] + 1.0}
     judge(worse, experiment, chains=1)
     assert worse["status"] == "unsound" and "test_rmse" in worse["error"]

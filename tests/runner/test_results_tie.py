@@ -29,7 +29,7 @@ def classification(n_test: int = 1000, seed: int = 0):
 
 
 def verdict(experiment, predictive) -> dict:
-    task = experiment.task
+    task = experiment.run.task
     average = task.average()
     average.update(predictive)
     metrics = {"status": "completed", **average.metrics(task.y_test)}

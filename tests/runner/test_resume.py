@@ -436,7 +436,66 @@ def test_a_run_that_diverged_before_its_first_checkpoint_is_finished_by_resume(
     assert outputs(tmp_path / "run") == outputs(tmp_path / "whole")
 
 
-@pytest.mark.parametrize(("offset", "message"), [(1, "newer bdl"), (-1, "older bdl")])
+def as_format_3(path: Path) -> None:
+    """Rewrite the run's checkpoint at ``path`` as bdl wrote format 3: the Metropolis kernels'
+    ``(U, ∇U)`` as ``info/potential`` and the buffer ``grad``, naive SGHMC's trajectory start as
+    ``info/start_potential`` and ``info/start_energy``."""
+    from safetensors.torch import save
+
+    tensors, header = bdl.runner.checkpoint.load(path)
+    for k, chain in enumerate(header["chains"]):
+        prefix, sampler = f"chain_{k}/sampler/", chain["sampler"]
+        cached = sampler.pop("cached")
+        if "current" in cached:
+            tensors[f"{prefix}info/potential"] = tensors.pop(f"{prefix}cached/current/0")
+            sampler["buffers"]["grad"] = cached["current"][1]
+            for i in range(cached["current"][1]):
+                grad = tensors.pop(f"{prefix}cached/current/1/{i}")
+                tensors[f"{prefix}buffers/grad/{i}"] = grad
+        if "start" in cached:
+            for i, name in enumerate(("start_potential", "start_energy")):
+                tensors[f"{prefix}info/{name}"] = tensors.pop(f"{prefix}cached/start/{i}")
+        assert not any("cached/" in name for name in tensors)
+    header["format_version"] = 3
+    header["sha256"] = bdl.runner.checkpoint._digest(tensors, header)
+    path.write_bytes(save(tensors, metadata={"bdl_checkpoint": json.dumps(header)}))
+
+
+#: kernels that cache between steps: naive SGHMC's trajectory start (trajectories of three steps,
+#: epochs of four: the checkpoint after epoch 2 falls within one), the full-data (U, ∇U) kept
+#: between iterations
+CACHING = {
+    "naive sghmc mh": ["sampler=naive_sghmc", "sampler.mh=true", "sampler.resample_every=3"],
+    "rwmh": ["sampler=rwmh"],
+}
+
+
+@pytest.mark.parametrize("name", CACHING)
+def test_a_checkpoint_of_format_3_resumes_bitwise(uci_root, tmp_path, monkeypatch, name):
+    cfg = config(uci_root, *CACHING[name])
+    runner.run(cfg, tmp_path / "whole")
+    real_save = bdl.runner.checkpoint.save_run
+    saves = {"n": 0}
+
+    def save_then_die(*args, **kwargs):  # killed after the checkpoint of epoch 2
+        real_save(*args, **kwargs)
+        saves["n"] += 1
+        if saves["n"] == 2:
+            raise Kill
+
+    monkeypatch.setattr(bdl.runner.checkpoint, "save_run", save_then_die)
+    with pytest.raises(Kill):
+        runner.run(cfg, tmp_path / "killed")
+    monkeypatch.setattr(bdl.runner.checkpoint, "save_run", real_save)
+    path = tmp_path / "killed" / bdl.runner.checkpoint.FILE
+    tensors, header = bdl.runner.checkpoint.load(path)
+    assert header["chains"][0]["sampler"]["cached"]  # something cached to carry over
+    as_format_3(path)
+    runner.run(config(uci_root, *CACHING[name], "resume=true"), tmp_path / "killed")
+    assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
+
+
+@pytest.mark.parametrize(("offset", "message"), [(1, "newer bdl"), (-2, "older bdl")])
 def test_a_checkpoint_of_another_format_is_refused(tmp_path, offset, message):
     path = tmp_path / bdl.runner.checkpoint.FILE
     bdl.runner.checkpoint.save(path, {"x": torch.zeros(2)}, {})

@@ -396,7 +396,7 @@ def test_a_run_of_several_chains_resumes_bitwise(uci_root, tmp_path, monkeypatch
     """Chains stepped in turn, stopped where chain 0 is an epoch ahead of chain 1."""
     cfg = config(uci_root, "chains=2", "checkpoint_every=100", "vectorise=false")
     runner.run(cfg, tmp_path / "whole")
-    steps = build(cfg).steps_per_epoch
+    steps = build(cfg).run.steps_per_epoch
     assert steps >= 3
     real = ChainStepper.closure
     calls = {"n": 0}

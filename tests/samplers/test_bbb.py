@@ -82,7 +82,7 @@ def test_bbb_sgd_takes_the_papers_rate_per_datum(fake_data_root, isolated_cache)
             overrides=["sampler=bbb_sgd", f"dataset.root={fake_data_root}", "epochs=1"],
         )
     experiment = build(cfg)
-    num_data = experiment.data.num_train
+    num_data = experiment.run.data.num_train
     assert isinstance(experiment.sampler, BBBSGD)
     assert experiment.sampler.lr == pytest.approx(0.128 / num_data)
     assert experiment.sampler.kl_weighting == "blundell"

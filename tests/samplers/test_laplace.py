@@ -209,7 +209,7 @@ def test_runner_from_an_sgd_run(tmp_path, isolated_cache):
             ],
         )
     run(sgd, tmp_path / "sgd")
-    assert build(laplace).steps_per_epoch == 1
+    assert build(laplace).run.steps_per_epoch == 1
     metrics = run(laplace, tmp_path / "laplace")
     assert metrics["num_samples"] == 7 and np.isfinite(metrics["test_rmse"])
     # One full-data evaluation of U at the mode, then one pass of 3 batches of 40 for the fit.

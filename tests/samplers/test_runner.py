@@ -53,7 +53,7 @@ def test_every_config_runs(tiny_run, tmp_path, sampler, extra):
     metrics = run(cfg, tmp_path)
     assert metrics["num_samples"] == 1
     experiment = build(cfg)
-    assert experiment.steps_per_epoch == (1 if experiment.sampler.declaration.full_batch else 5)
+    assert experiment.run.steps_per_epoch == (1 if experiment.sampler.declaration.full_batch else 5)
     assert ("accept_rate" in metrics) == (sampler in ("hmc", "mala", "rwmh", "naive_sghmc"))
 
 

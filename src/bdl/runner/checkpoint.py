@@ -1,9 +1,10 @@
 """Checkpoints: a run's whole state in one safetensors file, written atomically.
 
 A checkpoint is one ``checkpoint.safetensors``: every tensor of each chain's loop state
-(`bdl.runner.loop.Loop`: parameters, sampler buffers, generator states, hyperparameters, the
-running model average) under ``chain_<k>/`` and a flat name, and a JSON header (the safetensors
-metadata) with everything else (positions, counters, the curve so far, the config it belongs to).
+(`bdl.runner.loop.Loop`: parameters, sampler buffers and what a kernel cached, generator states,
+hyperparameters, the running model average) under ``chain_<k>/`` and a flat name, and a JSON
+header (the safetensors metadata) with everything else (positions, counters, the curve so far,
+the config it belongs to).
 This module is the one place that lays it out (`save_run`, `load_run`). One file
 replaced atomically, so a kill at any moment leaves the previous checkpoint or the new one, never a
 mixture. The header records the SHA-256 of itself and the tensor data, so a file damaged or
@@ -29,16 +30,17 @@ from torch import Tensor
 from bdl.composition.config import ConfigError
 from bdl.runner.experiment import Experiment
 from bdl.runner.loop import Loop
-from bdl.samplers.base import SamplerState
+from bdl.samplers.base import Cached, SamplerState, cached
 from bdl.storage.outputs import CHECKPOINT
 from bdl.storage.store import StoreError, atomic_write, read_safetensors
 
 FILE = CHECKPOINT
 # 2: the state of each chain under chain_<k>/ (bdl-run chains=K)
 # 3: divergent transitions; the header inside the SHA-256
-FORMAT_VERSION = 3
+# 4: a kernel's cached evaluations in its state's fields (``cached/``), no longer in ``info/`` and
+#    ``buffers/grad`` (format 3, still read: `_upgrade_from_3`)
+FORMAT_VERSION = 4
 _HEADER = "bdl_checkpoint"
-_BASE_FIELDS = {f.name for f in dataclasses.fields(SamplerState)}
 #: What of a Loop the JSON header holds; its tensors are named by `_chain_state`.
 _POSITION = (
     "epoch",
@@ -116,16 +118,38 @@ def load(path: Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
             f"{path} was written by a newer bdl (checkpoint format {version}, this bdl reads up "
             f"to {FORMAT_VERSION}): upgrade bdl to resume it"
         )
-    if version < FORMAT_VERSION:
+    if version < FORMAT_VERSION - 1:
         raise CheckpointError(
             f"{path} was written by an older bdl (checkpoint format {version}; this bdl resumes "
-            f"format {FORMAT_VERSION}): finish it with the bdl that started it, or {fix}"
+            f"formats {FORMAT_VERSION - 1} and {FORMAT_VERSION}): finish it with the bdl that "
+            f"started it, or {fix}"
         )
     if _digest(tensors, header) != header.get("sha256"):
         raise CheckpointError(
             f"{path} is corrupt (its tensors or header fail their sha256 check); {fix}"
         )
+    if version == 3:
+        _upgrade_from_3(tensors, header)
     return tensors, header
+
+
+def _upgrade_from_3(tensors: dict[str, Tensor], header: dict[str, Any]) -> None:
+    """A run's checkpoint of format 3 laid out as format 4, in place: the Metropolis kernels'
+    ``(U, ∇U)`` at their position (``info/potential`` and ``buffers/grad/<i>`` then) become
+    their state's ``current``, naive SGHMC's trajectory start (``info/start_potential`` and
+    ``info/start_energy``) its ``start``."""
+    for k, chain in enumerate(header.get("chains", [])):
+        prefix, sampler = f"chain_{k}/sampler/", chain["sampler"]
+        sampler["cached"] = {}
+        count = sampler["buffers"].pop("grad", None)
+        if count is not None:
+            grads = [tensors.pop(f"{prefix}buffers/grad/{i}") for i in range(count)]
+            value = tensors[f"{prefix}info/potential"].double()
+            _put_cached(tensors, sampler["cached"], prefix, "current", (value, grads))
+        if f"{prefix}info/start_energy" in tensors:
+            value = tensors.pop(f"{prefix}info/start_potential").double()
+            start = (value, tensors.pop(f"{prefix}info/start_energy"))
+            _put_cached(tensors, sampler["cached"], prefix, "start", start)
 
 
 def _metadata(data: bytes) -> dict[str, str]:
@@ -137,7 +161,9 @@ def _metadata(data: bytes) -> dict[str, str]:
 
 def sampler_state(state: SamplerState) -> tuple[dict[str, Tensor], dict[str, Any]]:
     """A sampler state as flat tensors and a JSON header. Buffers that are the parameter list
-    itself (a variational mean) are recorded as aliases, not stored twice."""
+    itself (a variational mean) are recorded as aliases, not stored twice. A kernel's own fields
+    are dataclasses of plain values (its adaptation's statistics), in the header, or what it
+    cached between steps (`bdl.samplers.base.cached`), among the tensors."""
     tensors = {f"params/{i}": p for i, p in enumerate(state.params)}
     buffers, aliases = {}, []
     for key, values in state.buffers.items():
@@ -147,10 +173,14 @@ def sampler_state(state: SamplerState) -> tuple[dict[str, Tensor], dict[str, Any
         buffers[key] = len(values)
         tensors.update({f"buffers/{key}/{i}": t for i, t in enumerate(values)})
     tensors.update({f"info/{key}": t for key, t in state.info.items()})
+    layouts: dict[str, Any] = {}
+    for name, value in cached(state).items():
+        if value is not None:
+            _put_cached(tensors, layouts, "", name, value)
     extra = {
-        f.name: dataclasses.asdict(getattr(state, f.name))
+        f.name: dataclasses.asdict(value)
         for f in dataclasses.fields(state)
-        if f.name not in _BASE_FIELDS
+        if dataclasses.is_dataclass(value := getattr(state, f.name))
     }
     header = {
         "step": state.step,
@@ -158,8 +188,30 @@ def sampler_state(state: SamplerState) -> tuple[dict[str, Tensor], dict[str, Any
         "buffers": buffers,
         "aliases": aliases,
         "extra": extra,
+        "cached": layouts,
     }
     return tensors, header
+
+
+def _put_cached(
+    tensors: dict[str, Tensor],
+    layout: dict[str, Any],
+    prefix: str,
+    name: str,
+    value: Cached,
+) -> None:
+    """A state's field ``name`` holding ``value`` (`bdl.samplers.base.Cached`) as ``tensors``
+    under ``{prefix}cached/{name}/``, and its layout as ``layout[name]``: per item, None for a
+    tensor or the length of a list."""
+    layout[name] = []
+    for i, item in enumerate(value):
+        where = f"{prefix}cached/{name}/{i}"
+        if isinstance(item, Tensor):
+            tensors[where] = item
+            layout[name].append(None)
+        else:
+            tensors.update({f"{where}/{j}": t for j, t in enumerate(item)})
+            layout[name].append(len(item))
 
 
 @torch.no_grad()
@@ -182,6 +234,15 @@ def restore_sampler_state(
     state.grad_evals = header["grad_evals"]
     for name, fields in header["extra"].items():
         setattr(state, name, type(getattr(state, name))(**fields))
+    for name, layout in header["cached"].items():
+        where = f"cached/{name}"
+        value = tuple(
+            tensors[f"{where}/{i}"].to(device)
+            if count is None
+            else [tensors[f"{where}/{i}/{j}"].to(device) for j in range(count)]
+            for i, count in enumerate(layout)
+        )
+        setattr(state, name, value)
 
 
 def save_run(
@@ -262,7 +323,7 @@ def _restore_chain(
     loop.average.load_state_dict(_prefixed(tensors, "average/"))
     if loop.validation is not None:
         loop.validation.load_state_dict(_prefixed(tensors, "validation/"))
-    device = experiment.device
+    device = experiment.run.device
     loop.order = tensors["loop/order"].to(device) if "loop/order" in tensors else None
     if "loop/potentials" in tensors:
         loop.potentials = list(tensors["loop/potentials"].to(device).unbind())

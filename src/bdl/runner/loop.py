@@ -74,10 +74,12 @@ class Loop:
     def start(cls, experiment: Experiment) -> Loop:
         loop = cls(
             sampler=experiment.sampler.init(experiment.potential.params),
-            average=experiment.task.average(),
-            validation=None if experiment.validation is None else experiment.validation.average(),
+            average=experiment.run.task.average(),
+            validation=None
+            if experiment.run.validation is None
+            else experiment.run.validation.average(),
         )
-        if experiment.backs_off:
+        if experiment.run.backs_off:
             loop.snapshot = stability.snapshot(loop.live_state(experiment))
             loop.epoch_start = loop.snapshot
         return loop
@@ -110,31 +112,31 @@ class Loop:
         level = self.level
         # the first epoch sets the yardstick; a non-finite one is an infinite rise
         rise = math.inf if not finite else 0.0 if level is None else mean_potential - level
-        burning_in = exp.backs_off and self.epoch < exp.burn_in
-        if burning_in and not rise <= exp.rise_limit:  # True for NaN
+        burning_in = exp.run.backs_off and self.epoch < exp.run.burn_in
+        if burning_in and not rise <= exp.run.rise_limit:  # True for NaN
             self._back_off(exp, mean_potential, name)
             return
         if finite:
             if burning_in and (level is None or mean_potential <= level):
                 self.snapshot = self.epoch_start
-            self.recent = [*self.recent, mean_potential][-exp.stability_window :]
-        if burning_in and self.epoch + 1 < exp.burn_in:
+            self.recent = [*self.recent, mean_potential][-exp.run.stability_window :]
+        if burning_in and self.epoch + 1 < exp.run.burn_in:
             self.epoch_start = stability.snapshot(self.live_state(exp))
         else:  # the step is frozen: nothing to return to
             self.snapshot = self.epoch_start = None
         if exp.sampler.declaration.injects_noise:
-            if finite and self.epoch >= exp.burn_in:
-                self.rise_max = max(self.rise_max, rise / exp.rise_limit)
-            limit = DIVERGENCE_LIMITS * exp.rise_limit
+            if finite and self.epoch >= exp.run.burn_in:
+                self.rise_max = max(self.rise_max, rise / exp.run.rise_limit)
+            limit = DIVERGENCE_LIMITS * exp.run.rise_limit
             diverged = not rise <= limit
             what = (
                 f"U per step rose {rise:.4g} above its lowest of the last "
-                f"{exp.stability_window} epochs, {rounded(level)}: more than "
-                f"{DIVERGENCE_LIMITS:g} x {exp.rise_limit:.4g}, the rise a stationary "
+                f"{exp.run.stability_window} epochs, {rounded(level)}: more than "
+                f"{DIVERGENCE_LIMITS:g} x {exp.run.rise_limit:.4g}, the rise a stationary "
                 "chain exceeds once in 10^9 epochs"
             )
         else:  # an optimiser's or a variational fit's objective: only an explosion is certain
-            limit = DIVERGENCE_FACTOR * max(abs(self.initial_potential), exp.data.num_train)
+            limit = DIVERGENCE_FACTOR * max(abs(self.initial_potential), exp.run.data.num_train)
             diverged = not mean_potential <= limit
             what = f"U per step = {mean_potential:.4g}, over {DIVERGENCE_FACTOR:.0e} x its start"
         if finite and not diverged:
@@ -145,8 +147,8 @@ class Loop:
         if self.step_scale < 1:
             fix += (
                 f" (burn-in had already taken the step down to {self.step_scale:.3g} x "
-                f"sampler.lr={exp.lr:g}; try "
-                f"sampler.lr={exp.lr * self.step_scale / 4:.3g} or a longer burn_in)"
+                f"sampler.lr={exp.run.lr:g}; try "
+                f"sampler.lr={exp.run.lr * self.step_scale / 4:.3g} or a longer burn_in)"
             )
         raise DivergedError(f"{name} diverged in epoch {self.epoch + 1} ({what}). {fix}")
 
@@ -154,7 +156,7 @@ class Loop:
         """Return the chain to its snapshot and halve its step (every chain's, at the end of the
         epoch)."""
         if self.step_scale <= 2.0**-MAX_BACKOFFS:
-            lr = exp.lr
+            lr = exp.run.lr
             raise DivergedError(
                 f"{name} still climbs in epoch {self.epoch + 1} of burn-in after the step was "
                 f"halved {MAX_BACKOFFS} times, to {self.step_scale:.3g} x sampler.lr={lr:g} "
@@ -174,7 +176,7 @@ class Loop:
             "" if name == ONE_CHAIN else f", {name}",
             mean_potential,
             rounded(self.level),
-            exp.rise_limit,
+            exp.run.rise_limit,
             self.step_scale,
-            exp.burn_in + 1,
+            exp.run.burn_in + 1,
         )

@@ -31,7 +31,7 @@ class Progress:
             from tqdm.contrib.logging import logging_redirect_tqdm
 
             self.bar = tqdm(
-                total=experiment.epochs, initial=epoch, unit="epoch", dynamic_ncols=True
+                total=experiment.run.epochs, initial=epoch, unit="epoch", dynamic_ncols=True
             )
             # log lines go above the bar instead of into it
             self._redirect.enter_context(logging_redirect_tqdm())
@@ -39,9 +39,9 @@ class Progress:
     def update(self, row: dict[str, Any]) -> None:
         exp, epoch = self.experiment, row["epoch"]
         potential = row["potential"]
-        parts = {"U/N": "inf" if potential is None else f"{potential / exp.data.num_train:.4g}"}
+        parts = {"U/N": "inf" if potential is None else f"{potential / exp.run.data.num_train:.4g}"}
         if row["num_samples"]:
-            parts[exp.task.headline] = f"{row['test_metric']:.4f}"
+            parts[exp.run.task.headline] = f"{row['test_metric']:.4f}"
         else:
             parts["phase"] = "burn-in" if exp.sampler.declaration.injects_noise else "optimising"
         if row["accept_rate"] != "":
@@ -49,11 +49,11 @@ class Progress:
         if self.bar is not None:
             self.bar.set_postfix(parts, refresh=False)
             self.bar.update(1)
-        elif self.shown and (epoch % exp.log_every == 0 or epoch == exp.epochs):
+        elif self.shown and (epoch % exp.run.log_every == 0 or epoch == exp.run.epochs):
             log.info(
                 "epoch %d/%d  %s  samples %d",
                 epoch,
-                exp.epochs,
+                exp.run.epochs,
                 "  ".join(f"{k} {v}" for k, v in parts.items()),
                 row["num_samples"],
             )

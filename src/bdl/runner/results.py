@@ -43,26 +43,26 @@ def write_metrics(
     average = pool([loop.average for loop in loops])
     metrics: dict[str, Any] = {"status": status, **extra}
     if average.count:
-        metrics.update(average.metrics(exp.task.y_test))
+        metrics.update(average.metrics(exp.run.task.y_test))
         predictive = average.predictive()
-        if exp.reference is not None:
-            metrics["agreement"] = agreement(predictive, exp.reference)
-            metrics["total_variation"] = total_variation(predictive, exp.reference)
-        directory.write_predictive(predictive, exp.task.targets())
-    if exp.validation is not None and average.count:
+        if exp.run.reference is not None:
+            metrics["agreement"] = agreement(predictive, exp.run.reference)
+            metrics["total_variation"] = total_variation(predictive, exp.run.reference)
+        directory.write_predictive(predictive, exp.run.task.targets())
+    if exp.run.validation is not None and average.count:
         validation = pool([loop.validation for loop in loops])
-        for key, value in validation.metrics(exp.validation.y_test).items():
+        for key, value in validation.metrics(exp.run.validation.y_test).items():
             metrics[key.replace("test_", "val_", 1)] = value
     metrics.update(
         num_samples=average.count,
-        epochs=exp.epochs,
+        epochs=exp.run.epochs,
         grad_evals=sum(loop.sampler.grad_evals for loop in loops),
         wall_time_s=round(wall_time_s, 3),
     )
     rates = [rate for loop in loops for rate in loop.accept_rates]
     if rates:
         metrics["accept_rate"] = sum(rates) / len(rates)
-    if exp.backs_off:
+    if exp.run.backs_off:
         metrics["step_scale"] = loops[0].step_scale
     if exp.sampler.declaration.injects_noise:
         metrics["rise_max"] = max(loop.rise_max for loop in loops)
@@ -88,7 +88,7 @@ def ood_metrics(experiment: Experiment, directory: RunDirectory, chains: int) ->
     each in turn and given back its own state after; nothing without ``ood=`` or samples."""
     exp = experiment
     stores = [folder for folder in directory.store_folders(chains) if folder.is_dir()]
-    if exp.x_ood is None or not directory.writer or not stores:
+    if exp.run.x_ood is None or not directory.writer or not stores:
         return {}
     model, likelihood = exp.potential.model, exp.potential.likelihood
     live = sample_tensors(model, likelihood)
@@ -99,19 +99,19 @@ def ood_metrics(experiment: Experiment, directory: RunDirectory, chains: int) ->
             for params, _ in load_samples(store):
                 for name, p in live.items():
                     p.copy_(params[name])
-                inside.update(predict(model, likelihood, exp.x_test))
-                outside.update(predict(model, likelihood, exp.x_ood))
+                inside.update(predict(model, likelihood, exp.run.x_test))
+                outside.update(predict(model, likelihood, exp.run.x_ood))
         for name, p in live.items():
             p.copy_(kept[name])
     if not inside.count:
         return {}
-    return {"ood": exp.ood, **ood_detection(inside, outside)}
+    return {"ood": exp.run.ood, **ood_detection(inside, outside)}
 
 
 def judge(metrics: dict[str, Any], experiment: Experiment, chains: int) -> None:
     """Set ``metrics``' verdict: ``unsound`` (with the ``error``) where the trivial predictor
     does better on held-out data; ``warnings`` for what is a judgement, not a certainty."""
-    task = experiment.task
+    task = experiment.run.task
     trivial = metrics["trivial"] = task.trivial_metrics()
     worse = task.worse_than(metrics, trivial, (task.headline,))
     if worse:
@@ -172,10 +172,10 @@ def _more_draws(experiment: Experiment, per_chain: int) -> str:
     """The ``epochs`` (at this ``thin``) or ``thin`` (at these ``epochs``) that keep
     ``per_chain`` draws per chain at a constant schedule."""
     exp = experiment
-    options = [f"epochs={exp.burn_in + per_chain * exp.thin} (at thin={exp.thin})"]
-    thin = (exp.epochs - exp.burn_in) // per_chain
-    if thin >= 1 and thin != exp.thin:
-        options.append(f"thin={thin} (at epochs={exp.epochs})")
+    options = [f"epochs={exp.run.burn_in + per_chain * exp.run.thin} (at thin={exp.run.thin})"]
+    thin = (exp.run.epochs - exp.run.burn_in) // per_chain
+    if thin >= 1 and thin != exp.run.thin:
+        options.append(f"thin={thin} (at epochs={exp.run.epochs})")
     return f"{' or '.join(options)} keep {per_chain}"
 
 
@@ -211,7 +211,7 @@ def divergences(experiment: Experiment, loops: list[Loop]) -> dict[str, Any]:
     if not tests:
         return {}
     rows = [
-        [r for r in loop.curve if r["epoch"] > experiment.burn_in and r.get("divergences")]
+        [r for r in loop.curve if r["epoch"] > experiment.run.burn_in and r.get("divergences")]
         for loop in loops
     ]
     count = sum(r["divergences"] for chain in rows for r in chain)
@@ -233,7 +233,7 @@ def headline_gain(experiment: Experiment, predictive: torch.Tensor) -> tuple[flo
     of the paired per-point gain, in accuracy (1 where only the model is right, -1 where only
     the trivial predictor is) or in squared error (the trivial predictor's minus the model's,
     original units), so that RMSE's order is kept."""
-    task = experiment.task
+    task = experiment.run.task
     data = task.data
     y = task.y_test.cpu()
     if task.classification:
@@ -257,8 +257,8 @@ def refuse_tie(metrics: dict[str, Any], experiment: Experiment, predictive: torc
     gain, error = headline_gain(experiment, predictive)
     if gain > TIE_MARGIN * error:
         return
-    key = experiment.task.headline
-    unit = "accuracy" if experiment.task.classification else "squared error"
+    key = experiment.run.task.headline
+    unit = "accuracy" if experiment.run.task.classification else "squared error"
     metrics["status"] = "unsound"
     metrics["error"] = (
         f"the posterior predicts no better than ignoring the inputs: {key} "
@@ -274,7 +274,7 @@ def _write_chain_table(experiment: Experiment, loops: list[Loop], directory: Run
     for chain, loop in enumerate(loops):
         row: dict[str, Any] = {"chain": chain, "num_samples": loop.average.count}
         if loop.average.count:
-            row.update(loop.average.metrics(experiment.task.y_test))
+            row.update(loop.average.metrics(experiment.run.task.y_test))
         row["grad_evals"] = loop.sampler.grad_evals
         if loop.accept_rates:
             row["accept_rate"] = sum(loop.accept_rates) / len(loop.accept_rates)
@@ -315,10 +315,10 @@ def write_pruning(experiment: Experiment, loop: Loop, directory: RunDirectory) -
         list(exp.potential.model_params),
         moments,
         exp.predict_test,
-        exp.task.pruning_score,
-        exp.pruning_samples,
+        exp.run.task.pruning_score,
+        exp.run.pruning_samples,
     )
-    path = pruning.write_curve(directory.path, rows, exp.task.pruning_metric)
+    path = pruning.write_curve(directory.path, rows, exp.run.task.pruning_metric)
     pruning.write_signal_to_noise(directory.path, mean, std)
     log.info(
         "pruning curve in %s: %s",

@@ -57,7 +57,7 @@ class Sampling:
         wandb_run: Any = None,
     ) -> None:
         self.experiments = experiments
-        self.experiment = experiments[0]  # what the chains share: the data, task and settings
+        self.experiment = experiments[0]  # the first chain, whose run settings all share
         self.loops = loops
         self.directory = directory
         self.config = config
@@ -97,13 +97,13 @@ class Sampling:
         exp = self.experiment
         progress = Progress(exp, self.epoch, shown=self.directory.writer)
         try:
-            while self.epoch < exp.epochs:
+            while self.epoch < exp.run.epochs:
                 if not self.step_epoch():
                     self._interrupt()
                 row = self._summary_row()
                 progress.update(row)
                 if self.wandb_run is not None:
-                    headline = exp.task.headline
+                    headline = exp.run.task.headline
                     self.wandb_run.log(outputs.wandb_row(row, headline), step=row["epoch"])
                 if self._checkpoint_due():
                     self._checkpoint()
@@ -139,7 +139,7 @@ class Sampling:
                 return False
         # a back-off in one chain takes every chain's step down with it
         scale = min(loop.step_scale for loop in self.loops)
-        if scale < 1 and self.epoch == self.experiment.burn_in:
+        if scale < 1 and self.epoch == self.experiment.run.burn_in:
             scale /= 2
             log.info(
                 "burn-in over: the step is frozen at %.3g x sampler.lr, half the largest that "
@@ -156,18 +156,18 @@ class Sampling:
         exp, position = stepper.experiment, stepper.loops[0]
         epoch, scale = position.epoch, position.step_scale
         stepper.begin_epoch()
-        for i in range(position.step, exp.steps_per_epoch):
+        for i in range(position.step, exp.run.steps_per_epoch):
             if self._stop_requested():
                 stepper.sync()
                 return False
-            t = epoch * exp.steps_per_epoch + i
+            t = epoch * exp.run.steps_per_epoch + i
             stepper.step(
                 i,
-                lr_scale=exp.schedule(t) * scale,
-                noise=not exp.schedule.explores(t),
-                tune=epoch < exp.burn_in,
+                lr_scale=exp.run.schedule(t) * scale,
+                noise=not exp.run.schedule.explores(t),
+                tune=epoch < exp.run.burn_in,
             )
-            if (t + 1) % exp.gibbs_every == 0 and exp.potential.has_gibbs_step:
+            if (t + 1) % exp.run.gibbs_every == 0 and exp.potential.has_gibbs_step:
                 stepper.gibbs_step()
         stepper.sync()
         if self._stop_requested():
@@ -194,13 +194,15 @@ class Sampling:
         the caller writes."""
         exp, loop = self.experiments[chain], self.loops[chain]
         epoch = loop.epoch
-        mean_potential = torch.stack(loop.potentials).double().sum().item() / exp.steps_per_epoch
+        mean_potential = (
+            torch.stack(loop.potentials).double().sum().item() / exp.run.steps_per_epoch
+        )
         loop.check_stability(exp, mean_potential, self._name(chain))
         if exp.collects(epoch):
             self._collect(chain, epoch)
         accepted, divergent = torch.stack([loop.accepted, loop.divergent]).tolist()  # one sync
         accept_rate = accepted / loop.tests if loop.tests else None
-        if accept_rate is not None and epoch >= exp.burn_in:
+        if accept_rate is not None and epoch >= exp.run.burn_in:
             loop.accept_rates.append(accept_rate)
             loop.sampling_tests += loop.tests
         row = {"chain": chain} if len(self.loops) > 1 else {}
@@ -208,7 +210,8 @@ class Sampling:
             "epoch": epoch + 1,
             # a backed-off epoch's potential may be infinite, which JSON and the curve cannot hold
             "potential": mean_potential if math.isfinite(mean_potential) else None,
-            "lr_scale": exp.schedule((epoch + 1) * exp.steps_per_epoch - 1) * loop.step_scale,
+            "lr_scale": exp.run.schedule((epoch + 1) * exp.run.steps_per_epoch - 1)
+            * loop.step_scale,
             "num_samples": loop.average.count,
             "test_metric": self._test_metric(chain),
             "wall_time_s": round(self.elapsed, 3),
@@ -228,12 +231,12 @@ class Sampling:
         of SGD in Chen et al.'s Fig. 3); blank in burn-in."""
         exp, loop = self.experiments[chain], self.loops[chain]
         if loop.average.count:
-            return exp.task.headline_value(loop.average)
+            return exp.run.task.headline_value(loop.average)
         if exp.sampler.declaration.injects_noise:
             return ""
-        current = exp.task.average()
+        current = exp.run.task.average()
         current.update(exp.predict_test())
-        return exp.task.headline_value(current)
+        return exp.run.task.headline_value(current)
 
     def _summary_row(self) -> dict[str, Any]:
         """The epoch's curve row of a run of one chain; of several, the chains pooled: mean
@@ -250,7 +253,9 @@ class Sampling:
             "potential": sum(potentials) / len(potentials) if potentials else None,
             "lr_scale": rows[0]["lr_scale"],
             "num_samples": average.count,
-            "test_metric": self.experiment.task.headline_value(average) if average.count else "",
+            "test_metric": self.experiment.run.task.headline_value(average)
+            if average.count
+            else "",
             "wall_time_s": rows[-1]["wall_time_s"],
             "accept_rate": sum(rates) / len(rates) if rates else "",
             "divergences": sum(divergences) if divergences else "",
@@ -261,7 +266,7 @@ class Sampling:
         model, likelihood = exp.potential.model, exp.potential.likelihood
         prediction = exp.predict_test()
         loop.average.update(prediction)
-        loop.log_likelihoods.append(exp.task.log_likelihoods(prediction).float())
+        loop.log_likelihoods.append(exp.run.task.log_likelihoods(prediction).float())
         loop.probes.append(diagnostics.weight_probes(named_parameters(model, likelihood).values()))
         if loop.validation is not None:
             loop.validation.update(exp.predict_validation())
@@ -270,7 +275,7 @@ class Sampling:
         loop.num_samples = loop.average.count
 
     def _checkpoint_due(self) -> bool:
-        every = self.experiment.checkpoint_every
+        every = self.experiment.run.checkpoint_every
         if every is not None:
             return self.epoch % every == 0
         return time.perf_counter() - self.last_checkpoint >= CHECKPOINT_SECONDS
@@ -299,13 +304,13 @@ class Sampling:
         name = signal.Signals(signum).name
         self._checkpoint()
         exp = self.experiments[chain]
-        where = f"epoch {loop.epoch + 1} of {exp.epochs}"
+        where = f"epoch {loop.epoch + 1} of {exp.run.epochs}"
         status = {"status": "interrupted", "epoch": loop.epoch, "step": loop.step}
         if len(stepper.chains) < len(self.loops):  # chains stepped in turn stop one by one
             where += f", chain {chain}"
             status["chain"] = chain
         if loop.step:
-            where += f", after step {loop.step} of {exp.steps_per_epoch}"
+            where += f", after step {loop.step} of {exp.run.steps_per_epoch}"
         self.directory.write_metrics({**status, "signal": name})
         raise Interrupted(
             signum,
@@ -321,7 +326,7 @@ class Sampling:
     def _finish(self) -> dict[str, Any]:
         for chain, (experiment, loop) in enumerate(zip(self.experiments, self.loops, strict=True)):
             for _ in experiment.sampler.final_samples(loop.sampler):
-                self._collect(chain, experiment.epochs - 1)
+                self._collect(chain, experiment.run.epochs - 1)
         metrics = self._write_metrics("completed")
         log.info("%s", outputs.summary_table(metrics))
         if metrics["status"] == "unsound":
@@ -332,7 +337,7 @@ class Sampling:
             log.warning("NOT CONVERGED: %s", reason)
         for note in metrics.get("notes", []):
             log.info("note: %s", note)
-        if self.experiment.pruning_samples is not None and self.stores is not None:
+        if self.experiment.run.pruning_samples is not None and self.stores is not None:
             results.write_pruning(self.experiment, self.loops[0], self.directory)
         if self.directory.writer:
             from bdl.analysis.plots import write_summary  # matplotlib is imported only to draw

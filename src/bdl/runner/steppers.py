@@ -54,7 +54,7 @@ from bdl.closures import Closure
 from bdl.data.augment import random_crop_flip
 from bdl.runner.experiment import Experiment
 from bdl.runner.loop import Loop
-from bdl.samplers.base import Sampler, SamplerState
+from bdl.samplers.base import Cached, Sampler, SamplerState, cached
 
 log = logging.getLogger("bdl")
 
@@ -73,7 +73,7 @@ def steppers(experiments: list[Experiment], loops: list[Loop]) -> list[Stepper]:
 def unsupported(experiment: Experiment) -> str | None:
     """Why the chains of ``experiment``'s run cannot be stacked; None if they can."""
     sampler, potential = experiment.sampler, experiment.potential
-    if not experiment.vectorise:
+    if not experiment.run.vectorise:
         return "vectorise=false"
     if not sampler.declaration.vectorisable:
         return f"{type(sampler).__name__}'s update is not written for stacked chains"
@@ -81,7 +81,7 @@ def unsupported(experiment: Experiment) -> str | None:
         return f"the {type(potential.prior).__name__} prior has no per-chain log density"
     if potential.has_gibbs_step:
         return "Gibbs-sampled hyperparameters are resampled one chain at a time"
-    if experiment.augment:
+    if experiment.run.augment:
         return "data augmentation draws per chain"
     return None
 
@@ -99,7 +99,7 @@ class Stepper(ABC):
         state: SamplerState,
     ) -> None:
         self.experiments, self.loops, self.chains = experiments, loops, chains
-        self.experiment = experiments[0]  # what the chains share: data, schedule, batch size
+        self.experiment = experiments[0]  # the first chain, whose run settings all share
         self.sampler, self.state = sampler, state
         self._reset_tallies()
 
@@ -109,9 +109,9 @@ class Stepper(ABC):
         for experiment, loop in zip(self.experiments, self.loops, strict=True):
             if loop.order is None and not self.sampler.declaration.full_batch:
                 loop.order = torch.randperm(
-                    experiment.data.num_train,
+                    experiment.run.data.num_train,
                     generator=experiment.generators["data"],
-                    device=experiment.device,
+                    device=experiment.run.device,
                 )
 
     @abstractmethod
@@ -138,7 +138,9 @@ class Stepper(ABC):
         """Resample each chain's hyperparameters given its parameters; the kernel learns that
         the potential changed."""
         for experiment in self.experiments:
-            experiment.potential.gibbs_step(experiment.generators["gibbs"], experiment.train_chunks)
+            experiment.potential.gibbs_step(
+                experiment.generators["gibbs"], experiment.run.train_chunks
+            )
         self.sampler.potential_changed(self.state)
 
     def sync(self) -> None:
@@ -171,12 +173,12 @@ class ChainStepper(Stepper):
     def closure(self, step: int) -> Closure:
         exp, loop = self.experiment, self.loops[0]
         if self.sampler.declaration.full_batch:
-            return exp.potential.full_closure(exp.train_chunks)
-        index = loop.order[step * exp.batch_size : (step + 1) * exp.batch_size]
-        x, y = exp.x_train.index_select(0, index), exp.y_train.index_select(0, index)
-        if exp.augment:
+            return exp.potential.full_closure(exp.run.train_chunks)
+        index = loop.order[step * exp.run.batch_size : (step + 1) * exp.run.batch_size]
+        x, y = exp.run.x_train.index_select(0, index), exp.run.y_train.index_select(0, index)
+        if exp.run.augment:
             x = random_crop_flip(x, exp.generators["data"])
-        return exp.potential.closure(x, y, self.sampler.prior_weight(step, exp.steps_per_epoch))
+        return exp.potential.closure(x, y, self.sampler.prior_weight(step, exp.run.steps_per_epoch))
 
     def sync(self) -> None:
         self.loops[0].sampler = self.state
@@ -203,9 +205,15 @@ class StackedStepper(Stepper):
             for key in states[0].buffers
         }
         info = {key: torch.stack([s.info[key] for s in states]) for key in states[0].info}
-        # fields beyond the tensors (a step-size adaptation) are the first chain's: they are
-        # shared by the stacked chains, so every chain's checkpoint holds the same
-        state = dataclasses.replace(states[0], params=self.params, buffers=buffers, info=info)
+        stacked = {
+            name: None if value is None else _stack([cached(s)[name] for s in states])
+            for name, value in cached(states[0]).items()
+        }
+        # the other fields (a step-size adaptation) are the first chain's: they are shared by
+        # the stacked chains, so every chain's checkpoint holds the same
+        state = dataclasses.replace(
+            states[0], params=self.params, buffers=buffers, info=info, **stacked
+        )
         super().__init__(experiments, loops, list(range(len(loops))), sampler, state)
         self.orders: Tensor | None = None  # the epoch's minibatch orders, one row per chain
         self.sync()
@@ -222,26 +230,50 @@ class StackedStepper(Stepper):
         first = self.experiment
         potential = first.potential
         if self.sampler.declaration.full_batch:
-            return potential.chain_full_closure(self.params, first.train_chunks)
-        batch = slice(step * first.batch_size, (step + 1) * first.batch_size)
-        prior_weight = self.sampler.prior_weight(step, first.steps_per_epoch)
-        if first.shared_minibatches:  # every row of orders is the same: gather it once
+            return potential.chain_full_closure(self.params, first.run.train_chunks)
+        batch = slice(step * first.run.batch_size, (step + 1) * first.run.batch_size)
+        prior_weight = self.sampler.prior_weight(step, first.run.steps_per_epoch)
+        if first.run.shared_minibatches:  # every row of orders is the same: gather it once
             index = self.orders[0, batch]
-            x, y = first.x_train.index_select(0, index), first.y_train.index_select(0, index)
+            x, y = (
+                first.run.x_train.index_select(0, index),
+                first.run.y_train.index_select(0, index),
+            )
             return potential.chain_closure(self.params, x, y, prior_weight, shared=True)
         index = self.orders[:, batch]
-        x = first.x_train.index_select(0, index.flatten()).unflatten(0, index.shape)
-        y = first.y_train.index_select(0, index.flatten()).unflatten(0, index.shape)
+        x = first.run.x_train.index_select(0, index.flatten()).unflatten(0, index.shape)
+        y = first.run.y_train.index_select(0, index.flatten()).unflatten(0, index.shape)
         return potential.chain_closure(self.params, x, y, prior_weight)
 
     def sync(self) -> None:
         """Also point each chain's loop state at its slice of the stacked state (buffers a step
-        created or dropped included)."""
+        created or dropped included, and what the kernel cached)."""
         for k, loop in enumerate(self.loops):
+            own = {
+                name: None if value is None else _chain(value, k)
+                for name, value in cached(self.state).items()
+            }
             loop.sampler = dataclasses.replace(
                 self.state,
                 params=loop.sampler.params,
                 buffers={key: [b[k] for b in bs] for key, bs in self.state.buffers.items()},
                 info={key: t[k] if t.dim() else t for key, t in self.state.info.items()},
+                **own,
             )
         super().sync()
+
+
+def _stack(chains: list[Cached]) -> Cached:
+    """The chains' cached values (`bdl.samplers.base.Cached`), each tensor stacked along a new
+    first dimension."""
+    return tuple(
+        torch.stack(items)
+        if isinstance(items[0], Tensor)
+        else [torch.stack(group) for group in zip(*items, strict=True)]
+        for items in zip(*chains, strict=True)
+    )
+
+
+def _chain(stacked: Cached, k: int) -> Cached:
+    """Chain ``k``'s slice of a `_stack`ed cached value."""
+    return tuple(item[k] if isinstance(item, Tensor) else [t[k] for t in item] for item in stacked)

@@ -24,15 +24,15 @@ more than closures (the model, the likelihood, the prior's curvature and the tra
 runner hands them over once, before the first step, through `Sampler.attach`.
 
 Everything a kernel carries between steps (momenta, preconditioners, variational parameters)
-lives in ``state.buffers`` as lists of tensors shaped like ``params`` — including, for the
-Metropolis kernels, ``∇U`` at the current position (``state.buffers["grad"]``, with ``U`` in
-``state.info["potential"]``); whatever changes ``U`` other than through the parameters (a Gibbs
-update of prior hyperparameters) calls `Sampler.potential_changed`, so that a kernel drops
-what it cached; ``state.info`` holds
-diagnostics as tensors, so that no step forces a device synchronisation. Updates have a
-``torch._foreach_*`` implementation and a plain per-tensor loop twin (``foreach=False``) that the
-tests hold equal; noise comes from the sampler's own ``torch.Generator``, so a run is reproducible
-from its seed.
+lives in ``state.buffers`` as lists of tensors shaped like ``params``, or in fields of its own
+state class (the Metropolis kernels' ``(U, ∇U)`` at the current position,
+`bdl.samplers.metropolis.MetropolisState`); whatever changes ``U`` other than through the
+parameters (a Gibbs update of prior hyperparameters) calls `Sampler.potential_changed`, so that
+a kernel drops what it cached. ``state.info`` holds diagnostics only (``potential``, ``U`` at
+the step, is every kernel's), as tensors, so that no step forces a device synchronisation.
+Updates have a ``torch._foreach_*`` implementation and a plain per-tensor loop twin
+(``foreach=False``) that the tests hold equal; noise comes from the sampler's own
+``torch.Generator``, so a run is reproducible from its seed.
 
 **Chains stacked as one** (`bdl.runner.steppers`). A sampler that declares ``vectorisable`` also
 moves ``K`` independent chains at once: every tensor of the state stacks them along its first
@@ -52,7 +52,7 @@ import inspect
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 import torch
@@ -139,6 +139,20 @@ class SamplerState:
     step: int = 0
     info: dict[str, Tensor] = field(default_factory=dict)
     grad_evals: int = 0  # closure calls: one per step for SG methods, L + 1 or so for HMC
+
+
+#: What a kernel's own state class may cache between steps beside its buffers: a tuple of tensors
+#: and lists of tensors, as an evaluation ``(U, [∇U])``.
+Cached = tuple[Tensor | list[Tensor], ...]
+_BASE_FIELDS = frozenset(f.name for f in fields(SamplerState))
+
+
+def cached(state: SamplerState) -> dict[str, Cached | None]:
+    """The fields of ``state``'s own class that hold a `Cached` value, or None where nothing is
+    cached now, by name; its others are dataclasses of plain values (an adaptation's
+    statistics)."""
+    own = {f.name: getattr(state, f.name) for f in fields(state) if f.name not in _BASE_FIELDS}
+    return {name: value for name, value in own.items() if not is_dataclass(value)}
 
 
 class Sampler(ABC):

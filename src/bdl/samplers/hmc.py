@@ -102,12 +102,7 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
         generator: Generator = None,
     ) -> None:
         super().__init__(
-            lr,
-            adapt=adapt,
-            target_accept=target_accept,
-            divergence_threshold=divergence_threshold,
-            foreach=foreach,
-            generator=generator,
+            lr, adapt, target_accept, divergence_threshold, foreach=foreach, generator=generator
         )
         if (num_steps is None) == (trajectory_length is None):
             raise ValueError(
@@ -222,7 +217,7 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
         """``(U, ∇U)`` at the current position; where nothing is cached and the closure offers a
         program, by the trajectories' own program, one step of size 0, which spares a second
         compilation (of the closure's gradient) its seconds."""
-        if "grad" not in state.buffers:
+        if state.current is None:
             device = state.params[0].device
             value = torch.zeros(chain_shape(self.generator), dtype=torch.float64, device=device)
             grads = [torch.zeros_like(p) for p in state.params]

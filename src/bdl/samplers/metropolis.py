@@ -46,10 +46,11 @@ the averaged iterate $\bar\epsilon$ is used. Its first iterations try steps up t
 the initial one, so it needs tens of burn-in iterations (``experiment=hmc_mnist`` uses 50, as
 Izmailov et al. 2021); with only a few, set ``adapt=false``.
 
-**Cache.** Kernels keep $(U, \nabla U)$ at the current position (``state.info["potential"]``
-and ``state.buffers["grad"]``), so an iteration costs exactly its proposal's evaluations.
-Anything that changes ``U`` other than through the parameters (a Gibbs update of prior
-hyperparameters between steps) must drop the cache: ``state.buffers.pop("grad", None)``.
+**Cache.** Kernels keep $(U, \nabla U)$ at the current position in their state
+(``MetropolisState.current``), so an iteration costs exactly its proposal's evaluations;
+``state.info["potential"]`` only reports that ``U``. Anything that changes ``U`` other than
+through the parameters (a Gibbs update of prior hyperparameters between steps) must drop the
+cache: `MetropolisSampler.potential_changed`.
 """
 
 from __future__ import annotations
@@ -161,19 +162,23 @@ class LeapfrogUpdate:
     loop twin): kick by ``step_size``, then drift by ``step_size`` (through the diagonal
     ``state.buffers["inverse_mass"]`` where the kernel adapts one); ``noise`` plays no part."""
 
+    @staticmethod
+    def _leapfrog(
+        state: SamplerState, grads: list[Tensor], step_size: float, foreach: bool
+    ) -> None:
+        momenta, inverse_mass = state.buffers["momentum"], state.buffers.get("inverse_mass")
+        kick(momenta, grads, step_size, foreach)
+        drift(state.params, momenta, step_size, foreach, inverse_mass)
+
     def _update_foreach(
         self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
     ) -> None:
-        momenta, inverse_mass = state.buffers["momentum"], state.buffers.get("inverse_mass")
-        kick(momenta, grads, step_size, foreach=True)
-        drift(state.params, momenta, step_size, foreach=True, inverse_mass=inverse_mass)
+        self._leapfrog(state, grads, step_size, foreach=True)
 
     def _update_loop(
         self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
     ) -> None:
-        momenta, inverse_mass = state.buffers["momentum"], state.buffers.get("inverse_mass")
-        kick(momenta, grads, step_size, foreach=False)
-        drift(state.params, momenta, step_size, foreach=False, inverse_mass=inverse_mass)
+        self._leapfrog(state, grads, step_size, foreach=False)
 
 
 #: Stan's $\Delta_{\max}$: an energy error above it is a divergent transition.
@@ -253,6 +258,9 @@ class DualAveraging:
 @dataclass
 class MetropolisState(SamplerState):
     adaptation: DualAveraging = field(default_factory=lambda: DualAveraging(target=0.8))
+    #: ``(U, ∇U)`` at the current position since the last step, ``U`` in float64; None where
+    #: there is none to reuse (before the first step, after `MetropolisSampler.potential_changed`)
+    current: Evaluation | None = None
 
 
 class MetropolisSampler(Sampler):
@@ -301,7 +309,7 @@ class MetropolisSampler(Sampler):
             self.declaration = dataclasses.replace(type(self).declaration, full_batch=False)
 
     def potential_changed(self, state: MetropolisState) -> None:
-        state.buffers.pop("grad", None)
+        state.current = None
 
     def _scale(self, state: MetropolisState, lr_scale: float, tune: bool) -> float:
         r"""This iteration's $\epsilon = \sqrt{\mathrm{lr}\cdot\mathrm{lr\_scale}}\,x$."""
@@ -312,8 +320,8 @@ class MetropolisSampler(Sampler):
         """``(U, ∇U)`` at the current position: cached since the last step, unless
         `potential_changed` dropped them or the test is on minibatches (each step then
         brings another minibatch, whose ``U`` must be evaluated at both ends)."""
-        if self.declaration.full_batch and "grad" in state.buffers:
-            return state.info["potential"], state.buffers["grad"]
+        if self.declaration.full_batch and state.current is not None:
+            return state.current
         state.grad_evals += 1
         return closure()
 
@@ -325,12 +333,13 @@ class MetropolisSampler(Sampler):
         end: tuple[Tensor, list[Tensor]],
         tune: bool,
     ) -> None:
-        """Keep the end point's ``(U, ∇U)`` where accepted and the start's elsewhere (the
-        parameters themselves are restored by the caller), adapt, count the iteration."""
+        """Keep the end point's ``(U, ∇U)`` where accepted and the start's elsewhere as the
+        current one (the parameters themselves are restored by the caller), report ``U``, adapt,
+        count the iteration."""
         (start_u, start_grads), (end_u, end_grads) = start, end
         select_(accept, end_grads, start_grads)
-        state.buffers["grad"] = end_grads
-        state.info["potential"] = torch.where(accept, end_u.double(), start_u.double())
+        state.current = (torch.where(accept, end_u.double(), start_u.double()), end_grads)
+        state.info["potential"] = state.current[0]
         if tune and self.adapt:
             state.adaptation.update(state.info["accept_prob"].mean().item())
         state.step += 1

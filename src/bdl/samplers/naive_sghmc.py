@@ -34,6 +34,7 @@ per epoch).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -51,6 +52,14 @@ from bdl.samplers.metropolis import (
 )
 
 TEST_KEYS = ("accepted", "accept_prob", "energy_error", "diverging")
+
+
+@dataclass
+class NaiveSGHMCState(SamplerState):
+    #: with ``mh``, from a trajectory's start to its test: ``U`` there (float64) and the
+    #: Hamiltonian ``U + ½‖p‖²`` after the momentum's draw; the positions are
+    #: ``buffers["start"]``
+    start: tuple[Tensor, Tensor] | None = None
 
 
 class NaiveSGHMC(LeapfrogUpdate, Sampler):
@@ -74,8 +83,8 @@ class NaiveSGHMC(LeapfrogUpdate, Sampler):
         self.resample_every = resample_every
         self.mh = mh
 
-    def init(self, params: list[Tensor]) -> SamplerState:
-        state = super().init(params)
+    def init(self, params: list[Tensor]) -> NaiveSGHMCState:
+        state = NaiveSGHMCState(params=list(params))
         state.buffers["momentum"] = [torch.zeros_like(p) for p in params]
         return state
 
@@ -109,7 +118,7 @@ class NaiveSGHMC(LeapfrogUpdate, Sampler):
         return state
 
     def _trajectory_start(
-        self, state: SamplerState, closure: Closure, noise: bool
+        self, state: NaiveSGHMCState, closure: Closure, noise: bool
     ) -> tuple[Tensor, list[Tensor]]:
         momenta = state.buffers["momentum"]
         potential, grads = closure()
@@ -118,19 +127,18 @@ class NaiveSGHMC(LeapfrogUpdate, Sampler):
             torch._foreach_copy_(momenta, self.gaussian_like(momenta))
         if self.mh:
             state.buffers["start"] = [q.clone() for q in state.params]
-            state.info["start_potential"] = potential
-            state.info["start_energy"] = potential.double() + kinetic_energy(
-                momenta, potential.shape
-            )
+            energy = potential.double() + kinetic_energy(momenta, potential.shape)
+            state.start = (potential.double(), energy)
         return potential, grads
 
-    def _metropolis(self, state: SamplerState, closure: Closure, epsilon: float) -> Tensor:
+    def _metropolis(self, state: NaiveSGHMCState, closure: Closure, epsilon: float) -> Tensor:
         """Close the trajectory with a half kick and test it; returns ``U`` where the chain is."""
         momenta = state.buffers["momentum"]
         potential, grads = closure()
         state.grad_evals += 1
         kick(momenta, grads, epsilon / 2, self.foreach)
         end_energy = potential.double() + kinetic_energy(momenta, potential.shape)
-        accept = metropolis_test(state, state.info["start_energy"] - end_energy, self.generator)
+        start_potential, start_energy = state.start
+        accept = metropolis_test(state, start_energy - end_energy, self.generator)
         select_(accept, state.params, state.buffers["start"])
-        return torch.where(accept, potential.double(), state.info["start_potential"].double())
+        return torch.where(accept, potential.double(), start_potential)

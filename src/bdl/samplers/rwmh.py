@@ -54,12 +54,7 @@ class RWMH(MetropolisSampler):
         generator: Generator = None,
     ) -> None:
         super().__init__(
-            lr,
-            adapt=adapt,
-            target_accept=target_accept,
-            divergence_threshold=divergence_threshold,
-            foreach=foreach,
-            generator=generator,
+            lr, adapt, target_accept, divergence_threshold, foreach=foreach, generator=generator
         )
         self._on_minibatches(approximate)
 

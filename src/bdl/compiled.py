@@ -1,0 +1,140 @@
+"""``compile=true``: a potential's functions compiled by ``torch.compile``, else eager.
+
+`bdl.potential.Potential` scales and sums; a `Compiler` runs what it hands over compiled: the
+data term's gradient (``torch.func.grad_and_value`` of the forward pass, one fused function per
+input shape, which removes most of a small network's per-operation cost), the prior's term, and a
+sampler's whole program on the full-data potential (`bdl.closures.Program`: HMC's trajectory as
+one compiled loop). Each function is compiled at its first call under its key (``torch.compile``
+then keys it on its input shapes too). Without a working compiler (Inductor needs a C++ compiler on
+the CPU) the first call warns once and everything goes on eagerly; a program that Dynamo cannot
+trace whole is given up after one warning, while the rest stays compiled.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.func import grad_and_value
+
+from bdl.closures import Evaluation, Program, writable_gradients
+
+log = logging.getLogger("bdl")
+
+#: compile=true's warnings when it falls back, by whether Inductor found no working compiler
+FALLBACKS = {
+    True: "compile=true: torch.compile failed (%s); computing gradients eagerly. Install a C++ "
+    "compiler (g++) for Inductor on the CPU, or set compile=false",
+    False: "compile=true: the sampler's trajectory does not compile as one program (%s); its "
+    "steps are computed one by one",
+}
+
+#: ``f(params, x, y) -> value`` (one value, or one per chain), differentiable in ``params``
+Function = Callable[[list[Tensor], Tensor, Tensor], Tensor]
+
+
+class Compiler:
+    """The compiled functions of one potential, by key, and what failed to compile."""
+
+    def __init__(self) -> None:
+        # None: no working compiler here, everything eager
+        self._functions: dict[Hashable, Callable] | None = {}
+        self._programs_failed = False
+
+    @property
+    def programs(self) -> bool:
+        """Whether a sampler's program may be compiled (none has failed to, nor has Inductor)."""
+        return self._functions is not None and not self._programs_failed
+
+    def call(
+        self, key: Hashable, build: Callable[[], Callable], *args: Any, whole: bool = False
+    ) -> Any:
+        """``build()``'s function, compiled at the first call with ``key``, called on ``args``;
+        None where compiling failed on this machine (after one warning), for the caller to
+        compute eagerly instead. A sampler's program (``whole``) must be traced whole: where
+        Dynamo cannot, the programs are given up (after one warning) and None returned, while
+        the other functions stay compiled; elsewhere such an error is the caller's."""
+        if self._functions is None or (whole and self._programs_failed):
+            return None
+        if key not in self._functions:
+            self._functions[key] = torch.compile(build())
+        try:
+            return self._functions[key](*args)
+        except torch._dynamo.exc.TorchDynamoException as error:
+            no_compiler = isinstance(error, torch._dynamo.exc.BackendCompilerFailed)
+            if not (no_compiler or whole):
+                raise
+            log.warning(FALLBACKS[no_compiler], str(error).splitlines()[0])
+            if no_compiler:
+                self._functions = None
+            else:
+                self._programs_failed = True
+            return None
+
+    def or_eager(self, key: Hashable, function: Callable[..., Any]) -> Callable[..., Any]:
+        """``function``, compiled at its first call under ``key``, and called as it is where
+        compiling failed."""
+
+        def call(*args: Any) -> Any:
+            result = self.call(key, lambda: function, *args)
+            return function(*args) if result is None else result
+
+        return call
+
+    def grad_and_value(
+        self, key: Hashable, function: Function, params: list[Tensor], x: Tensor, y: Tensor
+    ) -> tuple[list[Tensor], Tensor] | None:
+        """The gradient of ``function``'s values summed, in ``params`` (detached values), and its
+        values, detached, by the compiled ``torch.func.grad_and_value`` of ``function``, which
+        ``torch.compile`` traces whole; None: compute them eagerly. The gradients can be added
+        to in place."""
+
+        def build() -> Callable:
+            def summed(params: list[Tensor], x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+                value = function(params, x, y)
+                return value.sum(), value.detach()
+
+            return grad_and_value(summed, has_aux=True)
+
+        compiled = self.call(key, build, params, x, y)
+        if compiled is None:
+            return None
+        grads, (_, value) = compiled
+        return writable_gradients(grads), value
+
+    def program(
+        self,
+        key: Hashable,
+        potential: Callable[[list[Tensor], Tensor, Tensor], tuple[Tensor, Tensor]],
+        x: Tensor,
+        y: Tensor,
+    ) -> Program:
+        """The `Program` of a closure on the training set ``(x, y)`` whose potential at values
+        ``q`` is ``potential(q, x, y) -> (U summed over the chains, U of each chain)``: a
+        sampler's ``fn`` run as one compiled program, its ``evaluate(q)`` the gradient of the
+        first by ``torch.func`` and the second, a pure function that ``torch.compile`` traces
+        into ``fn``. The potential keeps constants of each layout from its first use (the
+        priors do), which a traced loop's body may not do: that first use is an eager
+        evaluation, before the program is compiled."""
+
+        def evaluate(values: list[Tensor], x: Tensor, y: Tensor) -> Evaluation:
+            grads, value = torch.func.grad(potential, has_aux=True)(list(values), x, y)
+            return value, grads
+
+        def run(fn: Callable, params: list[Tensor], *args: Any) -> Any:
+            def build() -> Callable:
+                with torch.no_grad():
+                    potential(list(params), x, y)
+
+                def program(x: Tensor, y: Tensor, *args: Any) -> Any:
+                    return fn(functools.partial(evaluate, x=x, y=y), *args)
+
+                return program
+
+            return self.call((key, fn), build, x, y, params, *args, whole=True)
+
+        return run
