@@ -159,13 +159,6 @@ FULL = Settings(epochs=300, burn_in=100, warmup=500, samples=1000, chains_warmup
 QUICK = Settings(epochs=80, burn_in=20, warmup=100, samples=100, chains_warmup=40)
 
 
-def kept_draws(settings: Settings) -> int:
-    """Draws each of bdl's chains keeps after burn-in (yacht's ``thin``): the K-chain peers
-    keep as many after their warm-up."""
-    thin = int(next(o for o in YACHT if o.startswith("thin=")).split("=")[1])
-    return (settings.epochs - settings.burn_in) // thin
-
-
 @dataclass(frozen=True)
 class Instant:
     """The clocks at one moment: wall and CPU (`benchtools.cpu_seconds`)."""
@@ -346,8 +339,8 @@ class Posterior:
 
     def __init__(self, cfg: DictConfig, data) -> None:
         self.forward = jax_mlp(cfg)
-        self.layers = len(widths(cfg, data)) - 1
         sizes = widths(cfg, data)
+        self.layers = len(sizes) - 1
         scale = float(cfg.prior.scale)
         forward = self.forward
 
@@ -400,8 +393,10 @@ def nuts_yacht(posterior: Posterior, warmup: int, samples: int, chains: int, see
     return Draws.timed(posterior.predictions(samples), start, warmed, end)
 
 
-#: ChEES's Adam learning rate for the log trajectory length (Hoffman, Radul & Sountsov 2021)
-CHEES_LEARNING_RATE = 0.025
+#: ChEES's optimiser of the log trajectory length, Hoffman, Radul & Sountsov (2021)'s and bdl's
+#: (`bdl.samplers.chees`): Adam without momentum, learning rate 0.025, squared gradients'
+#: average decaying by 0.95
+CHEES_OPTIMISER = optax.adam(0.025, b1=0.0, b2=0.95)
 
 
 def chees_yacht(
@@ -435,8 +430,8 @@ def chees_yacht(
     (states, parameters), _ = adaptation.run(
         warmup_key,
         jax.vmap(lambda z: ravel_pytree(z)[0])(starts),
-        step_size=0.1,
-        optim=optax.adam(CHEES_LEARNING_RATE),
+        step_size=0.1,  # dual averaging's start
+        optim=CHEES_OPTIMISER,
         num_steps=warmup,
     )
     jax.block_until_ready(states)
@@ -497,7 +492,8 @@ def yacht(rounds: int, settings: Settings) -> None:
     data = load_data(cfg)
     task = Task(data, data.y_test)
     posterior = Posterior(cfg, data)
-    draws = kept_draws(settings)
+    # as many draws a chain as each of bdl's chains keeps after burn-in
+    draws = (cfg.epochs - cfg.burn_in) // cfg.thin
     runs: dict[str, Callable[[int], Draws]] = {
         NUTS_ONE: lambda seed: nuts_yacht(posterior, settings.warmup, settings.samples, 1, seed),
         NUTS_K: lambda seed: nuts_yacht(posterior, settings.chains_warmup, draws, CHAINS, seed),
