@@ -195,12 +195,13 @@ class Compilations:
         if event == self.EVENT:  # heard on the compiling thread as the compilation ends
             self.heard.append((duration, Instant.now()))
 
-    def longest_after(self, start: Instant) -> Instant:
-        """The clocks at the end of the longest compilation after ``start`` (``start`` if
-        none): where the sampling program it compiled starts to run, the small programs around
-        it (NumPyro's set-up, its samples' reshaping) compiled in a fraction of its time."""
-        after = [(duration, end) for duration, end in self.heard if end.wall > start.wall]
-        return max(after, key=lambda heard: heard[0])[1] if after else start
+    def longest_between(self, start: Instant, end: Instant) -> Instant:
+        """The clocks at the end of the longest compilation between ``start`` and ``end``
+        (``start`` if none): where the sampling program it compiled starts to run, the small
+        programs around it (NumPyro's set-up, its samples' reshaping) compiled in a fraction of
+        its time."""
+        heard = [(seconds, at) for seconds, at in self.heard if start.wall < at.wall < end.wall]
+        return max(heard, key=lambda each: each[0])[1] if heard else start
 
 
 COMPILATIONS = Compilations()
@@ -223,7 +224,7 @@ class Draws:
         """The draws of a run that began at ``start``, ended its warm-up at ``warmed`` and its
         sampling at ``end``; its sampling is timed from the end of the compilation of its
         program (torch compiles in burn-in: bdl's starts at ``warmed``)."""
-        sampling = COMPILATIONS.longest_after(warmed)
+        sampling = COMPILATIONS.longest_between(warmed, end)
         return cls(predictions, Seconds.between(start, end), Seconds.between(sampling, end))
 
 
