@@ -31,6 +31,7 @@ from benchtools import (
     alternating_medians,
     bare_sgd_epoch,
     composed,
+    machine_load,
     sampling,
     timed,
 )
@@ -114,4 +115,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with machine_load(torch.get_num_threads()):
+        main()

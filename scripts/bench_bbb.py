@@ -16,7 +16,7 @@ import argparse
 
 import torch
 import torch.nn.functional as F
-from benchtools import alternating_medians, bare_model, composed
+from benchtools import alternating_medians, bare_model, composed, machine_load
 
 from bdl.runner.experiment import Experiment, build
 
@@ -92,4 +92,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with machine_load(torch.get_num_threads()):
+        main()

@@ -20,7 +20,8 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from benchtools import alternating_medians, composed, sampling
+import torch
+from benchtools import alternating_medians, composed, machine_load, sampling
 
 # Burn-in epochs only (the benchmark runs a few): stepping, without evaluating a kept sample.
 # Boston on minibatches of 32, where each chain draws its own (the UCI protocol's full batch
@@ -91,4 +92,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with machine_load(torch.get_num_threads()):
+        main()

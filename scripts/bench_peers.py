@@ -1,22 +1,39 @@
 """Benchmark: bdl against its peers in JAX, run side by side in this one process at one thread.
 
-- **Yacht BNN against NumPyro's NUTS** (Hoffman & Gelman 2014; Phan et al. 2019). The posterior is
-  bdl's own at ``sampler=hmc dataset=yacht``: the network, Gaussian prior scale and likelihood are
-  read from bdl's composed config (one hidden layer of 50 ReLU units, N(0, 0.3^2) on every weight
-  and bias, a Gaussian likelihood whose noise precision has a Gamma(1, 1) prior and is sampled with
-  the weights) and written again in NumPyro, on the same standardised tensors from bdl's loader. bdl
-  runs full-batch HMC as one chain, as 8 stacked chains, as 8 and as 16 stacked chains whose
-  trajectories run as one compiled program (``compile=true``), and as 8 stacked chains that learn
-  a diagonal mass and the trajectory's length during burn-in (``sampler.mass=diagonal
-  sampler.adapt_length=true``); NumPyro runs one chain of NUTS. The figure
-  is ESS per second of the test predictive: arviz's bulk ESS of each test point's log predictive
-  density over all draws (median and minimum over the points), over the whole run (warm-up and
-  compilation included) and over the sampling after warm-up alone. Every run pays its own
-  compilation, as a fresh process on a new machine would: torch's graphs are dropped and Inductor's
-  on-disk cache starts empty before each bdl run; NumPyro compiles for each new MCMC. The posteriors
-  are compared point by point: the difference of the two posterior means of the network's output
-  over its Monte Carlo standard error (each side's standard deviation over the root of its ESS of
-  the mean), and the test RMSE and log-likelihood of each model average by bdl's metrics.
+- **Yacht BNN against NumPyro's NUTS and BlackJAX's ChEES-HMC, each at its best.** The
+  posterior is bdl's own at ``sampler=hmc dataset=yacht``: the network, Gaussian prior scale and
+  likelihood are read from bdl's composed config (one hidden layer of 50 ReLU units, N(0, 0.3^2)
+  on every weight and bias, a Gaussian likelihood whose noise precision has a Gamma(1, 1) prior
+  and is sampled with the weights) and written again in NumPyro, on the same standardised
+  tensors from bdl's loader; BlackJAX samples that model's log density on NumPyro's
+  unconstrained space. bdl runs full-batch HMC as one chain, as 8 stacked chains, as 8 and as 16
+  stacked chains whose trajectories run as one compiled program (``compile=true``), and as 8
+  stacked chains that learn a diagonal mass and the trajectory's length during burn-in
+  (``sampler.mass=diagonal sampler.adapt_length=true``). The peers: one chain of NumPyro's NUTS
+  (Hoffman & Gelman 2014; Phan et al. 2019); 16 chains of it vectorised as one program
+  (``chain_method="vectorized"``); and 16 vmapped chains of BlackJAX's ChEES-HMC (Hoffman,
+  Radul & Sountsov 2021: a jittered trajectory length shared by the chains, learnt by Adam on
+  the ChEES criterion, the step size by dual averaging), with the identity mass and with the
+  diagonal mass BlackJAX estimates from the ensemble over warm-up's second half
+  (``mass_matrix_estimation="diagonal"``). The 16-chain peers keep as many draws a chain after
+  their warm-up as bdl's chains keep after burn-in.
+
+  The figure is the ESS of the test predictive, arviz's bulk ESS of each test point's log
+  predictive density over all draws, at the median test point and at the slowest, per second
+  of wall time and per CPU-second (``benchtools.cpu_seconds``: every thread of the process, so
+  XLA's and JAX's compile threads, and child processes, so Inductor's compile workers), over
+  the whole run (warm-up and compilation included, the runs' own test predictions too) and over
+  the sampling after warm-up alone, compilation excluded: bdl's from the end of burn-in (torch
+  compiles in the first epoch), the peers' from the end of XLA's compilation of the sampling
+  program (the longest compilation after warm-up, heard from JAX's monitoring events). Every run
+  pays its own compilation, as a fresh process on a new machine would: torch's graphs are
+  dropped and Inductor's on-disk cache starts empty before each bdl run; the peers compile for
+  each new run. The posteriors are compared point by point against a reference run, bdl's 16
+  compiled chains (its 8 eager ones where torch.compile fails): the difference of the two
+  posterior means of the network's output over its Monte Carlo standard error (each side's
+  standard deviation over the root of its ESS of the mean), and the test RMSE and
+  log-likelihood of each model average by bdl's metrics. Every bdl setting is set against every
+  peer.
 - **SGHMC on MNIST's MLP against BlackJAX's SGHMC** (Chen et al. 2014; Cabezas et al. 2024): an
   epoch of bdl's SGHMC (burn-in: steps only; eager and with ``compile=true``), of BlackJAX's SGHMC
   dynamics (its ``sgmcmc.diffusions.sghmc`` and ``sgmcmc.gradients.grad_estimator``, with bdl's step
@@ -26,10 +43,14 @@
 
 Rounds are interleaved (each contender in turn, round after round) so that machine noise hits
 all alike; ratios are printed as the median over rounds with the range (min-max). torch runs at
-one thread and XLA single-threaded (its flags set before JAX is imported). The goals:
-bdl's best yacht setting >= 2x NUTS's ESS per second with warm-up included, its slowest test
-point's ESS within 2x NUTS's, posteriors agreeing within Monte Carlo error; bdl's SGHMC epoch <=
-BlackJAX's.
+one thread and XLA single-threaded (its flags set before JAX is imported). The run ends with the
+machine's load average before and after it and its wall and CPU seconds
+(``benchtools.machine_load``), and a warning when other work shared the machine: ratios taken
+under load are not evidence, and such a run is repeated on a quiet machine, not reported. The
+goals: bdl's best yacht setting >= 3x the ESS per second of BlackJAX's ChEES x16 (its better
+variant) and of NumPyro's vectorised NUTS x16 at the median test point and >= 2.5x at the
+slowest, warm-up and compilation included, by wall and by CPU time, posteriors agreeing within
+Monte Carlo error; bdl's SGHMC epoch <= BlackJAX's.
 
 Needs the ``peers`` extra (``pip install -e .[peers]``: JAX, NumPyro, BlackJAX) and the real
 data (BDL_DATA_DIR).
@@ -37,8 +58,10 @@ data (BDL_DATA_DIR).
     python scripts/bench_peers.py [--rounds 3] [--part {yacht,mnist,all}] [--quick]
         [--default-threads]
 
-``--quick`` shortens the yacht runs (80 HMC iterations of which 20 burn-in; NUTS 100 warm-up
-iterations and 100 draws) for a test to run the whole script in well under a minute.
+``--quick`` shortens the yacht runs (80 HMC iterations of which 20 burn-in, 30 draws a chain;
+one NUTS chain's 100 warm-up iterations and 100 draws; the 16-chain peers' 40 warm-up iterations
+and 30 draws a chain) for a test to run the whole script in a few minutes; its figures say that
+the script works, not how fast anything is.
 ``--default-threads`` runs every contender as a user would, at its own default thread count
 (bdl at ``threads=auto``, torch's and XLA's own elsewhere): run it beside other work to see
 which thrashes.
@@ -47,7 +70,6 @@ which thrashes.
 from __future__ import annotations
 
 import argparse
-import csv
 import logging
 import math
 import os
@@ -58,6 +80,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 #: every contender at its own default thread count instead of one (read before argparse runs:
 #: XLA reads its thread settings once, when JAX starts)
@@ -73,7 +96,11 @@ try:
     import jax.numpy as jnp
     import numpyro
     import numpyro.distributions as dist
+    import optax
+    from blackjax.adaptation.base import get_filter_adapt_info_fn
+    from jax.flatten_util import ravel_pytree
     from numpyro.infer import MCMC, NUTS
+    from numpyro.infer.util import initialize_model
 except ImportError:
     print("bench_peers.py needs JAX, NumPyro and BlackJAX: pip install -e .[peers]")
     raise SystemExit(0) from None
@@ -85,6 +112,8 @@ from benchtools import (  # noqa: E402
     alternating_times,
     bare_sgd_epoch,
     composed,
+    cpu_seconds,
+    machine_load,
     sampling,
 )
 from omegaconf import DictConfig  # noqa: E402
@@ -95,7 +124,7 @@ from bdl.analysis.posterior import load_run  # noqa: E402
 from bdl.composition.network import load_data  # noqa: E402
 from bdl.runner.experiment import Experiment  # noqa: E402
 from bdl.runner.run import run  # noqa: E402
-from bdl.storage.outputs import CURVE  # noqa: E402
+from bdl.runner.sampling import Sampling  # noqa: E402
 from bdl.task import Task  # noqa: E402
 
 #: bdl's contenders on yacht: their overrides on top of the common ones
@@ -108,7 +137,8 @@ BDL_YACHT = {
     # twice the chains for one compilation of the trajectory
     "bdl 16 compiled": ["chains=16", "compile=true"],
 }
-NUMPYRO = "NumPyro NUTS"
+#: the chains of bdl's best setting, and of the peers that run many
+CHAINS = 16
 MNIST = ["dataset=mnist", "sampler=sghmc", "device=cpu"]
 #: bdl's own default thread count under --default-threads; otherwise this process's one thread
 BDL_THREADS = ["threads=auto"] if DEFAULT_THREADS else []
@@ -120,22 +150,82 @@ class Settings:
 
     epochs: int  # bdl's HMC iterations per chain (50 leapfrog steps each)
     burn_in: int
-    warmup: int  # NUTS's
+    warmup: int  # the single NUTS chain's
     samples: int
+    chains_warmup: int  # the peers' K chains', each (ChEES's and vectorised NUTS's)
 
 
-FULL = Settings(epochs=300, burn_in=100, warmup=500, samples=1000)
-QUICK = Settings(epochs=80, burn_in=20, warmup=100, samples=100)
+FULL = Settings(epochs=300, burn_in=100, warmup=500, samples=1000, chains_warmup=200)
+QUICK = Settings(epochs=80, burn_in=20, warmup=100, samples=100, chains_warmup=40)
+
+
+@dataclass(frozen=True)
+class Instant:
+    """The clocks at one moment: wall and CPU (`benchtools.cpu_seconds`)."""
+
+    wall: float
+    cpu: float
+
+    @classmethod
+    def now(cls) -> Instant:
+        return cls(time.perf_counter(), cpu_seconds())
+
+
+@dataclass(frozen=True)
+class Seconds:
+    wall: float
+    cpu: float
+
+    @classmethod
+    def between(cls, start: Instant, end: Instant) -> Seconds:
+        return cls(end.wall - start.wall, end.cpu - start.cpu)
+
+
+class Compilations:
+    """The clocks at the end of each of XLA's compilations, heard from JAX's own monitoring
+    event, with the compilation's wall seconds."""
+
+    EVENT = "/jax/core/compile/backend_compile_duration"
+
+    def __init__(self) -> None:
+        self.heard: list[tuple[float, Instant]] = []
+        jax.monitoring.register_event_duration_secs_listener(self._heard)
+
+    def _heard(self, event: str, duration: float, **_) -> None:
+        if event == self.EVENT:  # heard on the compiling thread as the compilation ends
+            self.heard.append((duration, Instant.now()))
+
+    def longest_between(self, start: Instant, end: Instant) -> Instant:
+        """The clocks at the end of the longest compilation between ``start`` and ``end``
+        (``start`` if none): where the sampling program it compiled starts to run, the small
+        programs around it (NumPyro's set-up, its samples' reshaping) compiled in a fraction of
+        its time."""
+        heard = [(seconds, at) for seconds, at in self.heard if start.wall < at.wall < end.wall]
+        return max(heard, key=lambda each: each[0])[1] if heard else start
+
+
+COMPILATIONS = Compilations()
 
 
 @dataclass
 class Draws:
     """One run's test predictions, ``(chains, draws, points, 2)``: each draw's mean and variance
-    in the standardised units of the targets, and the run's seconds, whole and after warm-up."""
+    in the standardised units of the targets; the run's seconds, whole (warm-up and compilation
+    included) and of its sampling after warm-up (compilation excluded)."""
 
     predictions: torch.Tensor
-    seconds: float
-    sampling_seconds: float
+    whole: Seconds
+    sampling: Seconds
+
+    @classmethod
+    def timed(
+        cls, predictions: torch.Tensor, start: Instant, warmed: Instant, end: Instant
+    ) -> Draws:
+        """The draws of a run that began at ``start``, ended its warm-up at ``warmed`` and its
+        sampling at ``end``; its sampling is timed from the end of the compilation of its
+        program (torch compiles in burn-in: bdl's starts at ``warmed``)."""
+        sampling = COMPILATIONS.longest_between(warmed, end)
+        return cls(predictions, Seconds.between(start, end), Seconds.between(sampling, end))
 
 
 @dataclass
@@ -182,25 +272,29 @@ class Summary:
 
 def bdl_yacht(cfg: DictConfig, directory: Path) -> Draws:
     """bdl's run of ``cfg`` and its test predictions, read back from the run directory."""
-    # each run compiles afresh, as a new process on a new machine would (NumPyro's does): no
+    # each run compiles afresh, as a new process on a new machine would (the peers' do): no
     # graphs in memory, and Inductor's on-disk cache of compiled code in a new, empty directory
     torch._dynamo.reset()
-    with fresh_cache():
-        metrics = run(cfg, directory)
-    with (directory / CURVE).open() as file:
-        burn_in = max(
-            float(row["wall_time_s"])
-            for row in csv.DictReader(file)
-            if int(row["epoch"]) == cfg.burn_in
-        )
+    warmed: list[Instant] = []
+    step_epoch = Sampling.step_epoch
+
+    def noting_burn_in(sampling: Sampling) -> bool:
+        stepped = step_epoch(sampling)
+        if sampling.epoch == cfg.burn_in:
+            warmed.append(Instant.now())
+        return stepped
+
+    start = Instant.now()
+    with fresh_cache(), mock.patch.object(Sampling, "step_epoch", noting_burn_in):
+        run(cfg, directory)  # its test predictions made as it kept each draw
+    end = Instant.now()
     posterior = load_run(directory)
     x_test = posterior.data.x_test
     shape = (posterior.num_chains, len(posterior) // posterior.num_chains, x_test.shape[0], 2)
     predictions = torch.empty(shape)
     for sample, output in posterior.predictions(x_test):
         predictions[sample.chain, sample.draw] = output
-    seconds = metrics["wall_time_s"]
-    return Draws(predictions, seconds, seconds - burn_in)
+    return Draws.timed(predictions, start, warmed[0], end)
 
 
 def jax_mlp(cfg: DictConfig) -> Callable:
@@ -239,47 +333,125 @@ def check_posterior(cfg: DictConfig) -> None:
         )
 
 
-def nuts_yacht(cfg: DictConfig, data, settings: Settings, seed: int) -> Draws:
-    """NumPyro's NUTS on the posterior of ``cfg``, one chain."""
-    forward = jax_mlp(cfg)
-    sizes = widths(cfg, data)
-    scale = float(cfg.prior.scale)
+class Posterior:
+    """The posterior of ``cfg`` on yacht written in NumPyro (the peers' one model: BlackJAX
+    samples its log density on NumPyro's unconstrained space), and the test predictions of its
+    draws."""
 
-    def model(x, y):
-        layers = [
-            (
-                numpyro.sample(f"w{i}", dist.Normal(0.0, scale).expand([m, n]).to_event(2)),
-                numpyro.sample(f"b{i}", dist.Normal(0.0, scale).expand([n]).to_event(1)),
+    def __init__(self, cfg: DictConfig, data) -> None:
+        self.forward = jax_mlp(cfg)
+        sizes = widths(cfg, data)
+        self.layers = len(sizes) - 1
+        scale = float(cfg.prior.scale)
+        forward = self.forward
+
+        def model(x, y):
+            layers = [
+                (
+                    numpyro.sample(f"w{i}", dist.Normal(0.0, scale).expand([m, n]).to_event(2)),
+                    numpyro.sample(f"b{i}", dist.Normal(0.0, scale).expand([n]).to_event(1)),
+                )
+                for i, (m, n) in enumerate(zip(sizes[:-1], sizes[1:], strict=True))
+            ]
+            precision = numpyro.sample(
+                "precision", dist.Gamma(cfg.likelihood.prior_shape, cfg.likelihood.prior_rate)
             )
-            for i, (m, n) in enumerate(zip(sizes[:-1], sizes[1:], strict=True))
-        ]
-        precision = numpyro.sample(
-            "precision", dist.Gamma(cfg.likelihood.prior_shape, cfg.likelihood.prior_rate)
-        )
-        mean = forward(layers, x)[:, 0]
-        numpyro.sample("y", dist.Normal(mean, precision**-0.5), obs=y)
+            mean = forward(layers, x)[:, 0]
+            numpyro.sample("y", dist.Normal(mean, precision**-0.5), obs=y)
 
-    x, y = jnp.asarray(data.x_train.numpy()), jnp.asarray(data.y_train.numpy())
+        self.model = model
+        self.x, self.y = jnp.asarray(data.x_train.numpy()), jnp.asarray(data.y_train.numpy())
+        self.x_test = jnp.asarray(data.x_test.numpy())
+
+    def predictions(self, samples: dict) -> torch.Tensor:
+        """The test predictions ``(chains, draws, points, 2)`` of ``samples``, each site's
+        draws ``(chains, draws, ...)``."""
+        layers = [(samples[f"w{i}"], samples[f"b{i}"]) for i in range(self.layers)]
+        outputs = jax.vmap(jax.vmap(lambda params: self.forward(params, self.x_test)[:, 0]))
+        mean = outputs(layers)
+        variance = jnp.broadcast_to((1 / samples["precision"])[..., None], mean.shape)
+        return torch.tensor(np.asarray(jnp.stack([mean, variance], -1)))
+
+
+def nuts_yacht(posterior: Posterior, warmup: int, samples: int, chains: int, seed: int) -> Draws:
+    """NumPyro's NUTS (Hoffman & Gelman 2014) on ``posterior``: one chain, or ``chains``
+    chains vectorised as one program (``chain_method="vectorized"``)."""
+    start = Instant.now()
     mcmc = MCMC(
-        NUTS(model),
-        num_warmup=settings.warmup,
-        num_samples=settings.samples,
+        NUTS(posterior.model),
+        num_warmup=warmup,
+        num_samples=samples,
+        num_chains=chains,
+        chain_method="vectorized" if chains > 1 else "sequential",
         progress_bar=False,
     )
-    start = time.perf_counter()
-    mcmc.warmup(jax.random.PRNGKey(seed), x, y)
+    mcmc.warmup(jax.random.PRNGKey(seed), posterior.x, posterior.y)
     jax.block_until_ready(mcmc.post_warmup_state)
-    warmed = time.perf_counter()
-    mcmc.run(mcmc.post_warmup_state.rng_key, x, y)
-    samples = jax.block_until_ready(mcmc.get_samples())
-    end = time.perf_counter()
+    warmed = Instant.now()
+    mcmc.run(mcmc.post_warmup_state.rng_key, posterior.x, posterior.y)
+    samples = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))
+    end = Instant.now()
+    return Draws.timed(posterior.predictions(samples), start, warmed, end)
 
-    layers = [(samples[f"w{i}"], samples[f"b{i}"]) for i in range(len(sizes) - 1)]
-    x_test = jnp.asarray(data.x_test.numpy())
-    mean = jax.vmap(lambda params: forward(params, x_test)[:, 0])(layers)
-    variance = jnp.broadcast_to((1 / samples["precision"])[:, None], mean.shape)
-    predictions = torch.tensor(np.asarray(jnp.stack([mean, variance], -1)))[None]
-    return Draws(predictions, end - start, end - warmed)
+
+#: ChEES's optimiser of the log trajectory length, Hoffman, Radul & Sountsov (2021)'s and bdl's
+#: (`bdl.samplers.chees`): Adam without momentum, learning rate 0.025, squared gradients'
+#: average decaying by 0.95
+CHEES_OPTIMISER = optax.adam(0.025, b1=0.0, b2=0.95)
+
+
+def chees_yacht(
+    posterior: Posterior, warmup: int, samples: int, chains: int, seed: int, diagonal: bool
+) -> Draws:
+    """BlackJAX's ChEES-HMC (Hoffman, Radul & Sountsov 2021) on ``posterior``: ``chains``
+    vmapped chains whose step size (dual averaging) and jittered trajectory length (ChEES, shared
+    by the chains) are learnt over ``warmup`` iterations, with a diagonal mass estimated from the
+    ensemble over warm-up's second half when ``diagonal`` (BlackJAX's
+    ``mass_matrix_estimation="diagonal"``) or the identity, then ``samples`` draws a chain."""
+    start = Instant.now()
+    init_key, warmup_key, sample_key = jax.random.split(jax.random.PRNGKey(seed), 3)
+    # NumPyro's own start for its chains: uniform on (-2, 2) in the unconstrained space
+    model = initialize_model(
+        jax.random.split(init_key, chains), posterior.model, model_args=(posterior.x, posterior.y)
+    )
+
+    # ChEES's ensemble statistics take each chain's position as one flat vector
+    starts = model.param_info.z
+    unravel = ravel_pytree(jax.tree.map(lambda x: x[0], starts))[1]
+
+    def log_density(position):
+        return -model.potential_fn(unravel(position))
+
+    adaptation = blackjax.chees_adaptation(
+        log_density,
+        chains,
+        mass_matrix_estimation="diagonal" if diagonal else None,
+        adaptation_info_fn=get_filter_adapt_info_fn(),  # keeps no trace of warm-up
+    )
+    (states, parameters), _ = adaptation.run(
+        warmup_key,
+        jax.vmap(lambda z: ravel_pytree(z)[0])(starts),
+        step_size=0.1,  # dual averaging's start
+        optim=CHEES_OPTIMISER,
+        num_steps=warmup,
+    )
+    jax.block_until_ready(states)
+    warmed = Instant.now()
+    step = jax.vmap(blackjax.dhmc(log_density, **parameters).step)
+
+    @jax.jit
+    def sample(states, key):
+        def draw(states, key):
+            states, _ = step(jax.random.split(key, chains), states)
+            return states, states.position
+
+        return jax.lax.scan(draw, states, jax.random.split(key, samples))[1]
+
+    positions = jax.block_until_ready(sample(states, sample_key))
+    end = Instant.now()
+    constrained = jax.vmap(jax.vmap(lambda z: model.postprocess_fn(unravel(z))))(positions)
+    predictions = posterior.predictions(jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), constrained))
+    return Draws.timed(predictions, start, warmed, end)
 
 
 def spread(values: list[float]) -> str:
@@ -293,77 +465,120 @@ def threads() -> str:
     return f"torch threads {torch.get_num_threads()}, XLA single-threaded"
 
 
+#: the peers on yacht
+NUTS_ONE = "NumPyro NUTS"
+NUTS_K = f"NumPyro NUTS x{CHAINS}"
+CHEES = f"ChEES x{CHAINS}"
+CHEES_DIAGONAL = f"ChEES diag x{CHAINS}"
+PEERS = [NUTS_ONE, NUTS_K, CHEES, CHEES_DIAGONAL]
+#: the runs every other is checked against, the first that ran: bdl's best, or eager chains
+REFERENCES = ["bdl 16 compiled", "bdl 8 chains"]
+#: a run's four rates: ESS (median and slowest test point) per second and per CPU-second
+RATES = ["med/s", "min/s", "med/CPU-s", "min/CPU-s"]
+
+
+def rates(summary: Summary, seconds: Seconds) -> list[float]:
+    return [
+        summary.ess_median / seconds.wall,
+        summary.ess_min / seconds.wall,
+        summary.ess_median / seconds.cpu,
+        summary.ess_min / seconds.cpu,
+    ]
+
+
 def yacht(rounds: int, settings: Settings) -> None:
     common = [*YACHT, f"epochs={settings.epochs}", f"burn_in={settings.burn_in}", *BDL_THREADS]
     cfg = composed(common)
     check_posterior(cfg)
     data = load_data(cfg)
     task = Task(data, data.y_test)
+    posterior = Posterior(cfg, data)
+    # as many draws a chain as each of bdl's chains keeps after burn-in
+    draws = (cfg.epochs - cfg.burn_in) // cfg.thin
+    runs: dict[str, Callable[[int], Draws]] = {
+        NUTS_ONE: lambda seed: nuts_yacht(posterior, settings.warmup, settings.samples, 1, seed),
+        NUTS_K: lambda seed: nuts_yacht(posterior, settings.chains_warmup, draws, CHAINS, seed),
+        CHEES: lambda seed: chees_yacht(
+            posterior, settings.chains_warmup, draws, CHAINS, seed, diagonal=False
+        ),
+        CHEES_DIAGONAL: lambda seed: chees_yacht(
+            posterior, settings.chains_warmup, draws, CHAINS, seed, diagonal=True
+        ),
+    }
     print(
-        f"yacht: bdl {' '.join(common)} (HMC, 50 leapfrog steps an iteration); NumPyro NUTS, one "
-        f"chain, {settings.warmup} warm-up + {settings.samples} draws; {len(data.x_test)} test "
+        f"yacht: bdl {' '.join(common)} (HMC, 50 leapfrog steps an iteration, {draws} draws a "
+        f"chain); NumPyro NUTS, one chain, {settings.warmup} warm-up + {settings.samples} draws; "
+        f"NumPyro NUTS vectorised and BlackJAX ChEES-HMC, {CHAINS} chains, "
+        f"{settings.chains_warmup} warm-up + {draws} draws a chain; {len(data.x_test)} test "
         f"points, {rounds} rounds, {threads()}"
     )
     print(
-        f"{'contender':<15}{'round':>6}{'ESS med':>8}{'ESS min':>8}{'seconds':>8}{'after wu':>9}"
-        f"{'med/s':>7}{'min/s':>7}{'med/s aft':>10}{'rmse':>7}{'ll':>7}{'max|z|':>7}"
+        "ESS of the test predictive (median and slowest point) per second and per CPU-second, "
+        "the whole run (warm-up and compilation included) and after warm-up (compilation "
+        "excluded); max|z|: the largest difference of posterior means over its Monte Carlo "
+        "error against the reference run (ref)"
     )
-    names = [NUMPYRO, *BDL_YACHT]  # NUTS first: each bdl run is compared with its round's
-    # per contender, per round: ESS/s of the median and minimum, whole, and of the median after
-    # warm-up; the minimum ESS
-    rates: dict[str, list[tuple[float, ...]]] = {name: [] for name in names}
+    print(
+        f"{'contender':<20}{'round':>6}{'ESS med':>8}{'ESS min':>8}{'wall':>7}{'CPU':>7}"
+        f"{'wall aft':>9}{'CPU aft':>8}{'med/s':>7}{'min/s':>7}{'med/CPU':>8}{'min/CPU':>8}"
+        f"{'rmse':>7}{'ll':>7}{'max|z|':>7}"
+    )
+    # the references first, so that each run is compared with its round's as it ends
+    names = [*REFERENCES, *(name for name in BDL_YACHT if name not in REFERENCES), *PEERS]
+    # per contender, per round: the four rates of the whole run, then of the sampling after it
+    measured: dict[str, list[list[float]]] = {name: [] for name in names}
     worst_z: dict[str, float] = {}
     skipped: set[str] = set()
     with tempfile.TemporaryDirectory() as root:
         for round_ in range(rounds):
+            reference: Summary | None = None
             for name in names:
                 if name in skipped:
                     continue
-                if name == NUMPYRO:
-                    draws = nuts_yacht(cfg, data, settings, seed=round_)
+                if name in runs:
+                    draws_ = runs[name](round_)
                 else:
                     overrides = [*common, *BDL_YACHT[name], f"seed={round_}"]
                     try:
-                        draws = bdl_yacht(composed(overrides), Path(root) / f"{name}_{round_}")
+                        draws_ = bdl_yacht(composed(overrides), Path(root) / f"{name}_{round_}")
                     except torch._dynamo.exc.BackendCompilerFailed as error:
                         print(f"{name}: skipped, torch.compile fails on this machine ({error})")
                         skipped.add(name)
                         continue
-                summary = Summary.of(draws, task)
-                if name == NUMPYRO:
-                    nuts, z = summary, ""
+                summary = Summary.of(draws_, task)
+                if reference is None:
+                    reference, z = summary, "ref"
                 else:
-                    worst = summary.largest_z(nuts)
+                    worst = summary.largest_z(reference)
                     worst_z[name] = max(worst_z.get(name, 0.0), worst)
                     z = f"{worst:.2f}"
-                rate = (
-                    summary.ess_median / draws.seconds,
-                    summary.ess_min / draws.seconds,
-                    summary.ess_median / draws.sampling_seconds,
-                    summary.ess_min,
-                )
-                rates[name].append(rate)
+                whole, after = rates(summary, draws_.whole), rates(summary, draws_.sampling)
+                measured[name].append(whole + after)
                 print(
-                    f"{name:<15}{round_:>6}{summary.ess_median:>8.0f}{summary.ess_min:>8.0f}"
-                    f"{draws.seconds:>8.1f}{draws.sampling_seconds:>9.1f}{rate[0]:>7.1f}"
-                    f"{rate[1]:>7.2f}{rate[2]:>10.1f}{summary.rmse:>7.3f}{summary.ll:>7.3f}{z:>7}"
+                    f"{name:<20}{round_:>6}{summary.ess_median:>8.0f}{summary.ess_min:>8.0f}"
+                    f"{draws_.whole.wall:>7.1f}{draws_.whole.cpu:>7.1f}"
+                    f"{draws_.sampling.wall:>9.1f}{draws_.sampling.cpu:>8.1f}"
+                    f"{whole[0]:>7.1f}{whole[1]:>7.2f}{whole[2]:>8.1f}{whole[3]:>8.2f}"
+                    f"{summary.rmse:>7.3f}{summary.ll:>7.3f}{z:>7}",
+                    flush=True,
                 )
-    print(
-        "bdl / NumPyro NUTS, median (min-max) over rounds: ESS per second of the test predictive "
-        "(median and minimum over the points, the whole run or after warm-up), and the minimum ESS"
-    )
-    print(
-        f"{'contender':<15}{'med/s, whole':>20}{'min/s, whole':>20}{'med/s, after wu':>20}"
-        f"{'min ESS':>20}{'max|z|':>8}"
-    )
-    for name in BDL_YACHT:
-        if not rates[name]:
-            continue
-        ratios = [
-            [ours[k] / theirs[k] for ours, theirs in zip(rates[name], rates[NUMPYRO], strict=True)]
-            for k in range(4)
-        ]
-        print(f"{name:<15}{''.join(f'{spread(r):>20}' for r in ratios)}{worst_z[name]:>8.2f}")
+    for offset, phase in ((0, "the whole run"), (len(RATES), "after warm-up")):
+        print(
+            f"bdl / peer, ESS of the test predictive per second and per CPU-second, {phase}: "
+            "median (min-max) over rounds"
+        )
+        print(f"{'bdl / peer':<40}{''.join(f'{rate:>20}' for rate in RATES)}")
+        for ours in BDL_YACHT:
+            for theirs in PEERS:
+                if not measured[ours]:
+                    continue
+                pairs = list(zip(measured[ours], measured[theirs], strict=True))
+                ratios = [
+                    spread([a[offset + k] / b[offset + k] for a, b in pairs])
+                    for k in range(len(RATES))
+                ]
+                print(f"{ours + ' / ' + theirs:<40}{''.join(f'{r:>20}' for r in ratios)}")
+    print("max|z| over rounds: " + ", ".join(f"{name} {z:.2f}" for name, z in worst_z.items()))
 
 
 class BlackJAXSGHMC:
@@ -519,10 +734,11 @@ def main() -> None:
         torch.set_num_threads(1)
     # the runs' own verdicts (short chains that have not converged) are not what is measured
     logging.getLogger("bdl").setLevel(logging.ERROR)
-    if args.part in ("yacht", "all"):
-        yacht(args.rounds, QUICK if args.quick else FULL)
-    if args.part in ("mnist", "all"):
-        mnist(args.rounds)
+    with machine_load(os.cpu_count() if DEFAULT_THREADS else 1):
+        if args.part in ("yacht", "all"):
+            yacht(args.rounds, QUICK if args.quick else FULL)
+        if args.part in ("mnist", "all"):
+            mnist(args.rounds)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,16 @@
 """What the benchmark scripts share: a composed bdl config, the runner's sampling loop on it, a
-bare copy of its network with the bare PyTorch loop that trains it, and a device-synchronised
-timer."""
+bare copy of its network with the bare PyTorch loop that trains it, a device-synchronised
+timer, and the report of the machine's load and the CPU time beside the wall time that every
+benchmark prints."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -109,3 +112,69 @@ def alternating_times(fns: Sequence[Callable[[], object]], rounds: int) -> list[
 def alternating_medians(fns: Sequence[Callable[[], object]], rounds: int) -> list[float]:
     """Median seconds of each of ``fns`` over `alternating_times`' rounds."""
     return [statistics.median(fn_times) for fn_times in alternating_times(fns, rounds)]
+
+
+#: the words of the warning printed when other work shared the machine
+UNDER_LOAD = "machine under load: ratios are not evidence; rerun on a quiet machine"
+
+
+def _live_children_seconds(pid: int) -> float:
+    """CPU seconds of the live descendants of process ``pid`` and of the children they have
+    reaped (Linux's /proc; 0 elsewhere): Inductor's compile workers, say, which ``os.times``
+    counts only once they have ended and been waited for."""
+    seconds = 0.0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as file:
+                children = [int(child) for child in file.read().split()]
+        except OSError:
+            continue
+        for child in children:
+            try:
+                with open(f"/proc/{child}/stat") as file:
+                    # the fields after the command's closing parenthesis, from the state on:
+                    # utime, stime, cutime and cstime are the 12th to 15th
+                    fields = file.read().rpartition(")")[2].split()
+            except OSError:  # ended since the listing
+                continue
+            ticks = sum(int(field) for field in fields[11:15])
+            seconds += ticks / os.sysconf("SC_CLK_TCK") + _live_children_seconds(child)
+    return seconds
+
+
+def cpu_seconds() -> float:
+    """CPU seconds (user and system) of this process, every thread of it (XLA's and JAX's
+    compile threads included), and of its child processes, ended or live (Inductor's compile
+    workers)."""
+    times = os.times()
+    ended = times.children_user + times.children_system
+    return times.user + times.system + ended + _live_children_seconds(os.getpid())
+
+
+def load_report(cores: int, before: float, after: float, wall: float, cpu: float) -> list[str]:
+    """The lines that state how a benchmark ran: the cores (threads) it uses, the machine's
+    1-minute load average before and after it, its wall and CPU seconds; and a warning when the
+    load before or after exceeds the benchmark's own cores by more than half a core, which says
+    that other work shared the machine and that the timings' ratios are not evidence."""
+    lines = [
+        f"{cores} thread{'s' if cores != 1 else ''} on {os.cpu_count()} cores; load average "
+        f"(1 minute) {before:.2f} before, {after:.2f} after; {wall:.1f} s wall, {cpu:.1f} s CPU "
+        "(child processes included)"
+    ]
+    if max(before, after) > cores + 0.5:
+        lines.append(f"WARNING: {UNDER_LOAD}")
+    return lines
+
+
+@contextlib.contextmanager
+def machine_load(cores: int) -> Iterator[None]:
+    """Prints `load_report` of the block, run on ``cores`` threads, when it ends."""
+    before = os.getloadavg()[0]
+    wall, cpu = time.perf_counter(), cpu_seconds()
+    yield
+    wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
+    print("\n".join(load_report(cores, before, os.getloadavg()[0], wall, cpu)))

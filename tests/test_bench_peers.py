@@ -1,4 +1,5 @@
-"""scripts/bench_peers.py, run as a user runs it: bdl against NumPyro's NUTS and BlackJAX's SGHMC.
+"""scripts/bench_peers.py, run as a user runs it: bdl against NumPyro's NUTS (one chain and
+vectorised), BlackJAX's ChEES-HMC and BlackJAX's SGHMC.
 
 The run with the peers needs the ``peers`` extra (absent in CI, which skips it) and the real
 data; the line that names the extra runs everywhere."""
@@ -17,6 +18,10 @@ from scipy.stats import norm
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_peers.py"
 SPREAD = r"(\d+\.\d+) \((\d+\.\d+)-(\d+\.\d+)\)"
+#: a yacht contender's row in round 0: its name, twelve figures and max|z| (or "ref")
+ROW = r"([\w ]+?)\s+0\s+" + r"\s+".join([r"(-?\d+\.?\d*)"] * 12) + r"\s+(ref|\d+\.\d+)"
+#: a row of ratios: bdl's setting / a peer, four spreads
+RATIOS = r"(bdl [\w ]+?) / ([\w ]+?)\s+" + r"\s+".join([SPREAD] * 4)
 
 
 def run_script(args: list[str], env: dict[str, str], prelude: str = "") -> str:
@@ -54,27 +59,41 @@ def test_quick_run_prints_sane_ratios_and_agreeing_posteriors(data_dir):
     # no difference of means beyond what Monte Carlo error gives at 1 in 1000 over the points
     # (Bonferroni); the chains of one run are short, so their ESS is itself rough
     z_limit = norm.isf(0.001 / 2 / points)
-    contenders = {}
+    bdl = {"bdl 1 chain", "bdl 8 chains", "bdl 8 compiled", "bdl 8 adapted", "bdl 16 compiled"}
+    peers = {"NumPyro NUTS", "NumPyro NUTS x16", "ChEES x16", "ChEES diag x16"}
+    rows = {}
     for line in stdout.splitlines():
-        match = re.fullmatch(
-            rf"(bdl [\w ]+?)\s+{SPREAD}\s*{SPREAD}\s*{SPREAD}\s*{SPREAD}\s+(\d+\.\d+)", line
-        )
+        match = re.fullmatch(ROW, line)
         if match:
-            contenders[match.group(1)] = [float(v) for v in match.groups()[1:]]
-    assert set(contenders) == {
-        "bdl 1 chain",
-        "bdl 8 chains",
-        "bdl 8 compiled",
-        "bdl 8 adapted",
-        "bdl 16 compiled",
-    }
-    for name, values in contenders.items():
-        *ratios, z = values
-        assert all(math.isfinite(r) and r > 0 for r in ratios), name
-        for median, least, most in zip(ratios[::3], ratios[1::3], ratios[2::3]):
-            assert median == least == most, f"{name}: one round, so no spread"
-        if name != "bdl 1 chain":  # one chain's 30 draws give no usable standard error
-            assert z < z_limit, f"{name}: max |z| {z} over {points} test points"
+            rows[match.group(1)] = [float(v) for v in match.groups()[1:-1]], match.group(14)
+    assert set(rows) == bdl | peers
+    assert rows["bdl 16 compiled"][1] == "ref"
+    for name, ((_, _, wall, cpu, wall_after, cpu_after, *_), z) in rows.items():
+        # the sampling after warm-up is part of the whole run, on either clock
+        assert 0 < wall_after < wall and 0 < cpu_after < cpu, name
+        # the reference itself; one chain's 30 draws give no usable standard error
+        if name not in ("bdl 16 compiled", "bdl 1 chain"):
+            assert float(z) < z_limit, f"{name}: max |z| {z} over {points} test points"
+
+    # the whole run, then after warm-up: each bdl setting against each peer
+    whole, after = stdout.split("after warm-up: median (min-max) over rounds")
+    for table in (whole, after):
+        ratios = {}
+        for line in table.splitlines():
+            match = re.fullmatch(RATIOS, line)
+            if match:
+                ratios[match.group(1), match.group(2)] = [float(v) for v in match.groups()[2:]]
+        assert set(ratios) == {(ours, theirs) for ours in bdl for theirs in peers}
+        for pair, values in ratios.items():
+            assert all(math.isfinite(r) and r > 0 for r in values), pair
+            for median, least, most in zip(values[::3], values[1::3], values[2::3], strict=True):
+                assert median == least == most, f"{pair}: one round, so no spread"
+    assert re.search(
+        r"^1 thread on \d+ cores; load average \(1 minute\) [\d.]+ before, [\d.]+ after; "
+        r"[\d.]+ s wall, [\d.]+ s CPU",
+        stdout,
+        re.MULTILINE,
+    )
 
     epochs = re.findall(
         r"(bdl|bdl compiled|BlackJAX) SGHMC epoch:\s+[\d.]+ ms\s+/ bare (\d+\.\d+)", stdout
