@@ -52,10 +52,18 @@ def bdl(*args: str, env: dict[str, str], cwd: Path, module: str = "bdl.cli"):
     )
 
 
-def test_tiny_run_writes_every_output(env, tmp_path):
-    run_dir = tmp_path / "run"
-    result = bdl(*TINY_MNIST, f"hydra.run.dir={run_dir}", env=env, cwd=tmp_path)
+@pytest.fixture(scope="module")
+def tiny_mnist(env, tmp_path_factory) -> Path:
+    """One run of TINY_MNIST from the command line, which the tests below read."""
+    cwd = tmp_path_factory.mktemp("tiny-mnist")
+    run_dir = cwd / "run"
+    result = bdl(*TINY_MNIST, f"hydra.run.dir={run_dir}", env=env, cwd=cwd)
     assert result.returncode == 0, result.stderr
+    return run_dir
+
+
+def test_tiny_run_writes_every_output(tiny_mnist):
+    run_dir = tiny_mnist
     metrics = json.loads((run_dir / "metrics.json").read_text())
     for key in [
         "test_accuracy",
@@ -80,9 +88,8 @@ def test_tiny_run_writes_every_output(env, tmp_path):
     assert sample["layers.0.weight"].shape == (100, 784)
 
 
-def test_same_seed_same_samples_and_reference_metrics(env, tmp_path):
-    first, second = tmp_path / "a", tmp_path / "b"
-    assert bdl(*TINY_MNIST, f"hydra.run.dir={first}", env=env, cwd=tmp_path).returncode == 0
+def test_same_seed_same_samples_and_reference_metrics(env, tiny_mnist, tmp_path):
+    first, second = tiny_mnist, tmp_path / "b"
     result = bdl(
         *TINY_MNIST, f"hydra.run.dir={second}", f"reference={first}", env=env, cwd=tmp_path
     )
