@@ -141,15 +141,24 @@ def test_wandb_offline_needs_no_account_or_network_and_groups_a_sweep(env, tmp_p
     assert list(labels.tags) == ["boston", "sghmc"]
 
 
+def covered(*case):
+    """A case whose route to the one line a quicker case of its test takes (the same check on
+    another key or value), and whose message tests/test_config.py asserts in-process
+    (test_config_mistakes_name_their_key, test_out_of_range_values_name_their_key), or, for
+    ``epoch=3``, test_a_mistake_is_one_line_naming_the_fix_and_leaves_no_directory's
+    ``epoch=20``: a process start each, run with the slow tests."""
+    return pytest.param(*case, marks=pytest.mark.slow)
+
+
 @pytest.mark.parametrize(
     "override, named",
     [
         ("sampler=nope", "sampler"),
         ("epochs=-1", "epochs"),
-        ("batch_size=0", "batch_size"),
+        covered("batch_size=0", "batch_size"),
         ("seed=abc", "seed"),
         ("device=tpu", "device"),
-        ("epoch=3", "epoch"),
+        covered("epoch=3", "epoch"),
         ("sampler.lr=-0.1", "sampler.lr"),
     ],
 )
@@ -184,17 +193,17 @@ def no_data(tmp_path_factory) -> dict[str, str]:
             ["+sampler.foo=1"],
             "sampler.foo is not an option of SGHMC (options: lr, alpha, grad_var, burn_in_alpha)",
         ),
-        (["+model.foo=1"], "model.foo is not an option of MLP"),
-        (["+schedule.foo=1"], "schedule.foo is not an option of Constant"),
+        covered(["+model.foo=1"], "model.foo is not an option of MLP"),
+        covered(["+schedule.foo=1"], "schedule.foo is not an option of Constant"),
         (["+likelihood.foo=1"], "likelihood.foo is not a key of likelihood"),
-        (["sampler.lr=[1,2]"], "sampler.lr=[1, 2] must be a finite number"),
+        covered(["sampler.lr=[1,2]"], "sampler.lr=[1, 2] must be a finite number"),
         (["sampler.lr=fast"], "sampler.lr=fast must be a finite number"),
-        (["temperature=inf"], "temperature=inf is out of range"),
+        covered(["temperature=inf"], "temperature=inf is out of range"),
         (["temperature=nan"], "temperature=nan is out of range"),
-        (["prior.scale=inf"], "prior.scale=inf must be a finite number"),
-        (["likelihood.noise_std=inf"], "likelihood.noise_std must be positive and finite"),
+        covered(["prior.scale=inf"], "prior.scale=inf must be a finite number"),
+        covered(["likelihood.noise_std=inf"], "likelihood.noise_std must be positive and finite"),
         (["likelihood.noise_std=nan"], "likelihood.noise_std must be positive and finite"),
-        (["sampler=hmc", "sampler.lr=inf"], "sampler.lr=inf must be a finite number"),
+        covered(["sampler=hmc", "sampler.lr=inf"], "sampler.lr=inf must be a finite number"),
         (["sampler=hmc", "sampler.lr=nan"], "sampler.lr=nan must be a finite number"),
     ],
 )
