@@ -192,7 +192,7 @@ LANGEVIN = {
 def test_the_every_sampler_tests_pick_up_an_installed_plugin_sampler(tmp_path, fake_data_root):
     root = write_package(tmp_path / "lab", LANGEVIN, "lab")
     env = {**command_env(fake_data_root, tmp_path / "cache"), "PYTHONPATH": str(root)}
-    test = "tests/test_stability.py::test_every_sampler_at_its_defaults_runs_two_epochs_or_refuses"
+    test = "tests/test_stability.py::test_every_sampler_at_its_defaults_ends_sound_or_refuses"
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", test],
         cwd=ROOT,
