@@ -36,8 +36,9 @@ run: install ## SGHMC on MNIST with Chen et al.'s setup (the quick start)
 demo: install ## a first result in about a minute: SGHMC on MNIST for 10 epochs
 	$(BIN)/bdl-run sampler=sghmc dataset=mnist epochs=10 burn_in=5
 
-test: install-dev ## the default test suite (slow tests excluded)
-	$(BIN)/pytest
+# Two worker processes of one thread each: the suite's tests are small and mostly one-core work
+test: install-dev ## the default test suite (slow tests excluded), on two worker processes
+	OMP_NUM_THREADS=1 $(BIN)/pytest -n 2
 
 test-slow: install-dev ## the slow statistical and end-to-end checks
 	$(BIN)/pytest -m slow

@@ -52,10 +52,18 @@ def bdl(*args: str, env: dict[str, str], cwd: Path, module: str = "bdl.cli"):
     )
 
 
-def test_tiny_run_writes_every_output(env, tmp_path):
-    run_dir = tmp_path / "run"
-    result = bdl(*TINY_MNIST, f"hydra.run.dir={run_dir}", env=env, cwd=tmp_path)
+@pytest.fixture(scope="module")
+def tiny_mnist(env, tmp_path_factory) -> Path:
+    """One run of TINY_MNIST from the command line, which the tests below read."""
+    cwd = tmp_path_factory.mktemp("tiny-mnist")
+    run_dir = cwd / "run"
+    result = bdl(*TINY_MNIST, f"hydra.run.dir={run_dir}", env=env, cwd=cwd)
     assert result.returncode == 0, result.stderr
+    return run_dir
+
+
+def test_tiny_run_writes_every_output(tiny_mnist):
+    run_dir = tiny_mnist
     metrics = json.loads((run_dir / "metrics.json").read_text())
     for key in [
         "test_accuracy",
@@ -80,9 +88,8 @@ def test_tiny_run_writes_every_output(env, tmp_path):
     assert sample["layers.0.weight"].shape == (100, 784)
 
 
-def test_same_seed_same_samples_and_reference_metrics(env, tmp_path):
-    first, second = tmp_path / "a", tmp_path / "b"
-    assert bdl(*TINY_MNIST, f"hydra.run.dir={first}", env=env, cwd=tmp_path).returncode == 0
+def test_same_seed_same_samples_and_reference_metrics(env, tiny_mnist, tmp_path):
+    first, second = tiny_mnist, tmp_path / "b"
     result = bdl(
         *TINY_MNIST, f"hydra.run.dir={second}", f"reference={first}", env=env, cwd=tmp_path
     )
@@ -134,15 +141,24 @@ def test_wandb_offline_needs_no_account_or_network_and_groups_a_sweep(env, tmp_p
     assert list(labels.tags) == ["boston", "sghmc"]
 
 
+def covered(*case):
+    """A case whose route to the one line a quicker case of its test takes (the same check on
+    another key or value), and whose message tests/composition/test_config.py asserts in-process
+    (test_config_mistakes_name_their_key, test_out_of_range_values_name_their_key), or, for
+    ``epoch=3``, test_a_mistake_is_one_line_naming_the_fix_and_leaves_no_directory's
+    ``epoch=20``: a process start each, run with the slow tests."""
+    return pytest.param(*case, marks=pytest.mark.slow)
+
+
 @pytest.mark.parametrize(
     "override, named",
     [
         ("sampler=nope", "sampler"),
         ("epochs=-1", "epochs"),
-        ("batch_size=0", "batch_size"),
+        covered("batch_size=0", "batch_size"),
         ("seed=abc", "seed"),
         ("device=tpu", "device"),
-        ("epoch=3", "epoch"),
+        covered("epoch=3", "epoch"),
         ("sampler.lr=-0.1", "sampler.lr"),
     ],
 )
@@ -177,17 +193,17 @@ def no_data(tmp_path_factory) -> dict[str, str]:
             ["+sampler.foo=1"],
             "sampler.foo is not an option of SGHMC (options: lr, alpha, grad_var, burn_in_alpha)",
         ),
-        (["+model.foo=1"], "model.foo is not an option of MLP"),
-        (["+schedule.foo=1"], "schedule.foo is not an option of Constant"),
+        covered(["+model.foo=1"], "model.foo is not an option of MLP"),
+        covered(["+schedule.foo=1"], "schedule.foo is not an option of Constant"),
         (["+likelihood.foo=1"], "likelihood.foo is not a key of likelihood"),
-        (["sampler.lr=[1,2]"], "sampler.lr=[1, 2] must be a finite number"),
+        covered(["sampler.lr=[1,2]"], "sampler.lr=[1, 2] must be a finite number"),
         (["sampler.lr=fast"], "sampler.lr=fast must be a finite number"),
-        (["temperature=inf"], "temperature=inf is out of range"),
+        covered(["temperature=inf"], "temperature=inf is out of range"),
         (["temperature=nan"], "temperature=nan is out of range"),
-        (["prior.scale=inf"], "prior.scale=inf must be a finite number"),
-        (["likelihood.noise_std=inf"], "likelihood.noise_std must be positive and finite"),
+        covered(["prior.scale=inf"], "prior.scale=inf must be a finite number"),
+        covered(["likelihood.noise_std=inf"], "likelihood.noise_std must be positive and finite"),
         (["likelihood.noise_std=nan"], "likelihood.noise_std must be positive and finite"),
-        (["sampler=hmc", "sampler.lr=inf"], "sampler.lr=inf must be a finite number"),
+        covered(["sampler=hmc", "sampler.lr=inf"], "sampler.lr=inf must be a finite number"),
         (["sampler=hmc", "sampler.lr=nan"], "sampler.lr=nan must be a finite number"),
     ],
 )
