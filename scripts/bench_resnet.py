@@ -67,7 +67,7 @@ def main() -> None:
         ]
         first = [timed(loop.step_epoch) for loop in loops]
         seconds = alternating_medians([loop.step_epoch for loop in loops], args.rounds)
-        run = loops[0].experiment
+        run = loops[0].experiment.run
         images = run.steps_per_epoch * run.batch_size
 
     print(

@@ -25,7 +25,7 @@ def classification(n_test: int = 1000, seed: int = 0):
     y_train = torch.multinomial(frequencies, 5000, replacement=True, generator=generator)
     y_test = torch.multinomial(frequencies, n_test, replacement=True, generator=generator)
     data = SimpleNamespace(task="classification", y_train=y_train, out_features=CLASSES)
-    return SimpleNamespace(task=Task(data, y_test)), y_test
+    return SimpleNamespace(run=SimpleNamespace(task=Task(data, y_test))), y_test
 
 
 def verdict(experiment, predictive) -> dict:
@@ -73,7 +73,7 @@ def test_a_regression_that_predicts_the_training_mean_is_unsound():
     x = torch.randn(400, generator=generator, dtype=torch.float64)
     y = 2 * x + 0.1 * torch.randn(400, generator=generator, dtype=torch.float64)
     data = SimpleNamespace(task="regression", y_train=y[:300], target_mean=5.0, target_std=2.0)
-    experiment = SimpleNamespace(task=Task(data, y[300:]))
+    experiment = SimpleNamespace(run=SimpleNamespace(task=Task(data, y[300:])))
     variance = torch.ones(100, dtype=torch.float64)
     flat = torch.stack([torch.full((100,), float(y[:300].mean())), variance], -1)
     fitted = torch.stack([2 * x[300:], 0.01 * variance], -1)
