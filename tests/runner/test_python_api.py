@@ -92,7 +92,9 @@ def test_its_run_directory_is_read_by_bdl_eval_bdl_report_and_load_run(tmp_path)
 def test_a_network_of_the_callers_own_is_rebuilt_only_when_handed_over_again(tmp_path):
     train, test = sine()
     bdl.run_model(Wave, train, test, directory=tmp_path / "run", model_args={"width": 5}, **SHORT)
-    with pytest.raises(ConfigError, match=r"model._target_=runner.test_python_api.Wave is not one of"):
+    with pytest.raises(
+        ConfigError, match=r"model._target_=runner.test_python_api.Wave is not one of"
+    ):
         bdl.load_run(tmp_path / "run").network()
     model, _ = bdl.load_run(tmp_path / "run", trust=[Wave]).network()
     assert isinstance(model, Wave) and model.layers[0].out_features == 5
