@@ -25,9 +25,9 @@ from .conftest import DEVICE, skip_without_the_device
 
 skip_without_the_device()
 
-import test_resume as resume  # noqa: E402  (after the skip: a machine without CUDA imports nothing)
-import test_run  # noqa: E402
-import test_steppers as steppers  # noqa: E402
+import runner.test_resume as resume  # noqa: E402  (after the skip: a machine without CUDA imports nothing)
+import runner.test_run as test_run  # noqa: E402
+import runner.test_steppers as steppers  # noqa: E402
 from conftest import SAMPLER_OPTIONS, command_env, declaration  # noqa: E402
 from hydra import compose, initialize_config_module  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
