@@ -38,7 +38,7 @@ demo: install ## a first result in about a minute: SGHMC on MNIST for 10 epochs
 
 # Two worker processes of one thread each: the suite's tests are small and mostly one-core work
 test: install-dev ## the default test suite (slow tests excluded), on two worker processes
-	OMP_NUM_THREADS=1 $(BIN)/pytest -n 2
+	OMP_NUM_THREADS=1 $(BIN)/pytest -n 2 --dist loadfile
 
 test-slow: install-dev ## the slow statistical and end-to-end checks
 	$(BIN)/pytest -m slow
