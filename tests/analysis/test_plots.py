@@ -130,6 +130,25 @@ def test_a_run_label_becomes_a_file_stem(label, stem):
     assert _slug(label) == stem
 
 
+@pytest.mark.parametrize(
+    ("record", "label"),
+    [
+        ({"dataset": "yacht", "sampler": "sghmc", "seed": 0}, "yacht sghmc seed 0"),
+        # a config naming a target and no option: the class it builds
+        (
+            {"dataset": "yacht", "sampler._target_": "bdl.samplers.sgld.SGLD", "seed": 2.0},
+            "yacht SGLD seed 2",
+        ),
+        ({"run_dir": "/runs/first", "seed": float("nan")}, "first"),
+    ],
+)
+def test_a_run_label_names_dataset_sampler_and_seed(record, label):
+    from bdl.analysis.plots import run_label
+
+    assert run_label(record) == label
+    assert run_label({**record, "sampler.lr": 0.1}, by=["sampler.lr"]) == f"{label}, sampler.lr=0.1"
+
+
 def overlapping_tick_labels(figure: Figure, gap: float = 2.0) -> list[tuple[str, str]]:
     """The pairs of drawn tick labels of one axis closer than ``gap`` pixels, over every axis."""
     canvas = FigureCanvasAgg(figure)

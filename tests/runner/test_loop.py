@@ -1,0 +1,40 @@
+"""A chain's loop (`bdl.runner.loop.Loop`) during burn-in: a step that heats the chain is backed
+off, the chain returned to where the epoch began, and the message names the epoch from which the
+step is frozen; the last halved step is the one kept after burn-in."""
+
+from __future__ import annotations
+
+import csv
+import logging
+import re
+
+import pytest
+
+from bdl.runner.run import run
+from runner.test_resume import config, write_tiny_uci
+
+
+@pytest.fixture(scope="module")
+def uci_root(tmp_path_factory):
+    return write_tiny_uci(tmp_path_factory.mktemp("data"))
+
+
+def test_a_step_that_heats_the_chain_is_halved_until_burn_in_ends(uci_root, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="bdl")
+    # SGLD at over 30 000 times the UCI step (3e-4): U climbs within its first epochs
+    cfg = config(uci_root, "sampler=sgld", "sampler.lr=10", "epochs=8", "burn_in=5", "thin=1")
+    metrics = run(cfg, tmp_path / "run")
+    halvings = re.findall(
+        r"epoch (\d+): U per step .* step halved to ([\d.e-]+) x sampler.lr \(burn-in adapts "
+        r"it; it is frozen from epoch (\d+) on\)",
+        caplog.text,
+    )
+    assert halvings, caplog.text
+    epochs, scales, frozen = zip(*halvings)
+    assert set(frozen) == {"6"}  # burn_in=5: epochs 1-5 adapt, epoch 6 is the first kept
+    assert all(1 <= int(e) <= 5 for e in epochs)
+    assert [float(s) for s in scales] == [2.0**-k for k in range(1, len(scales) + 1)]
+    with (tmp_path / "run" / "curve.csv").open() as file:
+        kept = [float(row["lr_scale"]) for row in csv.DictReader(file)][5:]
+    # frozen after burn-in at half the last step that held (bdl.runner.stability)
+    assert set(kept) == {metrics["step_scale"]} == {float(scales[-1]) / 2}
