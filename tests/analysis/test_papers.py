@@ -122,6 +122,11 @@ def test_chen_table_and_order(tmp_path):
     assert list(table.figures) == ["chen2014"]
     assert table.figures["chen2014"].get_suptitle().endswith("Fig. 3, mnist, sweep kept")
     assert r"1.75\%" in table.latex() and "1.75%" not in table.latex()
+    # the CSV's plain numbers: one row per (sampler, prior), the mean and sd in percent
+    numbers = table.numbers.set_index("sampler")
+    assert numbers.loc["sgd", "test_error_%"] == pytest.approx(2.2)
+    assert numbers.loc["sgd", "std"] == pytest.approx(0.1414, abs=1e-4)
+    assert numbers.loc["sghmc", "seeds"] == 2 and set(numbers["prior"]) == {"gaussian"}
 
     swapped = _chen_runs(tmp_path / "swapped", {"sgld": (0.017, 0.017), "sghmc": (0.018, 0.018)})
     notes = papers.chen2014(load_runs([swapped])).notes

@@ -195,3 +195,18 @@ def test_a_run_directory_reads_no_environment(tmp_path, monkeypatch, capsys):
     default = {"root": "${oc.env:BDL_DATA_DIR,null}", "x": "a${oc.env:BDL_TEST_SECRET,b}"}
     assert inert(default) == {"root": None, "x": "a\\${oc.env:BDL_TEST_SECRET,b}"}
     assert OmegaConf.create(inert(default)).x == "a${oc.env:BDL_TEST_SECRET,b}"
+
+
+def test_a_yaml_alias_of_its_own_enclosing_node_is_refused_in_one_line(tmp_path):
+    """A node that holds an alias of itself (a cycle, which YAML allows and bdl never writes)
+    is refused by name before OmegaConf follows it until Python's stack ends; an alias of a
+    sibling, shared twice, is read."""
+    from bdl.composition.instantiation import load_yaml
+
+    cycle = tmp_path / "cycle.yaml"
+    cycle.write_text("a: &a [1, 2, *a]\n")
+    with pytest.raises(ConfigError, match=r"cycle\.yaml holds a YAML alias of its own enclosing"):
+        load_yaml(cycle)
+    shared = tmp_path / "shared.yaml"
+    shared.write_text("a: &a [1, 2]\nb: [*a, *a]\n")
+    assert load_yaml(shared).b == [[1, 2], [1, 2]]

@@ -38,3 +38,11 @@ def test_a_step_that_heats_the_chain_is_halved_until_burn_in_ends(uci_root, tmp_
         kept = [float(row["lr_scale"]) for row in csv.DictReader(file)][5:]
     # frozen after burn-in at half the last step that held (bdl.runner.stability)
     assert set(kept) == {metrics["step_scale"]} == {float(scales[-1]) / 2}
+
+
+def test_the_first_epoch_sets_the_level_and_rises_by_nothing(uci_root, tmp_path):
+    """A chain's first epoch is its own yardstick: with no burn-in, a one-epoch run's largest
+    rise above its level (``rise_max``, in `rise_limit`s) is exactly 0."""
+    cfg = config(uci_root, "sampler=sgld", "epochs=1", "burn_in=0", "thin=1")
+    metrics = run(cfg, tmp_path / "run")
+    assert metrics["num_samples"] == 1 and metrics["rise_max"] == 0.0

@@ -245,10 +245,16 @@ def load_yaml(path: Path) -> DictConfig | ListConfig:
     except yaml.YAMLError as error:
         raise ConfigError(f"{path} is not YAML: {str(error).splitlines()[0]}") from None
     sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
 
     def expanded(node: yaml.Node) -> int:
+        if id(node) in open_nodes:  # OmegaConf would follow the cycle until Python's stack ends
+            raise ConfigError(
+                f"{path} holds a YAML alias of its own enclosing node (a cycle): not a config bdl "
+                "wrote; regenerate it, or remove the run"
+            )
         if id(node) not in sizes:
-            sizes[id(node)] = 0  # an alias of an enclosing node: a cycle counts once
+            open_nodes.add(id(node))
             children = node.value if isinstance(node.value, list) else []
             items = [
                 part
@@ -256,6 +262,7 @@ def load_yaml(path: Path) -> DictConfig | ListConfig:
                 for part in (child if isinstance(child, tuple) else (child,))
             ]
             sizes[id(node)] = min(1 + sum(expanded(item) for item in items), MAX_YAML_NODES + 1)
+            open_nodes.discard(id(node))
         return sizes[id(node)]
 
     if root is not None and expanded(root) > MAX_YAML_NODES:
