@@ -228,3 +228,22 @@ def test_unconverged_runs_are_counted_and_named_per_row_and_notes_never_count(sw
     assert "n_unconverged" in header and "| unconverged" not in header  # counted, not a key
     named = out.split("without converging (n_unconverged; 1 runs):")[1]
     assert named.strip().splitlines()[0] == f"- {jobs / '0'}: {reason}"
+
+
+def test_a_run_that_cannot_be_compared_is_skipped_by_name(tmp_path):
+    """``bdl-report --compare`` names each run it leaves out and why (here: no run there)."""
+    import pandas as pd
+
+    from bdl.analysis.report import compare
+
+    gone = tmp_path / "gone"
+    skipped: list[str] = []
+    assert compare(pd.DataFrame([{"run_dir": str(gone)}]), skipped.append).empty
+    assert skipped == [f"{gone} not compared: {gone} is not a bdl run directory " + NO_CONFIG]
+
+
+#: why a folder without bdl-run's config is no run (`bdl.analysis.posterior`)
+NO_CONFIG = (
+    "(it has no .hydra/config.yaml): pass the directory bdl-run wrote, e.g. "
+    "outputs/<dataset>/<sampler>/<date>"
+)
