@@ -265,7 +265,7 @@ def test_a_kill_while_checkpointing_leaves_the_previous_checkpoint(uci_root, tmp
     with pytest.raises(Kill):
         runner.run(cfg, tmp_path / "killed")
     monkeypatch.setattr(bdl.runner.checkpoint, "atomic_write", real)
-    _, header = bdl.runner.checkpoint.load(tmp_path / "killed" / bdl.runner.checkpoint.FILE)
+    _, header = bdl.runner.checkpoint.load(tmp_path / "killed" / bdl.storage.outputs.CHECKPOINT)
     assert header["chains"][0]["loop"]["epoch"] == 2
     runner.run(config(uci_root, "resume=true"), tmp_path / "killed")
     assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
@@ -342,7 +342,7 @@ def test_resume_refuses_what_it_cannot_continue(uci_root, tmp_path):
     with pytest.raises(ConfigError, match=r"sampler\._target_"):
         runner.run(config(uci_root, "epochs=4", "sampler=sgld", "resume=true"), directory)
 
-    path = directory / bdl.runner.checkpoint.FILE
+    path = directory / bdl.storage.outputs.CHECKPOINT
     data = bytearray(path.read_bytes())
     data[-3] ^= 0xFF  # one flipped bit in the tensor data
     path.write_bytes(bytes(data))
@@ -363,7 +363,7 @@ def test_resume_refuses_what_it_cannot_continue(uci_root, tmp_path):
 
 def test_a_completed_run_without_its_checkpoint_is_not_run_again(uci_root, tmp_path):
     runner.run(config(uci_root, "epochs=4"), tmp_path)
-    (tmp_path / bdl.runner.checkpoint.FILE).unlink()
+    (tmp_path / bdl.storage.outputs.CHECKPOINT).unlink()
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     with pytest.raises(ConfigError, match="completed run whose checkpoint.safetensors is gone"):
         runner.run(config(uci_root, "epochs=4", "resume=true"), tmp_path)
@@ -405,7 +405,7 @@ def test_a_run_killed_before_its_first_checkpoint_is_finished_by_resume(
         runner.run(config(uci_root, *overrides), tmp_path / "killed")
     monkeypatch.undo()
     killed = tmp_path / "killed"
-    assert not (killed / bdl.runner.checkpoint.FILE).exists()
+    assert not (killed / bdl.storage.outputs.CHECKPOINT).exists()
     with caplog.at_level("WARNING", logger="bdl"):
         runner.run(config(uci_root, *overrides, "resume=true"), killed)
     assert f"{killed} has no checkpoint: starting the run from the beginning" in caplog.text
@@ -487,7 +487,7 @@ def test_a_checkpoint_of_format_3_resumes_bitwise(uci_root, tmp_path, monkeypatc
     with pytest.raises(Kill):
         runner.run(cfg, tmp_path / "killed")
     monkeypatch.setattr(bdl.runner.checkpoint, "save_run", real_save)
-    path = tmp_path / "killed" / bdl.runner.checkpoint.FILE
+    path = tmp_path / "killed" / bdl.storage.outputs.CHECKPOINT
     tensors, header = bdl.runner.checkpoint.load(path)
     assert header["chains"][0]["sampler"]["cached"]  # something cached to carry over
     as_format_3(path)
@@ -497,7 +497,7 @@ def test_a_checkpoint_of_format_3_resumes_bitwise(uci_root, tmp_path, monkeypatc
 
 @pytest.mark.parametrize(("offset", "message"), [(1, "newer bdl"), (-2, "older bdl")])
 def test_a_checkpoint_of_another_format_is_refused(tmp_path, offset, message):
-    path = tmp_path / bdl.runner.checkpoint.FILE
+    path = tmp_path / bdl.storage.outputs.CHECKPOINT
     bdl.runner.checkpoint.save(path, {"x": torch.zeros(2)}, {})
     tensors, header = bdl.runner.checkpoint.load(path)
     from safetensors.torch import save
@@ -600,7 +600,7 @@ def test_resume_checks_the_samples_it_keeps(uci_root, tmp_path, monkeypatch, dam
         runner.run(config(uci_root, "resume=true"), tmp_path / "killed")
     assert {p: p.read_bytes() for p in (tmp_path / "killed").rglob("*") if p.is_file()} == before
     # the way out the message names
-    (tmp_path / "killed" / bdl.runner.checkpoint.FILE).unlink()
+    (tmp_path / "killed" / bdl.storage.outputs.CHECKPOINT).unlink()
     runner.run(config(uci_root, "resume=true"), tmp_path / "killed")
     assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
 

@@ -62,7 +62,7 @@ def test_auto_takes_the_environments_thread_count(machine, monkeypatch):
 def test_a_resumed_run_keeps_the_thread_count_of_its_checkpoint(tmp_path):
     root = write_tiny_uci(tmp_path / "data")
     run(config(root), tmp_path / "run")
-    _, header = bdl.runner.checkpoint.load(tmp_path / "run" / bdl.runner.checkpoint.FILE)
+    _, header = bdl.runner.checkpoint.load(tmp_path / "run" / bdl.storage.outputs.CHECKPOINT)
     assert header["threads"] == 1  # a tiny network
     build_chains(config(root), resumed_threads=3)
     assert torch.get_num_threads() == 3

@@ -71,7 +71,7 @@ def test_damaged_yaml_ends_in_one_line_naming_the_file(tmp_path):
     ("field", "value"), [("epoch", 10**12), ("num_samples", -3), ("chains", [])]
 )
 def test_an_edited_checkpoint_header_fails_its_hash(tmp_path, field, value):
-    path = tmp_path / bdl.runner.checkpoint.FILE
+    path = tmp_path / bdl.storage.outputs.CHECKPOINT
     bdl.runner.checkpoint.save(path, {"x": torch.arange(4.0)}, {"epoch": 3, "num_samples": 2})
     tensors, header = bdl.runner.checkpoint.load(path)
     header[field] = value
@@ -96,7 +96,7 @@ def test_a_sparse_8_gb_sample_is_refused_before_it_is_read(tmp_path):
 
 
 def test_a_sparse_8_gb_checkpoint_is_refused_before_it_is_read(tmp_path):
-    path = tmp_path / bdl.runner.checkpoint.FILE
+    path = tmp_path / bdl.storage.outputs.CHECKPOINT
     bdl.runner.checkpoint.save(path, {"x": torch.arange(4.0)}, {"epoch": 3})
     os.truncate(path, GIGABYTES_8)
     with pytest.raises(

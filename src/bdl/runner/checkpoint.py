@@ -31,10 +31,8 @@ from bdl.composition.config import ConfigError
 from bdl.runner.experiment import Experiment
 from bdl.runner.loop import Loop
 from bdl.samplers.base import Cached, SamplerState, cached
-from bdl.storage.outputs import CHECKPOINT
 from bdl.storage.store import StoreError, atomic_write, read_safetensors
 
-FILE = CHECKPOINT
 # 2: the state of each chain under chain_<k>/ (bdl-run chains=K)
 # 3: divergent transitions; the header inside the SHA-256
 # 4: a kernel's cached evaluations in its state's fields (``cached/``), no longer in ``info/`` and
