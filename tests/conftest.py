@@ -301,6 +301,51 @@ def command_env(data_root: Path, cache: Path) -> dict[str, str]:
     }
 
 
+# ``bdl.cli.main`` (the ``bdl-run`` console script) on each case in turn, in one interpreter: a
+# process's start (torch, Hydra) is paid once, not per command line. Each case runs in its own
+# folder and environment; what a process would have shown is recorded, a traceback included.
+_ONE_PROCESS_DRIVER = """
+import contextlib, io, json, os, sys, traceback
+from bdl.cli import main
+results, home = [], os.getcwd()
+for case in json.load(sys.stdin):
+    sys.argv = ["bdl-run", *case["argv"]]
+    if case.get("env") is not None:
+        os.environ.clear()
+        os.environ.update(case["env"])
+    os.chdir(case.get("cwd") or home)
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main()
+        except SystemExit as e:  # a message in it is what Python prints on stderr at exit
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            if isinstance(e.code, str):
+                print(e.code, file=sys.stderr)
+        except BaseException:
+            code = 1
+            traceback.print_exc()
+    results.append({"code": code, "out": out.getvalue(), "err": err.getvalue()})
+sys.stdout.write(json.dumps(results))
+"""
+
+
+def bdl_run_in_one_process(cases: list[dict], env: dict[str, str] | None = None) -> list[dict]:
+    """``bdl-run`` on each case (``{"argv": [...], "cwd": folder, "env": {...}}``, cwd and env
+    optional) in one interpreter started with ``env``: per case, its exit code, stdout and
+    stderr (``code``, ``out``, ``err``)."""
+    result = subprocess.run(
+        [sys.executable, "-c", _ONE_PROCESS_DRIVER],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
 def write_fake_uci(
     root: Path, name: str, rows: int, columns: int, splits: int, seed: int = 0, noise: float = 0.3
 ):

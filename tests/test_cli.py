@@ -1,4 +1,6 @@
-"""`bdl-run` and `bdl-report` as a user runs them: in a subprocess, from the command line."""
+"""`bdl-run` and `bdl-report` as a user runs them: from the command line, in a subprocess. The
+command lines whose answer is a message or a small run share one ``bdl-run`` interpreter
+(`answers`), held to a process of their own by a test."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import command_env
+from conftest import bdl_run_in_one_process, command_env
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 from storage.test_outputs import wandb_records
@@ -101,13 +103,12 @@ def test_same_seed_same_samples_and_reference_metrics(env, tiny_mnist, tmp_path)
     assert metrics["agreement"] == 1.0 and metrics["total_variation"] < 1e-6
 
 
-def test_regression_run_reports_rmse_and_log_likelihood(env, tmp_path):
-    run_dir = tmp_path / "run"
-    result = bdl(*TINY_BOSTON, f"hydra.run.dir={run_dir}", env=env, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+def test_regression_run_reports_rmse_and_log_likelihood(answers):
+    folder, result = answers["regression run", ""]
+    assert result["code"] == 0, result["err"]
+    metrics = json.loads((folder / "run" / "metrics.json").read_text())
     assert {"test_rmse", "test_ll"} <= metrics.keys()
-    predictive = load_file(run_dir / "predictive.safetensors")
+    predictive = load_file(folder / "run" / "predictive.safetensors")
     assert predictive["predictive"].shape == (51, 2)
 
 
@@ -141,34 +142,54 @@ def test_wandb_offline_needs_no_account_or_network_and_groups_a_sweep(env, tmp_p
     assert list(labels.tags) == ["boston", "sghmc"]
 
 
-def covered(*case):
-    """A case whose route to the one line a quicker case of its test takes (the same check on
-    another key or value), and whose message tests/composition/test_config.py asserts in-process
-    (test_config_mistakes_name_their_key, test_out_of_range_values_name_their_key), or, for
-    ``epoch=3``, test_a_mistake_is_one_line_naming_the_fix_and_leaves_no_directory's
-    ``epoch=20``: a process start each, run with the slow tests."""
-    return pytest.param(*case, marks=pytest.mark.slow)
-
-
-@pytest.mark.parametrize(
-    "override, named",
-    [
-        ("sampler=nope", "sampler"),
-        ("epochs=-1", "epochs"),
-        covered("batch_size=0", "batch_size"),
-        ("seed=abc", "seed"),
-        ("device=tpu", "device"),
-        covered("epoch=3", "epoch"),
-        ("sampler.lr=-0.1", "sampler.lr"),
-    ],
-)
-def test_bad_input_fails_with_one_message_and_no_traceback(env, tmp_path, override, named):
-    result = bdl(
-        *TINY_BOSTON[1:], override, f"hydra.run.dir={tmp_path / 'run'}", env=env, cwd=tmp_path
-    )
-    assert result.returncode != 0
-    assert named in result.stderr
-    assert "Traceback" not in result.stderr + result.stdout
+BAD_INPUT = [
+    ("sampler=nope", "sampler"),
+    ("epochs=-1", "epochs"),
+    ("batch_size=0", "batch_size"),
+    ("seed=abc", "seed"),
+    ("device=tpu", "device"),
+    ("epoch=3", "epoch"),
+    ("sampler.lr=-0.1", "sampler.lr"),
+]
+CONFIG_MISTAKES = [
+    (["+unknown_key=1"], "unknown_key is not a key of the config"),
+    (
+        ["+sampler.foo=1"],
+        "sampler.foo is not an option of SGHMC (options: lr, alpha, grad_var, burn_in_alpha)",
+    ),
+    (["+model.foo=1"], "model.foo is not an option of MLP"),
+    (["+schedule.foo=1"], "schedule.foo is not an option of Constant"),
+    (["+likelihood.foo=1"], "likelihood.foo is not a key of likelihood"),
+    (["sampler.lr=[1,2]"], "sampler.lr=[1, 2] must be a finite number"),
+    (["sampler.lr=fast"], "sampler.lr=fast must be a finite number"),
+    (["temperature=inf"], "temperature=inf is out of range"),
+    (["temperature=nan"], "temperature=nan is out of range"),
+    (["prior.scale=inf"], "prior.scale=inf must be a finite number"),
+    (["likelihood.noise_std=inf"], "likelihood.noise_std must be positive and finite"),
+    (["likelihood.noise_std=nan"], "likelihood.noise_std must be positive and finite"),
+    (["sampler=hmc", "sampler.lr=inf"], "sampler.lr=inf must be a finite number"),
+    (["sampler=hmc", "sampler.lr=nan"], "sampler.lr=nan must be a finite number"),
+]
+MISTAKES = [
+    (
+        ["sampler=SGHMC"],
+        "sampler=SGHMC is not an option of the sampler group: did you mean sampler=sghmc?",
+    ),
+    (["epoch=20"], "epoch is not a key of the config: did you mean epochs=20?"),
+    (["lr=0.01"], "lr is not a key of the config: did you mean sampler.lr=0.01?"),
+    (
+        ["--epochs", "20"],
+        "--epochs is not a flag of bdl-run (overrides are key=value): did you mean epochs=20?",
+    ),
+    (
+        ["-m", "sampler=sgld,SGHMC"],
+        "sampler=SGHMC is not an option of the sampler group: did you mean sampler=sghmc?",
+    ),
+    (["sampler.lrr=0.1"], "sampler.lrr is not a key of sampler: did you mean sampler.lr=0.1?"),
+    (["+epoch=20"], "epoch is not a key of the config (top level): did you mean epochs?"),
+    (["burn_in=900"], "burn_in=900 leaves no epoch to sample in (epochs=800)"),
+]
+SWEEP_SAMPLERS = ["sgld", "sghmc", "hmc", "bbb"]
 
 
 @pytest.fixture(scope="module")
@@ -185,159 +206,136 @@ def no_data(tmp_path_factory) -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize(
-    "overrides, named",
-    [
-        (["+unknown_key=1"], "unknown_key is not a key of the config"),
-        (
-            ["+sampler.foo=1"],
-            "sampler.foo is not an option of SGHMC (options: lr, alpha, grad_var, burn_in_alpha)",
-        ),
-        covered(["+model.foo=1"], "model.foo is not an option of MLP"),
-        covered(["+schedule.foo=1"], "schedule.foo is not an option of Constant"),
-        (["+likelihood.foo=1"], "likelihood.foo is not a key of likelihood"),
-        covered(["sampler.lr=[1,2]"], "sampler.lr=[1, 2] must be a finite number"),
-        (["sampler.lr=fast"], "sampler.lr=fast must be a finite number"),
-        covered(["temperature=inf"], "temperature=inf is out of range"),
-        (["temperature=nan"], "temperature=nan is out of range"),
-        covered(["prior.scale=inf"], "prior.scale=inf must be a finite number"),
-        covered(["likelihood.noise_std=inf"], "likelihood.noise_std must be positive and finite"),
-        (["likelihood.noise_std=nan"], "likelihood.noise_std must be positive and finite"),
-        covered(["sampler=hmc", "sampler.lr=inf"], "sampler.lr=inf must be a finite number"),
-        (["sampler=hmc", "sampler.lr=nan"], "sampler.lr=nan must be a finite number"),
-    ],
-)
-def test_config_mistakes_end_in_one_line_before_any_data_is_read(
-    no_data, tmp_path, overrides, named
-):
-    result = bdl(
-        *overrides,
-        "dataset.download=false",
-        f"hydra.run.dir={tmp_path / 'run'}",
-        env=no_data,
-        cwd=tmp_path,
+@pytest.fixture(scope="module")
+def answers(env, no_data, tmp_path_factory) -> dict[tuple[str, str], tuple[Path, dict]]:
+    """The command lines of the tests below, each in a folder of its own, run by one ``bdl-run``
+    interpreter (`bdl_run_in_one_process`; `test_one_process_answers_as_its_own_process_does`
+    holds it to a process per command): (test, case) -> (the folder, what the command showed)."""
+    cases: dict[tuple[str, str], tuple[list[str], dict[str, str]]] = {}
+    for override, _ in BAD_INPUT:
+        cases["bad input", override] = [*TINY_BOSTON[1:], override, "hydra.run.dir=run"], env
+    for overrides, _ in CONFIG_MISTAKES:
+        argv = [*overrides, "dataset.download=false", "hydra.run.dir=run"]
+        cases["config mistake", " ".join(overrides)] = argv, no_data
+    for arguments, _ in MISTAKES:
+        cases["mistake", " ".join(arguments)] = arguments, no_data
+    cases["help", ""] = ["--help"], no_data
+    cases["device", ""] = ["device=cuda"], no_data
+    cases["regression run", ""] = [*TINY_BOSTON, "hydra.run.dir=run"], env
+    cases["bad split", ""] = [*TINY_BOSTON, "dataset.split=99", "hydra.run.dir=run"], env
+    empty = tmp_path_factory.mktemp("no-mnist")
+    fresh_cache = {**env, "BDL_CACHE_DIR": str(empty), "XDG_CACHE_HOME": str(empty)}
+    missing = [*TINY_MNIST, f"dataset.root={empty}", "dataset.download=false", "hydra.run.dir=run"]
+    cases["missing data", ""] = missing, fresh_cache
+    diverging = [*TINY_BOSTON, "epochs=30", "sampler.lr=1e6", "burn_in=0", "hydra.run.dir=run"]
+    cases["diverged", ""] = diverging, env
+    sweep = ["-m", f"sampler={','.join(SWEEP_SAMPLERS)}", "dataset=boston", "--cfg", "job"]
+    cases["sweep", ""] = sweep, no_data
+    folders = {key: tmp_path_factory.mktemp("case") for key in cases}
+    results = bdl_run_in_one_process(
+        [
+            {"argv": argv, "cwd": str(folders[key]), "env": case_env}
+            for key, (argv, case_env) in cases.items()
+        ]
     )
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode != 0
-    assert len(lines) == 1 and lines[0].startswith(f"bdl-run: error: {named}"), result.stderr
+    return {key: (folders[key], result) for key, result in zip(cases, results, strict=True)}
 
 
-@pytest.mark.parametrize(
-    "arguments, line",
-    [
-        (
-            ["sampler=SGHMC"],
-            "sampler=SGHMC is not an option of the sampler group: did you mean sampler=sghmc?",
-        ),
-        (["epoch=20"], "epoch is not a key of the config: did you mean epochs=20?"),
-        (["lr=0.01"], "lr is not a key of the config: did you mean sampler.lr=0.01?"),
-        (
-            ["--epochs", "20"],
-            "--epochs is not a flag of bdl-run (overrides are key=value): did you mean epochs=20?",
-        ),
-        (
-            ["-m", "sampler=sgld,SGHMC"],
-            "sampler=SGHMC is not an option of the sampler group: did you mean sampler=sghmc?",
-        ),
-        (["sampler.lrr=0.1"], "sampler.lrr is not a key of sampler: did you mean sampler.lr=0.1?"),
-        (["+epoch=20"], "epoch is not a key of the config (top level): did you mean epochs?"),
-        (["burn_in=900"], "burn_in=900 leaves no epoch to sample in (epochs=800)"),
-    ],
-)
-def test_a_mistake_is_one_line_naming_the_fix_and_leaves_no_directory(
-    no_data, tmp_path, arguments, line
-):
+@pytest.mark.parametrize("key", [("mistake", "epoch=20"), ("bad input", "sampler.lr=-0.1")])
+def test_one_process_answers_as_its_own_process_does(answers, env, no_data, tmp_path, key):
+    """What the shared interpreter shows for a command is what a process of its own shows: a
+    mistake found before Hydra starts, and one found by the sampler inside the job."""
+    folder, shared = answers[key]
+    if key[0] == "mistake":
+        alone = bdl(key[1], env=no_data, cwd=tmp_path)
+    else:
+        alone = bdl(*TINY_BOSTON[1:], key[1], "hydra.run.dir=run", env=env, cwd=tmp_path)
+    assert (alone.returncode, alone.stdout, alone.stderr) == (
+        shared["code"], shared["out"], shared["err"]
+    )  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in folder.iterdir())
+
+
+@pytest.mark.parametrize("override, named", BAD_INPUT)
+def test_bad_input_fails_with_one_message_and_no_traceback(answers, override, named):
+    _, result = answers["bad input", override]
+    assert result["code"] != 0
+    assert named in result["err"]
+    assert "Traceback" not in result["err"] + result["out"]
+
+
+@pytest.mark.parametrize("overrides, named", CONFIG_MISTAKES)
+def test_config_mistakes_end_in_one_line_before_any_data_is_read(answers, overrides, named):
+    _, result = answers["config mistake", " ".join(overrides)]
+    lines = result["err"].strip().splitlines()
+    assert result["code"] != 0
+    assert len(lines) == 1 and lines[0].startswith(f"bdl-run: error: {named}"), result["err"]
+
+
+@pytest.mark.parametrize("arguments, line", MISTAKES)
+def test_a_mistake_is_one_line_naming_the_fix_and_leaves_no_directory(answers, arguments, line):
     """Each answered by bdl's one line (no Hydra search path, no `+key` advice, no usage text),
     before Hydra creates the run's directory."""
-    result = bdl(*arguments, env=no_data, cwd=tmp_path)
-    assert result.returncode != 0
-    lines = result.stderr.splitlines()
-    assert result.stdout == "" and len(lines) == 1, result.stderr
+    folder, result = answers["mistake", " ".join(arguments)]
+    assert result["code"] != 0
+    lines = result["err"].splitlines()
+    assert result["out"] == "" and len(lines) == 1, result["err"]
     assert lines[0].startswith(f"bdl-run: error: {line}"), lines[0]
     assert "+" not in lines[0]
-    assert list(tmp_path.iterdir()) == []
+    assert list(folder.iterdir()) == []
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="device=cuda is refused only without CUDA")
-def test_an_error_after_hydra_started_removes_the_directory_it_made(no_data, tmp_path):
-    result = bdl("device=cuda", env=no_data, cwd=tmp_path)
-    assert result.stderr.splitlines() == [
+def test_an_error_after_hydra_started_removes_the_directory_it_made(answers):
+    folder, result = answers["device", ""]
+    assert result["err"].splitlines() == [
         "bdl-run: error: device=cuda but CUDA is not available here: use device=auto or cpu"
     ]
-    assert list(tmp_path.iterdir()) == []
+    assert list(folder.iterdir()) == []
 
 
-def test_help_names_the_groups_their_options_and_the_keys(no_data, tmp_path):
-    result = bdl("--help", env=no_data, cwd=tmp_path)
-    assert result.returncode == 0 and result.stdout.startswith("bdl-run")
+def test_help_names_the_groups_their_options_and_the_keys(answers):
+    _, result = answers["help", ""]
+    assert result["code"] == 0 and result["out"].startswith("bdl-run")
     conf = files("bdl.conf")
     for group in ["dataset", "experiment", "model", "prior", "protocol", "sampler", "schedule"]:
         options = sorted(p.name[: -len(".yaml")] for p in (conf / group).iterdir())
-        assert f"{group}: {', '.join(options)}" in result.stdout
+        assert f"{group}: {', '.join(options)}" in result["out"]
     # no internal file (a shared piece, an _underscored one) is listed as an option
-    assert "uci_loader" not in result.stdout and not re.search(r"[:,] _", result.stdout)
-    keys = result.stdout.split("== Top-level keys ==")[1].split("==")[0]
+    assert "uci_loader" not in result["out"] and not re.search(r"[:,] _", result["out"])
+    keys = result["out"].split("== Top-level keys ==")[1].split("==")[0]
     groups = {"dataset", "model", "prior", "sampler", "schedule"}
     assert [f.name for f in fields(RunConfig) if f.name not in groups and f.name not in keys] == []
 
 
-def test_a_sweep_prints_each_jobs_config_with_its_samplers_own_step_size(no_data, tmp_path):
-    samplers = ["sgld", "sghmc", "hmc", "bbb"]
-    result = bdl(
-        "-m",
-        f"sampler={','.join(samplers)}",
-        "dataset=boston",
-        "--cfg",
-        "job",
-        env=no_data,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr
-    jobs = result.stdout.split("# job ")[1:]
-    assert len(jobs) == len(samplers)
-    for sampler, job in zip(samplers, jobs):
+def test_a_sweep_prints_each_jobs_config_with_its_samplers_own_step_size(answers):
+    _, result = answers["sweep", ""]
+    assert result["code"] == 0, result["err"]
+    jobs = result["out"].split("# job ")[1:]
+    assert len(jobs) == len(SWEEP_SAMPLERS)
+    for sampler, job in zip(SWEEP_SAMPLERS, jobs):
         cfg = OmegaConf.create(job.split("\n", 1)[1])
         own = OmegaConf.load(str(files("bdl.conf") / "sampler" / f"{sampler}.yaml"))
         assert cfg.sampler == own and cfg.epochs == 10000  # the UCI protocol's
 
 
-def test_bad_split_and_missing_data_name_the_fix(env, tmp_path):
-    result = bdl(
-        *TINY_BOSTON, "dataset.split=99", f"hydra.run.dir={tmp_path / 'a'}", env=env, cwd=tmp_path
-    )
-    assert result.returncode != 0 and "dataset.split" in result.stderr
-    assert "Traceback" not in result.stderr
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    fresh_cache = {**env, "BDL_CACHE_DIR": str(empty), "XDG_CACHE_HOME": str(empty)}
-    result = bdl(
-        *TINY_MNIST,
-        f"dataset.root={empty}",
-        "dataset.download=false",
-        f"hydra.run.dir={tmp_path / 'b'}",
-        env=fresh_cache,
-        cwd=tmp_path,
-    )
-    assert result.returncode != 0 and "Traceback" not in result.stderr
-    assert "train-images-idx3-ubyte" in result.stderr and "BDL_DATA_DIR" in result.stderr
+def test_bad_split_and_missing_data_name_the_fix(answers):
+    _, result = answers["bad split", ""]
+    assert result["code"] != 0 and "dataset.split" in result["err"]
+    assert "Traceback" not in result["err"]
+    _, result = answers["missing data", ""]
+    assert result["code"] != 0 and "Traceback" not in result["err"]
+    assert "train-images-idx3-ubyte" in result["err"] and "BDL_DATA_DIR" in result["err"]
 
 
-def test_diverged_chain_stops_cleanly_and_keeps_what_was_written(env, tmp_path):
-    run_dir = tmp_path / "run"
-    result = bdl(
-        *TINY_BOSTON,
-        "epochs=30",
-        "sampler.lr=1e6",
-        "burn_in=0",  # no burn-in in which the step could back off (bdl.runner.stability)
-        f"hydra.run.dir={run_dir}",
-        env=env,
-        cwd=tmp_path,
-    )
-    assert result.returncode != 0
-    assert "diverged" in result.stderr and "sampler.lr" in result.stderr
-    assert "Traceback" not in result.stderr
+def test_diverged_chain_stops_cleanly_and_keeps_what_was_written(answers):
+    # burn_in=0: no burn-in in which the step could back off (bdl.runner.stability)
+    folder, result = answers["diverged", ""]
+    assert result["code"] != 0
+    assert "diverged" in result["err"] and "sampler.lr" in result["err"]
+    assert "Traceback" not in result["err"]
     # the epochs before the divergence, all finite: the diverged one is not written
-    lines = (run_dir / "curve.csv").read_text().splitlines()
+    lines = (folder / "run" / "curve.csv").read_text().splitlines()
     assert lines[0].split(",")[1] == "potential"
     potentials = [float(line.split(",")[1]) for line in lines[1:]]
     assert len(potentials) < 30 and all(math.isfinite(u) for u in potentials)

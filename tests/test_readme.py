@@ -8,17 +8,15 @@ only: no data, no training), the others go through their own argument parsers.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
 import yaml
 from composition.test_plugins import tutorial_files, write_package
+from conftest import bdl_run_in_one_process
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import OverrideParseException
 from hydra.utils import instantiate
@@ -34,28 +32,6 @@ README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 PROGRAMS = ("bdl-run", "bdl-report", "bdl-check", "bdl-eval")
 _COMMAND = re.compile(rf"^\$?\s*({'|'.join(PROGRAMS)})(\s|$)")
-
-# Runs each argv through ``bdl.cli.main`` (the ``bdl-run`` console script) in one interpreter,
-# so that the suite pays for importing torch and Hydra once rather than once per command.
-_DRIVER = """
-import contextlib, io, json, sys
-from bdl.cli import main
-results = []
-for argv in json.load(sys.stdin):
-    sys.argv = ["bdl-run", *argv]
-    out, err, code = io.StringIO(), io.StringIO(), 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main()
-        except SystemExit as e:  # a message in it is what Python prints on stderr at exit
-            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-            if isinstance(e.code, str):
-                print(e.code, file=sys.stderr)
-        except Exception as e:
-            code, _ = 1, print(repr(e), file=sys.stderr)
-    results.append({"code": code, "out": out.getvalue(), "err": err.getvalue()})
-sys.stdout.write(json.dumps(results))
-"""
 
 
 def _code_lines(text: str) -> tuple[list[str], str]:
@@ -142,16 +118,7 @@ def _run_cli(argvs: list[list[str]], plugins: Path | None = None) -> list[dict]:
     env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
     if plugins is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(plugins), env.get("PYTHONPATH")]))
-    result = subprocess.run(
-        [sys.executable, "-c", _DRIVER],
-        input=json.dumps(argvs),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    return bdl_run_in_one_process([{"argv": argv} for argv in argvs], env)
 
 
 def test_readme_extraction_finds_commands_and_options():

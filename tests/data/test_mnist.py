@@ -213,6 +213,26 @@ def test_fake_originals_load(fake_originals, isolated_cache: Path):
     )
 
 
+def test_files_changed_since_a_load_are_read_again(fake_originals, isolated_cache: Path):
+    """The parsed files are kept for the next load in the process only while they are the same
+    files: other images in their place are the ones the next load returns."""
+    root, arrays = fake_originals
+    first = load(root=root, validation=10, download=False)
+    again = load(root=root, validation=10, download=False)
+    assert torch.equal(again.x_train, first.x_train) and again.x_train is not first.x_train
+    again.x_train.zero_()  # a run's changes to its copy reach no other load
+    assert torch.equal(load(root=root, validation=10, download=False).x_train, first.x_train)
+    extracted = isolated_cache / "MNIST" / "raw" / "train-images-idx3-ubyte"
+    images = 255 - arrays["train-images-idx3-ubyte.gz"]
+    before = extracted.stat().st_mtime_ns
+    extracted.write_bytes(_idx(0x803, images))
+    # as a copy made a second later would be: a write within the clock's tick keeps the time
+    os.utime(extracted, ns=(before + 10**9, before + 10**9))
+    changed = load(root=root, validation=10, download=False)
+    want = images[:90].astype(np.float32) / 255
+    assert torch.equal(changed.x_train[:, 0], torch.from_numpy(want))
+
+
 def test_named_root_is_the_one_read(
     fake_originals,
     tmp_path: Path,

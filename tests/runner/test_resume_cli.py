@@ -45,6 +45,15 @@ def tiny(tmp_path_factory) -> list[str]:
     ]
 
 
+@pytest.fixture(scope="module")
+def whole(env, tiny, tmp_path_factory) -> Path:
+    """``tiny`` run without interruption: what every interrupted run of it must end as."""
+    directory = tmp_path_factory.mktemp("whole") / "run"
+    result = finish([*tiny, f"hydra.run.dir={directory}"], env)
+    assert result.returncode == 0, result.stderr
+    return directory
+
+
 def start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "bdl.cli", *args],
@@ -72,9 +81,7 @@ def wait_for_progress(directory: Path, rows: int, process: subprocess.Popen) -> 
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_stops_with_one_line_and_the_resume_command(env, tiny, tmp_path, signum):
-    whole = finish([*tiny, f"hydra.run.dir={tmp_path / 'whole'}"], env)
-    assert whole.returncode == 0, whole.stderr
+def test_a_signal_stops_with_one_line_and_the_resume_command(env, tiny, whole, tmp_path, signum):
     args = [*tiny, f"hydra.run.dir={tmp_path / 'run'}"]
     process = start(args, env)
     wait_for_progress(tmp_path / "run", 10, process)
@@ -87,7 +94,7 @@ def test_a_signal_stops_with_one_line_and_the_resume_command(env, tiny, tmp_path
     command = line.split("Resume with: ")[1]
     resumed = finish(shlex.split(command)[1:], env)
     assert resumed.returncode == 0, resumed.stderr
-    assert outputs(tmp_path / "run") == outputs(tmp_path / "whole")
+    assert outputs(tmp_path / "run") == outputs(whole)
 
 
 def test_a_sweep_finishes_its_other_jobs_and_then_fails(env, tiny, tmp_path):
@@ -155,11 +162,9 @@ def test_sigkill_at_random_moments_resumes_bitwise(env, tmp_path, case):
 
 
 @pytest.mark.slow
-def test_sigkill_before_the_first_checkpoint_resumes_bitwise(env, tiny, tmp_path):
+def test_sigkill_before_the_first_checkpoint_resumes_bitwise(env, tiny, whole, tmp_path):
     """The default checkpoint interval (a minute) is longer than this whole run: a kill anywhere
     in it is a kill before its first checkpoint."""
-    whole = finish([*tiny, f"hydra.run.dir={tmp_path / 'whole'}"], env)
-    assert whole.returncode == 0, whole.stderr
     args = [*tiny, f"hydra.run.dir={tmp_path / 'run'}"]
     process = start(args, env)
     wait_for_progress(tmp_path / "run", 10, process)  # past burn-in: samples on disk
@@ -172,7 +177,7 @@ def test_sigkill_before_the_first_checkpoint_resumes_bitwise(env, tiny, tmp_path
     resumed = finish([*args, "resume=true"], env)
     assert resumed.returncode == 0, resumed.stderr
     assert "has no checkpoint: starting the run from the beginning" in resumed.stdout
-    assert outputs(tmp_path / "run") == outputs(tmp_path / "whole")
+    assert outputs(tmp_path / "run") == outputs(whole)
 
 
 @pytest.mark.parametrize("sweep", [False, True])

@@ -10,6 +10,7 @@ parsing keeps us on the code path everybody else's MNIST numbers come from.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import logging
@@ -226,10 +227,7 @@ def load_idx(
             f"({err}). Make it writable or point BDL_CACHE_DIR at a writable folder."
         ) from err
     try:
-        train = source.dataset(str(where), train=True, download=False)
-        test = source.dataset(str(where), train=False, download=False)
-        x_all, y_all = train.data, train.targets
-        x_test, y_test = test.data, test.targets
+        x_all, y_all, x_test, y_test = _parsed(source.dataset, str(where), _stamps(where, source))
     except (RuntimeError, OSError, ValueError, EOFError) as err:
         damaged = where / source.folder / "raw"
         raise DataError(
@@ -259,6 +257,25 @@ def load_idx(
         x_validation=_to_float(x_all[n:], pixel_divisor) if validation else None,
         y_validation=y_all[n:].to(torch.int64).clone() if validation else None,
     )
+
+
+def _stamps(where: Path, source: Source) -> tuple[tuple[int, int], ...]:
+    """The size and modification time of each extracted file of ``source`` under ``where``."""
+    raw = where / source.folder / "raw"
+    return tuple((s.st_size, s.st_mtime_ns) for s in (os.stat(raw / _stem(n)) for n in source.md5))
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed(
+    dataset: type[MNIST], where: str, stamps: tuple[tuple[int, int], ...]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Training images and labels, test images and labels, as torchvision's ``dataset`` parses
+    them from ``where``. Kept while the files are unchanged (``stamps``), so that the jobs of a
+    sweep in one process parse each file once; callers copy before they change anything
+    (`load_idx` converts and clones)."""
+    train = dataset(where, train=True, download=False)
+    test = dataset(where, train=False, download=False)
+    return train.data, train.targets, test.data, test.targets
 
 
 def _to_float(images: torch.Tensor, divisor: float) -> torch.Tensor:
