@@ -52,7 +52,7 @@ def write_uci(root: Path, name: str, features: int, rows: int = 60, seed: int = 
 def make_run(directory: Path, *overrides: str) -> Path:
     """Compose bdl-run's config, save it where Hydra does (unresolved) and run it."""
     with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
-        cfg = compose("config", overrides=["device=cpu", "log_every=100", *overrides])
+        cfg = compose("config", ["device=cpu", "log_every=100", "figures=false", *overrides])
     (directory / ".hydra").mkdir(parents=True)
     OmegaConf.save(cfg, directory / ".hydra" / "config.yaml")
     run(cfg, directory)

@@ -64,6 +64,7 @@ def config(root: Path, *overrides: str):
         "thin=1",
         "batch_size=12",
         "checkpoint_every=1",
+        "figures=false",  # drawn at a run's end only; tests/analysis/test_plots.py draws them
     ]
     with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
         return compose("config", [*base, *overrides])

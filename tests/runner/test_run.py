@@ -37,7 +37,7 @@ def run_with(fake_data_root, isolated_cache, tmp_path):
 
     def go(overrides: list[str], name: str = "run"):
         with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
-            cfg = compose("config", [f"dataset.root={fake_data_root}", *overrides])
+            cfg = compose("config", [f"dataset.root={fake_data_root}", "figures=false", *overrides])
         directory = tmp_path / name
         return run(cfg, directory), directory
 
@@ -119,7 +119,8 @@ def test_an_optimisers_curve_holds_its_current_points_test_metric(run_with):
 def test_a_run_of_chains_writes_its_summary_figure(run_with):
     """summary.png: the test RMSE and the potential of each of the 2 chains over the 6 epochs,
     burn-in (2 epochs) marked, and the R-hat histogram of diagnostics.csv's test points."""
-    metrics, directory = run_with([*UCI, "chains=2", "epochs=6", "burn_in=2", "batch_size=64"])
+    overrides = [*UCI, "chains=2", "epochs=6", "burn_in=2", "batch_size=64", "figures=true"]
+    metrics, directory = run_with(overrides)
     assert (directory / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     metric, potential, rhat = summary_figure(directory).axes
     assert [len(line.get_xdata()) for line in metric.lines[:2]] == [4, 4]  # after burn-in

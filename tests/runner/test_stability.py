@@ -62,6 +62,7 @@ def sharp_root(tmp_path_factory) -> Path:
 
 def sharp(root: Path, *overrides: str):
     base = ["dataset=yacht", "dataset.name=sharp", f"dataset.root={root}", "dataset.download=false"]
+    base.append("figures=false")  # drawn at a run's end only; tests/analysis/test_plots.py draws
     with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
         return compose("config", [*base, *overrides])
 
@@ -107,7 +108,9 @@ MAY_DIVERGE = {"csgd"}
 
 def classification(root: Path, *overrides: str):
     with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
-        return compose("config", [f"dataset.root={root}", *CLASSIFICATION, *overrides])
+        return compose(
+            "config", [f"dataset.root={root}", "figures=false", *CLASSIFICATION, *overrides]
+        )
 
 
 DATA = ["classification", "sharp regression"]

@@ -27,7 +27,7 @@ def tiny_run(tmp_path_factory, fake_data_root):
 
         def make(overrides: list[str]):
             with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
-                return compose("config", overrides)
+                return compose("config", ["figures=false", *overrides])
 
         yield make
 

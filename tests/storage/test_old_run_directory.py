@@ -43,7 +43,7 @@ OVERRIDES = [
 
 def config(*overrides: str):
     with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
-        return compose("config", [*OVERRIDES, *overrides])
+        return compose("config", [*OVERRIDES, "figures=false", *overrides])
 
 
 @pytest.fixture(scope="module")

@@ -122,6 +122,9 @@ class RunConfig:
     gibbs_every: int | None = None
     init_from: str | None = None  # run directory whose last sample is the starting point
     pruning: bool = False  # write the signal-to-noise pruning curve (pruning.csv, pruning.png)
+    # draw summary.png and reliability.png at the end (bdl.analysis.plots.write_summary draws them
+    # for a finished run too); false saves a sweep of many short runs the drawing
+    figures: bool = True
     pruning_samples: int = 10  # samples in the pruning curve's model average (bounds its cost)
     resume: bool = False  # continue the run in hydra.run.dir from its checkpoint
     # epochs between checkpoints; None: at the first epoch end a minute after the last one

@@ -54,11 +54,13 @@ _POSITION = (
     "num_samples",
 )
 _PER_SAMPLE = ("log_likelihoods", "probes")
-#: Config keys that may differ when resuming: where things are, how often to report.
+#: Config keys that may differ when resuming: where things are, how often to report, whether to
+#: draw the figures.
 _RESUMABLE_CHANGES = (
     "resume",
     "checkpoint_every",
     "log_every",
+    "figures",
     "wandb",
     "device",
     "dataset.root",

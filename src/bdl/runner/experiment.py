@@ -85,6 +85,8 @@ class RunSettings:
     log_every: int = 1
     #: the samples a pruning curve averages over; None: no pruning curve
     pruning_samples: int | None = None
+    #: draw the run's summary figures at its end
+    figures: bool = True
     #: step the chains stacked as one where they can (bdl.runner.steppers); every chain draws the
     #: first chain's minibatch order
     vectorise: bool = True
@@ -281,6 +283,7 @@ def _settings(
         checkpoint_every=cfg.checkpoint_every,
         log_every=cfg.log_every,
         pruning_samples=cfg.pruning_samples if cfg.pruning else None,
+        figures=cfg.figures,
         vectorise=cfg.vectorise,
         shared_minibatches=cfg.shared_minibatches,
         ood=cfg.ood,

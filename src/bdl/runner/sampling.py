@@ -339,7 +339,7 @@ class Sampling:
             log.info("note: %s", note)
         if self.experiment.run.pruning_samples is not None and self.stores is not None:
             results.write_pruning(self.experiment, self.loops[0], self.directory)
-        if self.directory.writer:
+        if self.directory.writer and self.experiment.run.figures:
             from bdl.analysis.plots import write_summary  # matplotlib is imported only to draw
 
             write_summary(self.directory.path)
