@@ -116,6 +116,11 @@ def test_an_optimisers_curve_holds_its_current_points_test_metric(run_with):
     assert values[-1] == pytest.approx(metrics["test_rmse"], rel=1e-6)
 
 
+def test_figures_false_leaves_the_run_without_figures(run_with):
+    _, directory = run_with([*UCI, "epochs=3", "burn_in=1", "figures=false"])
+    assert (directory / "metrics.json").is_file() and not list(directory.glob("*.png"))
+
+
 def test_a_run_of_chains_writes_its_summary_figure(run_with):
     """summary.png: the test RMSE and the potential of each of the 2 chains over the 6 epochs,
     burn-in (2 epochs) marked, and the R-hat histogram of diagnostics.csv's test points."""
