@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from bdl.checks import check_targets
-from bdl.checks.check import THRESHOLDS, judge, main, to_markdown
+from bdl.checks.check import THRESHOLDS, judge, main, to_markdown, write_csv
 from bdl.checks.check_targets import Row, double_well, linear_regression
 from bdl.checks.targets import LinearRegression
 from bdl.samplers import SGHMC
@@ -286,6 +286,112 @@ def test_judge_against_the_thresholds():
     table = to_markdown(rows)
     assert "| FAIL " in table and "| PASS " in table
     assert "smoke" in to_markdown(rows, quick=True) and "PASS" not in to_markdown(rows, True)
+    # A limit is inclusive: an error at it passes, as does naive SGHMC at exactly twice SGHMC's.
+    hmc_limit = THRESHOLDS["double_well", "hmc"][0].limit
+    assert judge([_row("double_well", "hmc", tv=hmc_limit)]) == ["PASS"]
+    assert judge([_row("double_well", "hmc", tv=1.01 * hmc_limit)]) == ["FAIL"]
+    assert judge([rows[2], _row("double_well", "naive_sghmc", tv=0.024)]) == ["PASS", "PASS"]
+    # Every bound of a row must hold: the mean alone off fails too.
+    both = [_row("linear_regression", "sgld", mean_error=e, cov_error=0.05) for e in (0.001, 0.01)]
+    assert judge(both) == ["PASS", "FAIL"]
+
+
+def _table(markdown: str) -> list[list[str]]:
+    lines = [line for line in markdown.splitlines() if line.startswith("|")]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[:1] + lines[2:]]
+
+
+def test_csv_and_table_hold_each_rows_values(tmp_path):
+    """Judged rows (not --quick): the CSV has one column per error (blank where a target has
+    none), the verdict, blanks for an unmeasured ESS and for no Metropolis test, and the
+    seconds to two decimals; the table shows the same values rounded for reading."""
+    rows = [
+        Row("double_well", "hmc", {"tv": 0.0123}, math.nan, 0.987654, 400, 20_000, 1.234),
+        Row(
+            "linear_regression",
+            "sgld",
+            {"mean_error": 0.001, "cov_error": 0.07},
+            0.00321,
+            None,
+            2_500,
+            25_000,
+            0.5,
+        ),
+    ]
+    write_csv(rows, tmp_path / "check.csv")
+    with (tmp_path / "check.csv").open() as handle:
+        written = list(csv.DictReader(handle))
+    common = {"target": "double_well", "sampler": "hmc", "cov_error": "", "mean_error": ""}
+    assert written[0] == common | {
+        "tv": "0.0123",
+        "check": "PASS",
+        "ess_per_grad": "",
+        "accept_rate": "0.987654",
+        "samples": "400",
+        "grad_evals": "20000",
+        "seconds": "1.23",
+    }
+    assert written[1] == {
+        "target": "linear_regression",
+        "sampler": "sgld",
+        "cov_error": "0.07",
+        "mean_error": "0.001",
+        "tv": "",
+        "check": "FAIL",
+        "ess_per_grad": "0.00321",
+        "accept_rate": "",
+        "samples": "2500",
+        "grad_evals": "25000",
+        "seconds": "0.5",
+    }
+    write_csv(rows, tmp_path / "quick.csv", quick=True)
+    with (tmp_path / "quick.csv").open() as handle:
+        assert [row["check"] for row in csv.DictReader(handle)] == ["smoke", "smoke"]
+    header, *cells = _table(to_markdown(rows))
+    assert header == [
+        "target",
+        "sampler",
+        "error",
+        "check",
+        "ESS / grad eval",
+        "accept",
+        "samples",
+        "grad evals",
+    ]
+    assert cells == [
+        ["double_well", "hmc", "TV 0.0123", "PASS", "", "0.988", "400", "20,000"],
+        [
+            "linear_regression",
+            "sgld",
+            "mean 0.10%, cov 7.00%",
+            "FAIL",
+            "3.21e-03",
+            "",
+            "2,500",
+            "25,000",
+        ],
+    ]
+
+
+def test_main_runs_the_chosen_targets_with_the_seed_and_fails_on_a_fail(
+    tmp_path, monkeypatch, capsys
+):
+    """The command line hands its seed, mode and folder to each chosen target, prints the
+    verdicts' count and exits 1 when one fails (0 when none does)."""
+    calls = []
+
+    def double_well(quick, seed, out):
+        calls.append((quick, seed, out))
+        return [_row("double_well", "hmc", tv=0.5), _row("double_well", "mala", tv=0.001)]
+
+    monkeypatch.setitem(check_targets.TARGETS, "double_well", double_well)
+    assert main(["--seed", "7", "--out", str(tmp_path), "--targets", "double_well"]) == 1
+    assert calls == [(False, 7, tmp_path)]
+    assert "1 PASS, 1 FAIL. 2 runs in" in capsys.readouterr().out
+    with (tmp_path / "check.csv").open() as handle:
+        assert [row["check"] for row in csv.DictReader(handle)] == ["FAIL", "PASS"]
+    assert main(["--quick", "--seed", "3", "--out", str(tmp_path), "--targets", "double_well"]) == 0
+    assert calls[1] == (True, 3, tmp_path)
 
 
 def _samplers(target: str) -> list[str]:
