@@ -209,7 +209,7 @@ def test_gaussian_errors_of_draws_whose_moments_are_known_by_hand():
     target N(μ, Σ) the errors are ‖m - μ‖/‖μ‖ and ‖(2/3) I - Σ‖_F/‖Σ‖_F."""
     m = torch.tensor([1.0, 2.0], dtype=torch.float64)
     plus_minus = torch.tensor([[1.0, 0], [-1, 0], [0, 1], [0, -1]], dtype=torch.float64)
-    draws = (m + plus_minus).reshape(2, 2, 2)  # two chains of two draws
+    draws = (m + plus_minus).reshape(4, 1, 2)  # four chains of one draw
     mean = torch.tensor([1.0, 1.0], dtype=torch.float64)
     covariance = torch.tensor([[1.0, 0.5], [0.5, 2.0]], dtype=torch.float64)
     errors = gaussian_errors(draws, mean, covariance)
