@@ -166,3 +166,27 @@ def test_toy_regression_potential_is_the_posts_negative_log_likelihood():
     expected = torch.autograd.grad(value.sum(), leaves)
     for grad, autograd in zip(grads, expected, strict=True):
         torch.testing.assert_close(grad, autograd)
+
+
+def test_data_and_gradient_noise_come_from_the_given_seeds_alone():
+    """A check is reproducible from its seed: the targets' data and their closures' noise are
+    drawn from the generators they are given, whatever the global generator's state."""
+
+    def draw() -> list[torch.Tensor]:
+        drawn = []
+        for target in (LinearRegression(), ToyRegression(), CorrelatedGaussian(), DoubleWell()):
+            params = [torch.ones_like(p) for p in target.init(3)]
+            _, grads = target.closures(params, True, torch.Generator().manual_seed(3))()()
+            drawn += [
+                *grads,
+                *(getattr(target, name) for name in ("x", "y") if name in vars(target)),
+            ]
+        return drawn
+
+    with torch.random.fork_rng():
+        torch.manual_seed(1)
+        first = draw()
+        torch.manual_seed(2)
+        second = draw()
+    for a, b in zip(first, second, strict=True):
+        assert torch.equal(a, b)
