@@ -199,9 +199,10 @@ def test_total_variation_of_exact_draws_is_the_histograms_noise(double_well):
     assert draws.numel() == 4_000
     masses = double_well.bin_masses(TV_EDGES)
     noise = 0.5 * (2 * masses * (1 - masses) / (math.pi * 4_000)).sqrt().sum().item()
-    # measured over seeds 0-9 of this generator: TV / noise 0.99 ± 0.11
+    # TV / noise over seeds 0-9 of this generator: 0.99 ± 0.25 (0.60 to 1.34); unnormalised
+    # counts, a factor off or misaligned bins give many times more
     tv = total_variation(draws.reshape(8, 500, 1), double_well)
-    assert 0.5 * noise < tv < 1.5 * noise
+    assert 0 < tv < 2 * noise
 
 
 def test_gaussian_errors_of_draws_whose_moments_are_known_by_hand():
