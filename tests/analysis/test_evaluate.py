@@ -1,11 +1,24 @@
-"""``bdl-eval``'s command line (`bdl.analysis.evaluate`): what cannot go together is refused in
-one line before any run is read."""
+"""``bdl-eval`` (`bdl.analysis.evaluate`): what cannot go together is refused in one line before
+any run is read; the evaluation set is the points of a file standardised as the run's were,
+shifted as asked and named for it; a sweep, or ``shift.severity=all``, is a row per run (and
+severity), each evaluation written where its options say."""
 
 from __future__ import annotations
 
-import pytest
+import math
+from pathlib import Path
+from types import SimpleNamespace
 
-from bdl.analysis.evaluate import main
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from bdl.analysis import evaluate as evaluate_module
+from bdl.analysis.evaluate import _parse, evaluate_sweep, evaluation_set, main, severity_table
+from bdl.analysis.posterior import RunError
+from bdl.data import DataError, Dataset
+from bdl.data.shift import corrupt, rotate
 
 
 @pytest.mark.parametrize("other", ["split=validation", "dataset=boston", "dataset.split=1"])
@@ -16,3 +29,156 @@ def test_a_file_of_data_replaces_the_dataset_and_its_split(other, tmp_path, caps
     assert err.strip().splitlines() == [
         "bdl-eval: error: data=FILE replaces dataset= and split=: give one or the other"
     ]
+
+
+def test_options_keep_hydras_types_for_the_dataset_and_text_for_the_rest():
+    run_dir, options = _parse(
+        ["runs/a", "dataset=boston", "dataset.split=3", "+dataset.extra=[1,2]", "shift.rotate=30"]
+        + ["shift.corrupt=blur", "shift.severity=all", "ood=noise", "device=cpu", "out=o"]
+    )
+    assert run_dir == Path("runs/a")
+    assert options == {
+        "dataset": "boston",
+        "dataset.split": 3,
+        "+dataset.extra": [1, 2],
+        "shift.rotate": "30",
+        "shift.corrupt": "blur",
+        "shift.severity": "all",
+        "ood": "noise",
+        "device": "cpu",
+        "out": "o",
+    }
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        ("dataset=boston,yacht", "'dataset=boston,yacht': give each option one value (KEY=VALUE)"),
+        ("~dataset", "'~dataset': give each option one value (KEY=VALUE)"),
+        ("split=null", "'split=null': give each option one value (KEY=VALUE)"),
+        ("splt=test", "splt=test is not an option of bdl-eval: did you mean split=test?"),
+        ("+split=test", "+split=test is not an option of bdl-eval: did you mean split=test?"),
+        ("seed=1", "seed=1 is not an option of bdl-eval: use KEY=VALUE with KEY in"),
+    ],
+)
+def test_an_option_that_is_not_one_value_of_a_known_key_is_refused(option, message, capsys):
+    assert main(["run", option]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"bdl-eval: error: {message}")
+
+
+def _posterior(task: str, tmp_path: Path) -> SimpleNamespace:
+    """What `evaluation_set` reads of a posterior: its run's dataset (standardised targets of
+    mean 1 and sd 2, or three classes) and directory."""
+    x = torch.zeros(2, 1, 6, 6)
+    y = torch.zeros(2) if task == "regression" else torch.zeros(2, dtype=torch.long)
+    data = Dataset("tiny", task, x, y, x, y, num_classes=3, target_mean=1.0, target_std=2.0)
+    return SimpleNamespace(data=data, directory=tmp_path / "run")
+
+
+def _points(tmp_path: Path, y: torch.Tensor, shape=(3, 1, 6, 6)) -> Path:
+    path = tmp_path / "points.safetensors"
+    x = torch.arange(math.prod(shape), dtype=torch.float64).reshape(shape) / 100
+    save_file({"x": x, "y": y}, path)
+    return path
+
+
+def test_a_file_of_regression_targets_is_standardised_as_the_run_was(tmp_path):
+    path = _points(tmp_path, torch.tensor([3.0, 5.0, -1.0], dtype=torch.float64))
+    label, task, x, y = evaluation_set(_posterior("regression", tmp_path), {"data": str(path)})
+    assert (label, task, x.dtype) == ("points", "regression", torch.float32)
+    torch.testing.assert_close(y, torch.tensor([1.0, 2.0, -1.0], dtype=torch.float64))
+
+
+def test_a_shifted_file_is_the_shift_of_its_images_and_says_so(tmp_path):
+    path = _points(tmp_path, torch.tensor([0, 2, 1]))
+    posterior = _posterior("classification", tmp_path)
+    _, _, plain, labels = evaluation_set(posterior, {"data": str(path)})
+    assert labels.tolist() == [0, 2, 1]
+    label, _, x, _ = evaluation_set(posterior, {"data": str(path), "shift.rotate": "12.5"})
+    assert label == "points-rotate12.5"
+    torch.testing.assert_close(x, rotate(plain, 12.5))
+    label, _, x, _ = evaluation_set(posterior, {"data": str(path), "shift.corrupt": "blur"})
+    assert label == "points-blur3"  # severity 3 unless given
+    torch.testing.assert_close(x, corrupt(plain, "blur", 3))
+    options = {"data": str(path), "shift.corrupt": "translate", "shift.severity": "5"}
+    label, _, x, _ = evaluation_set(posterior, options)
+    assert label == "points-translate5"
+    torch.testing.assert_close(x, corrupt(plain, "translate", 5))
+
+
+@pytest.mark.parametrize(
+    "task, y, shape, options, message",
+    [
+        ("classification", [0, 3, 1], (3, 1, 6, 6), {}, "has labels in [0, 3], but the run "),
+        ("regression", [0, 3, 1], (3, 1, 6, 6), {}, "the targets of points are integer labels"),
+        ("classification", [0.5] * 3, (3, 1, 6, 6), {}, "the targets of points are real numbers"),
+        ("classification", [0, 1, 1], (3, 1, 5, 6), {}, "inputs of shape (1, 6, 6) (tiny), but"),
+        ("classification", [0] * 3, (3, 1, 6, 6), {"shift.severity": "2"}, "grades a corruption"),
+        (
+            "classification",
+            [0] * 3,
+            (3, 1, 6, 6),
+            {"shift.corrupt": "blur", "shift.severity": "high"},
+            "shift.severity=high is not a severity: choose 1, 2, 3, 4 or 5",
+        ),
+    ],
+)
+def test_a_file_the_run_cannot_read_is_refused(task, y, shape, options, message, tmp_path):
+    path = _points(tmp_path, torch.tensor(y), shape)
+    with pytest.raises((DataError, ValueError)) as error:
+        evaluation_set(_posterior(task, tmp_path), {"data": str(path), **options})
+    assert message in str(error.value)
+
+
+@pytest.fixture
+def evaluated(monkeypatch, tmp_path):
+    """`evaluate` replaced by one that records what it was asked and fails for run ``b/1``."""
+    calls = []
+
+    def evaluate(run_dir, options):
+        calls.append((run_dir.name, dict(options)))
+        if run_dir.name == "1":
+            raise RunError(f"{run_dir} has no samples\nsecond line")
+        severity = int(options.get("shift.severity", 0))
+        return {"test_accuracy": 0.9 - severity / 100, "at": run_dir.parent.name}, tmp_path
+
+    monkeypatch.setattr(evaluate_module, "evaluate", evaluate)
+    return calls
+
+
+def test_a_sweep_is_a_row_per_run_each_written_below_out(tmp_path, evaluated):
+    sweep = tmp_path.resolve()
+    runs = [sweep / "a" / "0", sweep / "b" / "1", sweep / "b" / "2"]
+    table, failures = evaluate_sweep(sweep, runs, {"out": "o", "split": "test"})
+    assert table.to_dict("records") == [
+        {"run": "a/0", "test_accuracy": 0.9, "at": "a"},
+        {"run": "b/2", "test_accuracy": 0.9, "at": "b"},
+    ]
+    assert failures == [f"b/1: {sweep / 'b' / '1'} has no samples"]
+    assert [options["out"] for _, options in evaluated] == ["o/a/0", "o/b/1", "o/b/2"]
+    assert all(options["split"] == "test" for _, options in evaluated)
+
+
+def test_severity_all_is_a_row_per_run_and_severity(tmp_path, evaluated):
+    run = tmp_path / "run"
+    options = {"shift.corrupt": "blur", "shift.severity": "all", "out": "o"}
+    table, failures = severity_table(run, [], options)
+    assert failures == []
+    assert table.columns.tolist()[:2] == ["run", "severity"]
+    assert table["severity"].tolist() == [1, 2, 3, 4, 5]
+    np.testing.assert_allclose(table["test_accuracy"], [0.89, 0.88, 0.87, 0.86, 0.85])
+    assert [o["out"] for _, o in evaluated] == [f"o/severity{s}" for s in range(1, 6)]
+    assert [o["shift.severity"] for _, o in evaluated] == ["1", "2", "3", "4", "5"]
+
+    evaluated.clear()
+    sweep = tmp_path.resolve()
+    runs = [sweep / "b" / "0", sweep / "a" / "0", sweep / "b" / "1"]
+    table, failures = severity_table(sweep, runs, {"shift.corrupt": "blur"})
+    # sorted by run, then severity; the run that fails once per severity
+    assert table[["run", "severity"]].values.tolist() == [
+        [r, s] for r in ("a/0", "b/0") for s in range(1, 6)
+    ]
+    assert failures == [f"b/1: {sweep / 'b' / '1'} has no samples"] * 5
+    with pytest.raises(ValueError, match="give shift.corrupt=NAME with it"):
+        severity_table(sweep, runs, {"shift.severity": "all"})
