@@ -259,3 +259,29 @@ def test_chen_keeps_one_row_per_sampler_and_prior(tmp_path):
     ]
     labels = [line.get_label() for line in table.figures["chen2014"].axes[0].lines]
     assert {"sghmc, gaussian", "sgld, laplace"} <= set(labels)
+
+
+def test_paper_notes_count_the_hours_and_name_what_the_table_averaged_or_left_out(
+    uci_runs, capsys, monkeypatch
+):
+    monkeypatch.setattr(papers, "save", lambda figure, stem: [])  # the table's files, no figure
+    boston = uci_runs / "boston_0" / "metrics.json"
+    metrics = json.loads(boston.read_text())
+    reason = "R-hat of potential 1.2 > 1.01"
+    boston.write_text(json.dumps({**metrics, "converged": False, "reasons": [reason]}))
+    concrete = uci_runs / "concrete_1" / "metrics.json"
+    warning = "test_ll below the trivial predictor's"
+    metrics = json.loads(concrete.read_text())
+    concrete.write_text(json.dumps({**metrics, "warnings": [warning]}))
+    naval = uci_runs / "naval_1" / "metrics.json"
+    naval.write_text(json.dumps({**json.loads(naval.read_text()), "status": "diverged"}))
+    assert main([str(uci_runs), "--paper", "uci"]) == 0
+    out = capsys.readouterr().out
+    # five runs of 1800 s: 2.5 h; naval's second split is not in the table
+    assert "5 runs, 2.50 h of run time in all (their wall_time_s)." in out
+    assert f"(n_unconverged; 1 runs):\n- {uci_runs / 'boston_0'}: {reason}" in out
+    assert f"with warnings (1 runs):\n- {uci_runs / 'concrete_1'}: {warning}" in out
+    assert f"Not in the table (1 runs):\n- {uci_runs / 'naval_1'}: diverged" in out
+    numbers = pd.read_csv(uci_runs / "uci.csv").set_index("dataset")
+    assert numbers.loc["naval", "splits bdl sghmc_uci"] == 1
+    assert numbers.loc["naval", "test_rmse bdl sghmc_uci"] == pytest.approx(0.0012)

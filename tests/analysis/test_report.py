@@ -329,3 +329,44 @@ def test_compare_ranks_by_psis_loo_best_first_and_counts_unreliable_points(sweep
     for _, row in table.iterrows():
         assert row["sampler"] == records.loc[row["run_dir"], "sampler"]
         assert row["test_accuracy"] == records.loc[row["run_dir"], "test_accuracy"]
+
+
+def test_the_summary_files_hold_each_groups_numbers_in_the_order_asked(sweep, capsys):
+    """--metrics in the order given, --error sem: the printed table, report.md, and the CSVs'
+    numbers (sghmc's test_nll 0.5 and 1.5: mean 1, sd 0.7071, error 0.5)."""
+    assert main([str(sweep), "--metrics", "test_nll", "test_accuracy", "--error", "sem"]) == 0
+    out = capsys.readouterr().out
+    header = [c.strip() for c in out.splitlines()[0].strip("|").split("|")]
+    assert header == ["sampler", "test_nll", "test_accuracy"]
+    assert "| sghmc     |  1.0 ± 0.5 |   0.910 ± 0.010 |" in out.splitlines()
+    assert (sweep / "report.md").read_text() == out
+    summary = pd.read_csv(sweep / "report_summary.csv").set_index("sampler")
+    assert summary.columns.tolist()[:4] == [
+        "n_runs",
+        "test_nll_mean",
+        "test_nll_std",
+        "test_nll_sem",
+    ]
+    assert summary.loc["sghmc", "test_nll_std"] == pytest.approx(0.5**0.5)
+    assert summary.loc["sghmc", "test_nll_sem"] == pytest.approx(0.5)
+    assert summary.loc["sgld", "test_accuracy_mean"] == pytest.approx(0.82)
+    runs = pd.read_csv(sweep / "report.csv").sort_values(["sampler", "seed"])
+    assert runs["test_accuracy"].tolist() == [0.90, 0.92, 0.80, 0.84]
+    assert r"sghmc & 1.0 $\pm$ 0.5 & 0.910 $\pm$ 0.010 \\" in (sweep / "report.tex").read_text()
+
+
+def test_pruning_prints_every_readable_curve_in_natural_order(tmp_path, capsys):
+    for name, removed in (("run10", 0.9), ("run2", 0.5), ("run1", 0.1)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "pruning.csv").write_text(
+            f"fraction_removed,weights_kept,test_rmse\n{removed},50000,0.25\n"
+        )
+    (tmp_path / "run1" / "pruning.csv").write_text("not,a\ncurve\n")
+    assert main([str(tmp_path), "--pruning"]) == 2
+    out, err = capsys.readouterr()
+    assert [line for line in out.splitlines() if line.startswith(str(tmp_path))] == [
+        str(tmp_path / "run2"),
+        str(tmp_path / "run10"),
+    ]
+    assert "| 50%" in out.split(str(tmp_path / "run10"))[0] and "| 90%" in out
+    assert err.startswith(f"bdl-report: error: {tmp_path / 'run1' / 'pruning.csv'} is not a")
