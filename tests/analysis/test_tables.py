@@ -96,6 +96,8 @@ def test_target_grouping_without_hydra_choices(tmp_path):
         (-0.001, 0.04, "0.00 ± 0.04"),  # no "-0.00"
         (0.9, math.nan, "0.9"),  # a single run: the mean alone, four significant digits
         (10.0, 0.0, "10 ± 0"),
+        (1.0, math.inf, "1 ± inf"),  # no decimal place to round an infinite error to
+        (math.inf, 0.1, "inf ± 0.1"),
         (math.nan, math.nan, "n/a"),
     ],
 )
@@ -337,3 +339,84 @@ def test_metric_and_choice_columns_are_guessed_when_pandas_drops_the_attrs(sweep
     assert choice_columns(plain) == ["sampler", "dataset"]
     summary = summarize(plain, by=["sampler"])
     assert summary.set_index("sampler").loc["sgld", "test_accuracy_mean"] == pytest.approx(0.82)
+
+
+def test_where_and_how_a_run_happened_is_no_axis():
+    """Every pattern of DEFAULT_EXCLUDE on a key that differs between two runs: only the
+    sampler is an axis; the implementation keys go too when a choice names the sampler."""
+    where = {
+        "seed": [0, 1],
+        "run_dir": ["a", "b"],
+        "hydra": ["x", "y"],
+        "hydra.job.name": ["x", "y"],
+        "root": ["/a", "/b"],
+        "dataset.root": ["/a", "/b"],
+        "save_dir": ["/a", "/b"],
+        "cache.dir": ["/a", "/b"],
+        "ckpt_path": ["/a", "/b"],
+        "data.path": ["/a", "/b"],
+        "device": ["cpu", "cuda"],
+        "model.device": ["cpu", "cuda"],
+        "num_workers": [0, 2],
+        "loader.num_workers": [0, 2],
+        "wandb.project": ["p", "q"],
+        "logger.level": ["info", "debug"],
+        "log_every": [1, 10],
+    }
+    runs = pd.DataFrame({"sampler": ["sghmc", "sgld"], **where, "test_nll": [1.0, 2.0]})
+    assert varying_keys(runs) == ["sampler"]
+    # a run's directory is where it is, whatever the patterns
+    assert varying_keys(runs, exclude=()) == ["sampler", *(k for k in where if k != "run_dir")]
+    implementation = {"sampler._target_": ["A", "B"], "sampler._partial_": [True, False]}
+    named = runs.assign(**implementation, **{"sampler.lr": [0.1, 0.2]})
+    assert varying_keys(named) == ["sampler", "sampler.lr"]  # a choice names the sampler
+    unnamed = pd.DataFrame({**implementation, "test_nll": [1.0, 2.0]})
+    assert varying_keys(unnamed) == ["sampler._target_", "sampler._partial_"]
+
+
+def test_metric_columns_are_guessed_by_name_and_number():
+    runs = pd.DataFrame(
+        {
+            "val_loss": [1.0],
+            "train_note": ["fine"],
+            "epochs": [3],
+            "sampler": ["sgld"],
+            "grad_norm": [2.0],
+            "test_ll": [-1.0],
+        }
+    )
+    assert metric_columns(runs) == ["val_loss", "epochs", "test_ll"]
+
+
+def test_counts_of_flagged_runs_come_after_n_runs_and_only_when_a_run_is_flagged():
+    runs = pd.DataFrame(
+        {
+            "k": ["a", "a", "b"],
+            "warnings": ["w", "", None],
+            "unconverged": ["", "R-hat 1.2", ""],
+            "x": [1.0, 2.0, 3.0],
+        }
+    )
+    summary = summarize(runs, by=["k"], metrics=["x"])
+    assert summary.columns.tolist()[:4] == ["k", "n_runs", "n_unconverged", "n_warned"]
+    assert summary[["n_runs", "n_unconverged", "n_warned"]].values.tolist() == [
+        [2, 1, 1],
+        [1, 0, 0],
+    ]
+    quiet = summarize(runs.assign(warnings="", unconverged=None), by=["k"], metrics=["x"])
+    assert quiet.columns.tolist() == ["k", "n_runs", "x_mean", "x_std", "x_sem"]
+
+
+def test_a_summary_read_back_from_csv_is_formatted_as_the_original(sweep, tmp_path):
+    """report_summary.csv has no attrs: its groups (the columns before n_runs) and metrics (a
+    mean beside a std) are read from the column names."""
+    summary = summarize(load_runs([sweep]))
+    summary.to_csv(tmp_path / "summary.csv", index=False)
+    again = pd.read_csv(tmp_path / "summary.csv")
+    assert again.attrs == {}
+    text = to_markdown(again)
+    assert text == to_markdown(summary)
+    assert text.endswith(
+        "Cells: mean ± standard deviation over each row's n_runs runs. Same in every row: "
+        "n_runs = 2, num_samples = 10, epochs = 10, wall_time_s = 123500."
+    )
