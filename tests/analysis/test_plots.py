@@ -473,3 +473,22 @@ def test_summary_of_one_regression_chain(tmp_path: Path):
     assert burn_in_lines(metric) == [1.0]  # and no pooled line: one chain is the average
     assert potential.get_yscale() == "log"  # 300 to 10
     np.testing.assert_allclose(potential.lines[0].get_ydata(), [300, 20, 10])
+
+
+def test_a_group_averages_each_runs_chains_before_its_runs(tmp_path: Path):
+    """Run a's two chains (errors 0.1 and 0.3 at epoch 1) count as one run of error 0.2 beside
+    run b's 0.4: the line is at 0.3 (not (0.1 + 0.3 + 0.4) / 3), its band ± the runs' sd."""
+    curves = {
+        "a": "epoch,chain,potential,test_metric\n1,0,1,0.9\n1,1,1,0.7\n2,0,1,0.9\n2,1,1,0.9\n",
+        "b": "epoch,potential,test_metric\n1,1,0.6\n2,1,0.8\n",
+    }
+    for name, curve in curves.items():
+        metrics = {"test_accuracy": 0.9, "epochs": 2}
+        write_run(tmp_path / name, "sgld", {"a": 0, "b": 1}[name], curve, metrics, burn_in=0)
+    by_epoch = figures(load_runs([tmp_path]), ["sampler"])["test_error"].axes[0]
+    (line,) = by_epoch.lines
+    np.testing.assert_allclose(line.get_ydata(), [0.3, 0.15])
+    (band,) = [c for c in by_epoch.collections if isinstance(c, PolyCollection)]
+    y = band.get_paths()[0].vertices[:, 1]
+    spread = np.std([[0.2, 0.1], [0.4, 0.2]], axis=0, ddof=1)
+    np.testing.assert_allclose([y.min(), y.max()], [0.15 - spread[1], 0.3 + spread[0]])
