@@ -182,3 +182,25 @@ def test_severity_all_is_a_row_per_run_and_severity(tmp_path, evaluated):
     assert failures == [f"b/1: {sweep / 'b' / '1'} has no samples"] * 5
     with pytest.raises(ValueError, match="give shift.corrupt=NAME with it"):
         severity_table(sweep, runs, {"shift.severity": "all"})
+
+
+def test_bdl_eval_prints_a_row_per_severity_or_per_run_and_names_each_failure(
+    tmp_path, evaluated, capsys
+):
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    assert main([str(run), "shift.corrupt=blur", "shift.severity=all"]) == 0
+    rows = [r.strip("|").split("|") for r in capsys.readouterr().out.splitlines()[2:]]
+    assert [(r[0].strip(), int(r[1]), float(r[2])) for r in rows] == [
+        ("run", s, pytest.approx(0.9 - s / 100)) for s in range(1, 6)
+    ]
+    sweep = tmp_path / "sweep"
+    for name in ("0", "1"):
+        (sweep / name / ".hydra").mkdir(parents=True)
+        (sweep / name / ".hydra" / "config.yaml").write_text("seed: 0\n")
+        (sweep / name / "metrics.json").write_text("{}")
+    assert main([str(sweep)]) == 2
+    out, err = capsys.readouterr()
+    assert [r.split("|")[1].strip() for r in out.splitlines()[2:]] == ["0"]
+    assert err == f"bdl-eval: error: 1: {(sweep / '1').resolve()} has no samples\n"

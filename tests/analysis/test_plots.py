@@ -200,6 +200,8 @@ def test_the_sweep_figure_reads(sweep: Path):
     assert burn_in_lines(by_epoch) == [2.0, 2.0]  # each group's, in its colour
     assert burn_in_lines(by_grads) == [200.0, 200.0]  # 100 gradients per epoch
     assert by_epoch.get_yscale() == "linear"
+    # every group's means set the range: sghmc's lowest 0.06, sgld's highest 0.20
+    assert by_epoch.get_ylim() == pytest.approx((0.95 * 0.06, 1.05 * 0.20))
     assert overlapping_tick_labels(figure) == []
 
 
