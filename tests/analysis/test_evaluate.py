@@ -204,3 +204,7 @@ def test_bdl_eval_prints_a_row_per_severity_or_per_run_and_names_each_failure(
     out, err = capsys.readouterr()
     assert [r.split("|")[1].strip() for r in out.splitlines()[2:]] == ["0"]
     assert err == f"bdl-eval: error: 1: {(sweep / '1').resolve()} has no samples\n"
+    assert main([str(sweep), "shift.corrupt=blur", "shift.severity=all"]) == 2
+    out, err = capsys.readouterr()
+    assert [r.split("|")[2].strip() for r in out.splitlines()[2:]] == ["1", "2", "3", "4", "5"]
+    assert err == f"bdl-eval: error: 1: {(sweep / '1').resolve()} has no samples\n" * 5
