@@ -494,3 +494,26 @@ def test_a_group_averages_each_runs_chains_before_its_runs(tmp_path: Path):
     y = band.get_paths()[0].vertices[:, 1]
     spread = np.std([[0.2, 0.1], [0.4, 0.2]], axis=0, ddof=1)
     np.testing.assert_allclose([y.min(), y.max()], [0.15 - spread[1], 0.3 + spread[0]])
+
+
+def test_a_run_of_several_chains_is_drawn_against_each_chains_gradients(tmp_path: Path):
+    """Two chains that spent 1200 gradients in all over 3 epochs spent 200 each per epoch: its
+    line (the mean of its chains) is drawn at 200, 400, 600 beside a one-chain run's 100 per
+    epoch."""
+    rows = "".join(f"{e},{c},1.0,0.9\n" for e in (1, 2, 3) for c in (0, 1))
+    metrics = {"test_accuracy": 0.9, "epochs": 3, "grad_evals": 1200, "chains": 2}
+    write_run(
+        tmp_path / "two",
+        "sghmc",
+        0,
+        "epoch,chain,potential,test_metric\n" + rows,
+        metrics,
+        burn_in=0,
+    )
+    rows = "".join(f"{e},1.0,0.8\n" for e in (1, 2, 3))
+    metrics = {"test_accuracy": 0.8, "epochs": 3, "grad_evals": 300}
+    write_run(tmp_path / "one", "sgld", 0, "epoch,potential,test_metric\n" + rows, metrics, 0)
+    by_grads = figures(load_runs([tmp_path]), ["sampler"])["test_error"].axes[1]
+    lines = {line.get_label(): line.get_xdata() for line in by_grads.lines}
+    np.testing.assert_allclose(lines["sampler=sghmc"], [200, 400, 600])
+    np.testing.assert_allclose(lines["sampler=sgld"], [100, 200, 300])
