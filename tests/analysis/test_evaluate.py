@@ -21,7 +21,9 @@ from bdl.data import DataError, Dataset
 from bdl.data.shift import corrupt, rotate
 
 
-@pytest.mark.parametrize("other", ["split=validation", "dataset=boston", "dataset.split=1"])
+@pytest.mark.parametrize(
+    "other", ["split=validation", "dataset=boston", "dataset.split=1", "+dataset.extra=1"]
+)
 def test_a_file_of_data_replaces_the_dataset_and_its_split(other, tmp_path, capsys):
     run_dir = tmp_path / "no-run-needed"
     assert main([str(run_dir), "data=points.safetensors", other]) == 2
