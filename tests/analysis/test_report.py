@@ -370,3 +370,20 @@ def test_pruning_prints_every_readable_curve_in_natural_order(tmp_path, capsys):
     ]
     assert "| 50%" in out.split(str(tmp_path / "run10"))[0] and "| 90%" in out
     assert err.startswith(f"bdl-report: error: {tmp_path / 'run1' / 'pruning.csv'} is not a")
+
+
+def test_plots_group_the_runs_as_the_table_does(sweep, tmp_path, monkeypatch, capsys):
+    import bdl.analysis.plots
+
+    calls = []
+    monkeypatch.setattr(
+        bdl.analysis.plots,
+        "draw",
+        lambda runs, by, out: calls.append((sorted(runs["seed"]), by, out)) or [],
+    )
+    assert main([str(sweep), "--plot"]) == 0
+    assert calls.pop() == ([0, 0, 1, 1], ["sampler"], sweep / "plots")
+    out = tmp_path / "elsewhere"
+    assert main([str(sweep), "--plot", "--by", "sampler", "seed", "--out", str(out)]) == 0
+    assert calls.pop() == ([0, 0, 1, 1], ["sampler", "seed"], out / "plots")
+    assert "no curve.csv to plot" in capsys.readouterr().err
