@@ -517,3 +517,11 @@ def test_a_run_of_several_chains_is_drawn_against_each_chains_gradients(tmp_path
     lines = {line.get_label(): line.get_xdata() for line in by_grads.lines}
     np.testing.assert_allclose(lines["sampler=sghmc"], [200, 400, 600])
     np.testing.assert_allclose(lines["sampler=sgld"], [100, 200, 300])
+
+
+def test_a_diagnostics_file_without_rhat_draws_no_histogram(sweep: Path):
+    (sweep / "0" / "diagnostics.csv").write_text("point,ess\n0,80.0\n1,95.0\n")
+    (sweep / "1" / "diagnostics.csv").write_text("point,rhat\n0,1.0\n1,1.3\n")
+    drawn = figures(load_runs([sweep]), ["sampler"])
+    assert sorted(k for k in drawn if k.startswith("rhat_")) == ["rhat_1"]
+    assert sum(p.get_height() for p in drawn["rhat_1"].axes[0].patches) == 2
