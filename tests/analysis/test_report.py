@@ -263,7 +263,9 @@ def _log_likelihood(level: float, outlier: bool = False) -> np.ndarray:
     return values
 
 
-def test_compare_ranks_by_psis_loo_best_first_and_counts_unreliable_points(sweep, monkeypatch):
+def test_compare_ranks_by_psis_loo_best_first_and_counts_unreliable_points(
+    sweep, monkeypatch, capsys
+):
     """Three runs of the sweep with log-likelihoods of known levels (arviz computes the PSIS-LOO
     beside, on the same draws), one without samples: best first, the Pareto-k warnings counted,
     the choice that varies and the test metrics beside, the run without samples named."""
@@ -329,6 +331,15 @@ def test_compare_ranks_by_psis_loo_best_first_and_counts_unreliable_points(sweep
     for _, row in table.iterrows():
         assert row["sampler"] == records.loc[row["run_dir"], "sampler"]
         assert row["test_accuracy"] == records.loc[row["run_dir"], "test_accuracy"]
+    # bdl-report --compare prints that table, and names the run it leaves out
+    capsys.readouterr()
+    assert main([str(sweep), "--compare"]) == 0
+    out, err = capsys.readouterr()
+    assert [line.split("|")[-2].strip() for line in out.splitlines()[2:]] == order
+    assert err == f"bdl-report: warning: {runs[3]} not compared: {runs[3]} holds no samples\n"
+    data.clear()
+    assert main([str(sweep), "--compare"]) == 2
+    assert capsys.readouterr().err.endswith("no run holds posterior samples to compare\n")
 
 
 def test_the_summary_files_hold_each_groups_numbers_in_the_order_asked(sweep, capsys):
