@@ -426,6 +426,9 @@ def test_a_trace_draws_the_potential_and_each_gibbs_sampled_hyperparameter():
         "noise_precision",
         "precision/a",
     ]
+    # a curve without a chain column is chain 0's, as a run of one chain numbers it
+    assert [line.get_label() for line in panels[0].lines] == ["chain 0"]
+    np.testing.assert_allclose(panels[0].lines[0].get_ydata(), [9.0, 8.0])
     for ax, column in zip(panels[1:], ["precision/b", "noise_precision", "precision/a"]):
         np.testing.assert_allclose(ax.lines[0].get_ydata(), frame[column])
         assert ax.get_xlabel() == "epoch"
