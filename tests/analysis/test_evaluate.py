@@ -5,6 +5,7 @@ severity), each evaluation written where its options say."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,11 +13,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import save_file
+from omegaconf import OmegaConf
+from safetensors.torch import load_file, save_file
 
 from bdl.analysis import evaluate as evaluate_module
 from bdl.analysis.evaluate import _parse, evaluate_sweep, evaluation_set, main, severity_table
-from bdl.analysis.posterior import RunError
+from bdl.analysis.posterior import Posterior, RunError
 from bdl.data import DataError, Dataset
 from bdl.data.shift import corrupt, rotate
 
@@ -210,3 +212,50 @@ def test_bdl_eval_prints_a_row_per_severity_or_per_run_and_names_each_failure(
     out, err = capsys.readouterr()
     assert [r.split("|")[2].strip() for r in out.splitlines()[2:]] == ["1", "2", "3", "4", "5"]
     assert err == f"bdl-eval: error: 1: {(sweep / '1').resolve()} has no samples\n" * 5
+
+
+#: Two posterior samples' class probabilities for two points: their average is
+#: [[0.4, 0.5, 0.1], [0.2, 0.2, 0.6]].
+SAMPLES = (
+    torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.2, 0.6]], dtype=torch.float64),
+    torch.tensor([[0.2, 0.7, 0.1], [0.2, 0.2, 0.6]], dtype=torch.float64),
+)
+
+
+class _Posterior:
+    """A run of three classes whose samples predict `SAMPLES`, averaged by the real
+    `Posterior.average`."""
+
+    average = Posterior.average
+
+    def __init__(self, run_dir):
+        x, y = torch.zeros(2, 1, 6, 6), torch.zeros(2, dtype=torch.long)
+        self.directory, self.data = run_dir, Dataset("tiny", "classification", x, y, x, y, 3)
+        self.config = OmegaConf.create({"device": {"value": "cpu"}})
+        self.verdict = {"converged": False, "reasons": ["R-hat 1.2 > 1.01"], "notes": []}
+
+    def predictions(self, x, device=None, chain=None):
+        yield from ((None, probs) for probs in SAMPLES)
+
+
+def test_the_metrics_written_are_the_model_averages_on_the_evaluation_set(tmp_path, monkeypatch):
+    """Labels 0 and 2: the average's top classes 1 and 2 make an accuracy of 1/2 and an NLL of
+    -(log 0.4 + log 0.6) / 2, written with the set's name and the run's verdict beside."""
+    monkeypatch.setattr(evaluate_module, "Posterior", _Posterior)
+    run = tmp_path / "run"
+    run.mkdir()
+    path = tmp_path / "points.safetensors"
+    save_file({"x": torch.zeros(2, 1, 6, 6), "y": torch.tensor([0, 2])}, path)
+    for _ in range(2):  # a second evaluation replaces the first
+        metrics, out = evaluate_module.evaluate(run, {"data": str(path)})
+    assert out == run / "eval" / "points"
+    assert json.loads((out / "metrics.json").read_text()) == metrics
+    assert metrics["test_accuracy"] == pytest.approx(0.5)
+    assert metrics["test_nll"] == pytest.approx(-(math.log(0.4) + math.log(0.6)) / 2)
+    assert metrics["num_samples"] == 2 and metrics["evaluated_on"] == "points"
+    assert metrics["converged"] is False and metrics["reasons"] == ["R-hat 1.2 > 1.01"]
+    saved = load_file(out / "predictive.safetensors")
+    torch.testing.assert_close(saved["predictive"], (SAMPLES[0] + SAMPLES[1]) / 2)
+    assert saved["targets"].tolist() == [0, 2]
+    _, elsewhere = evaluate_module.evaluate(run, {"data": str(path), "out": str(tmp_path / "o")})
+    assert elsewhere == tmp_path / "o" and (elsewhere / "metrics.json").is_file()
