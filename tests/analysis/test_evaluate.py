@@ -1,7 +1,8 @@
 """``bdl-eval`` (`bdl.analysis.evaluate`): what cannot go together is refused in one line before
 any run is read; the evaluation set is the points of a file standardised as the run's were,
-shifted as asked and named for it; a sweep, or ``shift.severity=all``, is a row per run (and
-severity), each evaluation written where its options say."""
+shifted as asked and named for it; the metrics written are the model average's on it; a sweep,
+or ``shift.severity=all``, is a row per run (and severity), each evaluation written where its
+options say."""
 
 from __future__ import annotations
 
