@@ -282,6 +282,8 @@ def test_paper_notes_count_the_hours_and_name_what_the_table_averaged_or_left_ou
     assert f"(n_unconverged; 1 runs):\n- {uci_runs / 'boston_0'}: {reason}" in out
     assert f"with warnings (1 runs):\n- {uci_runs / 'concrete_1'}: {warning}" in out
     assert f"Not in the table (1 runs):\n- {uci_runs / 'naval_1'}: diverged" in out
-    numbers = pd.read_csv(uci_runs / "uci.csv").set_index("dataset")
+    numbers = pd.read_csv(uci_runs / "uci.csv")
+    assert numbers.columns[0] == "dataset"  # a row's set first, no index column before it
+    numbers = numbers.set_index("dataset")
     assert numbers.loc["naval", "splits bdl sghmc_uci"] == 1
     assert numbers.loc["naval", "test_rmse bdl sghmc_uci"] == pytest.approx(0.0012)
