@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -131,3 +132,158 @@ def test_chen_table_and_order(tmp_path):
     swapped = _chen_runs(tmp_path / "swapped", {"sgld": (0.017, 0.017), "sghmc": (0.018, 0.018)})
     notes = papers.chen2014(load_runs([swapped])).notes
     assert notes[1].endswith("NOT kept (sghmc 1.80%, sgld 1.70%).")
+
+
+def test_uci_rows_follow_the_papers_order_and_a_missing_cell_is_no_number(tmp_path):
+    """Two samplers, sgld with one boston split and no yacht run: sets in the papers' order
+    (yacht written first), sgld's lone split shown without an error, its missing set n/a and
+    counted as no win; the figure holds each method's RMSE over PBP's and LL minus PBP's."""
+    results = {  # (sampler, dataset): (test_rmse, test_ll) per split
+        ("sghmc", "yacht"): [(0.5, -1.0), (0.7, -1.2)],
+        ("sghmc", "boston"): [(2.0, -2.5), (2.4, -2.3)],
+        ("sgld", "boston"): [(3.5, -2.6)],
+    }
+    for (sampler, dataset), splits in results.items():
+        for split, (rmse, ll) in enumerate(splits):
+            _write_run(
+                tmp_path / "sweep" / f"{sampler}_{dataset}_{split}",
+                {"dataset": dataset, "sampler": sampler},
+                {"test_rmse": rmse, "test_ll": ll},
+            )
+    table = papers.uci(load_runs([tmp_path / "sweep"]))
+    cells = table.cells.set_index("Dataset")
+    assert cells.index.tolist() == ["boston", "yacht"]
+    assert cells.columns.tolist()[:2] == ["RMSE bdl sghmc", "RMSE bdl sgld"]
+    assert cells.loc["boston", "RMSE bdl sgld"] == "3.5"
+    assert cells.loc["boston", "LL bdl sgld"] == "-2.6"
+    assert cells.loc["yacht", "RMSE bdl sgld"] == "n/a"
+    # yacht: 0.6 ± 0.1 below every published RMSE; -1.1 ± 0.1 above every published LL
+    assert cells.loc["yacht", "RMSE bdl sghmc"] == "**0.60 ± 0.10**"
+    assert cells.loc["yacht", "LL bdl sghmc"] == "**-1.10 ± 0.10**"
+    assert cells.loc["yacht", "RMSE PBP"] == "1.02" and cells.loc["yacht", "LL PBP"] == "-1.63"
+    assert table.notes[1:] == [
+        "bdl sghmc: RMSE below PBP's on 2 of 2 sets, test LL above PBP's on 2 of 2; splits per "
+        "set: boston 2, yacht 2.",
+        "bdl sgld: RMSE below PBP's on 0 of 2 sets, test LL above PBP's on 0 of 2; splits per "
+        "set: boston 1, yacht 0.",
+    ]
+    numbers = table.numbers.set_index("dataset")
+    assert numbers.loc["yacht", "splits bdl sgld"] == 0
+    assert numbers.loc["yacht", "test_rmse bdl sghmc sem"] == pytest.approx(0.1)
+
+    ratio, diff = table.figures["uci"].axes
+    assert ratio.get_yscale() == "log" and diff.get_yscale() == "linear"
+    assert ratio.get_shared_x_axes().joined(ratio, diff)
+    methods = ["bdl sghmc", "bdl sgld", "PBP", "MC dropout", "Deep ensembles"]
+    for ax in (ratio, diff):
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["boston", "yacht"]
+        points = [line for line in ax.lines if line.get_label() in methods]
+        assert [line.get_label() for line in points] == methods
+        for line in points:  # each method's points beside its set's tick
+            np.testing.assert_array_equal(np.round(line.get_xdata()), [0, 1])
+    by_method = {line.get_label(): line.get_ydata() for line in ratio.lines}
+    np.testing.assert_allclose(by_method["bdl sghmc"], [2.2 / 3.01, 0.6 / 1.02])
+    np.testing.assert_allclose(by_method["bdl sgld"], [3.5 / 3.01, np.nan])
+    np.testing.assert_allclose(by_method["Deep ensembles"], [3.28 / 3.01, 1.58 / 1.02])
+    by_method = {line.get_label(): line.get_ydata() for line in diff.lines}
+    np.testing.assert_allclose(by_method["bdl sghmc"], [-2.4 + 2.57, -1.1 + 1.63])
+    np.testing.assert_allclose(by_method["PBP"], [0.0, 0.0])
+    np.testing.assert_allclose(by_method["MC dropout"], [-2.46 + 2.57, -1.55 + 1.63])
+
+
+def test_chen_without_a_prior_its_curves_and_a_sampler_the_paper_lacks(tmp_path):
+    """No prior choice: one row per sampler and the order of the samplers present; the figure's
+    lines are the seeds' mean test error per epoch and per gradient evaluation."""
+    errors = {"sgd": (0.021, 0.023), "sghmc": (0.018, 0.017), "hmc": (0.03,)}
+    for sampler, per_seed in errors.items():
+        for seed, error in enumerate(per_seed):
+            _write_run(
+                tmp_path / "runs" / f"{sampler}_{seed}",
+                {"sampler": sampler, "dataset": "mnist"},
+                {"test_accuracy": 1 - error, "grad_evals": 300, "epochs": 3, "seed": seed},
+                curve=[(1, ""), (2, 1 - 2 * error), (3, 1 - error)],
+            )
+    table = papers.chen2014(load_runs([tmp_path / "runs"]))
+    cells = table.cells.set_index("Sampler")
+    assert cells.index.tolist() == ["hmc", "sgd", "sghmc"]
+    assert cells["Prior"].tolist() == ["", "", ""]
+    assert cells["Seeds"].tolist() == ["1", "2", "2"]
+    assert cells.loc["hmc", "Test error (%)"] == "3"
+    assert cells.loc["hmc", "Chen et al. Fig. 3 (≈)"] == ""
+    assert cells.loc["sgd", "Chen et al. Fig. 3 (≈)"] == "2.1"
+    assert table.notes[1:] == [
+        "Order of the means (sghmc < sgd in the paper): kept (sghmc 1.75%, sgd 2.20%)."
+    ]
+    assert r"\begin{tabular}{llrrr}" in table.latex()
+    by_epoch, by_grads = table.figures["chen2014"].axes
+    lines = {line.get_label(): line for line in by_epoch.lines if line.get_label() in errors}
+    assert sorted(lines) == ["hmc", "sgd", "sghmc"]
+    np.testing.assert_allclose(lines["sgd"].get_xdata(), [2, 3])
+    np.testing.assert_allclose(lines["sgd"].get_ydata(), [0.044, 0.022])
+    np.testing.assert_allclose(lines["sghmc"].get_ydata(), [0.035, 0.0175])
+    grads = {line.get_label(): line for line in by_grads.lines if line.get_label() in errors}
+    np.testing.assert_allclose(grads["hmc"].get_xdata(), [200, 300])
+    np.testing.assert_allclose(grads["hmc"].get_ydata(), [0.06, 0.03])
+
+
+def test_chen_keeps_one_row_per_sampler_and_prior(tmp_path):
+    for prior, errors in {"gaussian": (0.02, 0.03), "laplace": (0.04, 0.01)}.items():
+        for sampler, error in zip(("sghmc", "sgld"), errors, strict=True):
+            _write_run(
+                tmp_path / "runs" / f"{sampler}_{prior}",
+                {"sampler": sampler, "prior": prior, "dataset": "mnist"},
+                {"test_accuracy": 1 - error, "grad_evals": 300, "epochs": 3},
+                curve=[(1, 1 - error)],
+            )
+    table = papers.chen2014(load_runs([tmp_path / "runs"]))
+    assert table.numbers[["sampler", "prior"]].values.tolist() == [
+        ["sghmc", "gaussian"],
+        ["sghmc", "laplace"],
+        ["sgld", "gaussian"],
+        ["sgld", "laplace"],
+    ]
+    numbers = table.numbers.set_index(["sampler", "prior"])["test_error_%"]
+    assert numbers.to_dict() == pytest.approx(
+        {
+            ("sghmc", "gaussian"): 2.0,
+            ("sgld", "gaussian"): 3.0,
+            ("sghmc", "laplace"): 4.0,
+            ("sgld", "laplace"): 1.0,
+        }
+    )
+    assert table.notes[1:] == [
+        "Order of the means under gaussian (sghmc < sgld in the paper): kept "
+        "(sghmc 2.00%, sgld 3.00%).",
+        "Order of the means under laplace (sghmc < sgld in the paper): NOT kept "
+        "(sghmc 4.00%, sgld 1.00%).",
+    ]
+    labels = [line.get_label() for line in table.figures["chen2014"].axes[0].lines]
+    assert {"sghmc, gaussian", "sgld, laplace"} <= set(labels)
+
+
+def test_paper_notes_count_the_hours_and_name_what_the_table_averaged_or_left_out(
+    uci_runs, capsys, monkeypatch
+):
+    monkeypatch.setattr(papers, "save", lambda figure, stem: [])  # the table's files, no figure
+    boston = uci_runs / "boston_0" / "metrics.json"
+    metrics = json.loads(boston.read_text())
+    reason = "R-hat of potential 1.2 > 1.01"
+    boston.write_text(json.dumps({**metrics, "converged": False, "reasons": [reason]}))
+    concrete = uci_runs / "concrete_1" / "metrics.json"
+    warning = "test_ll below the trivial predictor's"
+    metrics = json.loads(concrete.read_text())
+    concrete.write_text(json.dumps({**metrics, "warnings": [warning]}))
+    naval = uci_runs / "naval_1" / "metrics.json"
+    naval.write_text(json.dumps({**json.loads(naval.read_text()), "status": "diverged"}))
+    assert main([str(uci_runs), "--paper", "uci"]) == 0
+    out = capsys.readouterr().out
+    # five runs of 1800 s: 2.5 h; naval's second split is not in the table
+    assert "5 runs, 2.50 h of run time in all (their wall_time_s)." in out
+    assert f"(n_unconverged; 1 runs):\n- {uci_runs / 'boston_0'}: {reason}" in out
+    assert f"with warnings (1 runs):\n- {uci_runs / 'concrete_1'}: {warning}" in out
+    assert f"Not in the table (1 runs):\n- {uci_runs / 'naval_1'}: diverged" in out
+    numbers = pd.read_csv(uci_runs / "uci.csv")
+    assert numbers.columns[0] == "dataset"  # a row's set first, no index column before it
+    numbers = numbers.set_index("dataset")
+    assert numbers.loc["naval", "splits bdl sghmc_uci"] == 1
+    assert numbers.loc["naval", "test_rmse bdl sghmc_uci"] == pytest.approx(0.0012)

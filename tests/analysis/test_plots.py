@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PolyCollection
@@ -199,6 +200,8 @@ def test_the_sweep_figure_reads(sweep: Path):
     assert burn_in_lines(by_epoch) == [2.0, 2.0]  # each group's, in its colour
     assert burn_in_lines(by_grads) == [200.0, 200.0]  # 100 gradients per epoch
     assert by_epoch.get_yscale() == "linear"
+    # every group's means set the range: sghmc's lowest 0.06, sgld's highest 0.20
+    assert by_epoch.get_ylim() == pytest.approx((0.95 * 0.06, 1.05 * 0.20))
     assert overlapping_tick_labels(figure) == []
 
 
@@ -297,3 +300,231 @@ def test_reliability_diagram_bars_are_each_bins_accuracy_and_confidence(tmp_path
     save_file({"predictive": probs, "targets": y}, run / "predictive.safetensors")
     assert write_summary(run) == run / "summary.png"
     assert imread(run / "reliability.png")[..., :3].std() > 0.05
+
+
+@pytest.mark.parametrize(
+    ("values", "scale"),
+    [
+        ([1.0, 20.0], "linear"),  # exactly SPREAD times: not more
+        ([1.0, 20.001], "log"),
+        ([np.nan, 2.0, 100.0, np.inf], "log"),  # only finite values count
+        ([0.0, 100.0], "linear"),  # a log axis cannot show 0
+        ([-1.0, 100.0], "linear"),
+        ([], "linear"),
+    ],
+)
+def test_an_axis_is_logarithmic_only_when_positive_values_span_more_than_spread(values, scale):
+    from bdl.analysis.plots import scale_to_spread
+
+    ax = Figure().subplots()
+    assert scale_to_spread(ax, values) == scale
+    assert (ax.get_yscale(), ax.get_xscale()) == (scale, "linear")
+    assert scale_to_spread(ax, values, axis="x") == scale and ax.get_xscale() == scale
+
+
+def test_a_curve_counts_each_chains_gradients_per_epoch(tmp_path: Path):
+    from bdl.analysis.plots import curve
+
+    (tmp_path / "curve.csv").write_text("epoch,potential,test_metric\n1,5,0.7\n2,4,0.8\n3,3,0.9\n")
+    # 1200 gradient evaluations over 3 epochs and 2 chains: 200 per chain and epoch
+    frame = curve(tmp_path, {"test_accuracy": 0.9, "grad_evals": 1200, "epochs": 3, "chains": 2})
+    np.testing.assert_allclose(frame["grad_evals"], [200, 400, 600])
+    np.testing.assert_allclose(frame["test_error"], [0.3, 0.2, 0.1])
+    frame = curve(tmp_path, {"test_rmse": 0.9, "grad_evals": 300})  # no epochs: no count
+    assert "grad_evals" not in frame and "test_error" not in frame
+    np.testing.assert_allclose(frame["test_rmse"], [0.7, 0.8, 0.9])
+    (tmp_path / "curve.csv").write_text("epoch,potential,test_metric,grad_evals\n1,5,0.7,17\n")
+    frame = curve(tmp_path, {"test_accuracy": 0.7, "grad_evals": 1200, "epochs": 1})
+    assert frame["grad_evals"].tolist() == [17]  # the file's own count wins
+
+
+def test_a_group_marks_its_latest_burn_in_where_no_test_metric_precedes_it():
+    from bdl.analysis.plots import group_of
+
+    blank_to_3 = pd.DataFrame({"epoch": [1, 2, 3, 4], "test_metric": [np.nan, np.nan, 0.5, 0.6]})
+    records = [{"run_dir": "a", "burn_in": 2}, {"run_dir": "b", "burn_in": 1}]
+    curves = {"a": blank_to_3, "b": blank_to_3}
+    assert group_of("g", records, curves) == ("g", [blank_to_3, blank_to_3], 2)
+    assert group_of("g", [{"run_dir": "a", "burn_in": 3}], curves).burn_in is None  # 0.5 at 3
+    assert group_of("g", [{"run_dir": "a", "burn_in": 0}], curves).burn_in is None
+    assert group_of("g", [{"run_dir": "a", "burn_in": np.nan}], curves).burn_in is None
+
+
+def test_lines_are_labelled_by_every_key_or_by_their_runs(sweep: Path):
+    runs = load_runs([sweep])
+    by_both = figures(runs, ["sampler", "seed"])["test_error"].axes[0]
+    lines = {line.get_label(): line.get_ydata() for line in by_both.lines}
+    assert set(lines) - {"_nolegend_"} == {
+        "sampler=sghmc, seed=0",
+        "sampler=sghmc, seed=1",
+        "sampler=sgld, seed=0",
+    }
+    np.testing.assert_allclose(lines["sampler=sghmc, seed=1"], [0.12, 0.10, 0.05])
+    (pooled, *_) = figures(runs, [])["test_error"].axes[0].lines
+    assert pooled.get_label() == "3 runs"  # every run in one line: the mean over the three
+    errors = 1 - np.array(list(ACCURACY.values()))
+    np.testing.assert_allclose(pooled.get_ydata(), errors.mean(axis=0), rtol=1e-12)
+    (one, *_) = figures(load_runs([sweep / "2"]), [])["test_error"].axes[0].lines
+    assert one.get_label() == "2"
+    trace = figures(runs, ["sampler", "seed"])["trace_1"]
+    assert trace.get_suptitle() == "trace — mnist sghmc seed 1"
+
+
+def test_an_error_axis_shows_where_the_curves_end(tmp_path: Path):
+    """A linear axis from 0.95 times the lowest mean to 1.05 times the lower of the highest mean
+    and three times the highest final value: an optimiser's 88% error at epoch 1 would flatten
+    the ends the reader compares. A cost axis spanning more than SPREAD is logarithmic."""
+    rows = [(1, 0.12), (2, 0.5), (3, 0.85), (4, 0.9)]  # accuracy; 100 gradients per epoch
+    curve = "epoch,potential,test_metric\n" + "".join(f"{e},1.0,{a}\n" for e, a in rows)
+    write_run(
+        tmp_path / "sgd",
+        "sgd",
+        0,
+        curve,
+        {"test_accuracy": 0.9, "epochs": 4, "grad_evals": 400},
+        burn_in=0,
+    )
+    (by_epoch, by_grads) = figures(load_runs([tmp_path]), [])["test_error"].axes
+    assert by_epoch.get_yscale() == "linear"  # 0.88 / 0.1 is below SPREAD
+    assert by_epoch.get_ylim() == pytest.approx((0.95 * 0.1, 1.05 * 3 * 0.1))
+    assert by_grads.get_xscale() == "linear"  # 100 to 400
+
+    rows = [(e, 1 - 0.5 / e) for e in range(1, 31)]
+    curve = "epoch,potential,test_metric\n" + "".join(f"{e},1.0,{a}\n" for e, a in rows)
+    write_run(
+        tmp_path / "long" / "r",
+        "sgd",
+        0,
+        curve,
+        {"test_accuracy": 0.98, "epochs": 30, "grad_evals": 3000},
+        burn_in=0,
+    )
+    (by_epoch, by_grads) = figures(load_runs([tmp_path / "long"]), [])["test_error"].axes
+    assert by_grads.get_xscale() == "log"  # 100 to 3000 gradients
+    assert by_epoch.get_yscale() == "log"  # 0.5 to 0.5 / 30
+    np.testing.assert_allclose(by_grads.lines[0].get_xdata(), 100 * np.arange(1, 31))
+
+
+def test_a_trace_draws_the_potential_and_each_gibbs_sampled_hyperparameter():
+    from bdl.analysis.plots import trace_figure
+
+    frame = pd.DataFrame(
+        {
+            "epoch": [1, 2],
+            "potential": [9.0, 8.0],
+            "lr_scale": [1.0, 0.5],
+            "precision/b": [3.0, 4.0],
+            "noise_precision": [5.0, 6.0],
+            "precision/a": [1.0, 2.0],
+        }
+    )
+    figure = trace_figure(frame, "t", burn_in=None)
+    panels = [ax for ax in figure.axes if ax.lines]
+    assert [ax.get_title() for ax in panels] == [
+        "potential per step",
+        "precision/b",
+        "noise_precision",
+        "precision/a",
+    ]
+    # a curve without a chain column is chain 0's, as a run of one chain numbers it
+    assert [line.get_label() for line in panels[0].lines] == ["chain 0"]
+    np.testing.assert_allclose(panels[0].lines[0].get_ydata(), [9.0, 8.0])
+    for ax, column in zip(panels[1:], ["precision/b", "noise_precision", "precision/a"]):
+        np.testing.assert_allclose(ax.lines[0].get_ydata(), frame[column])
+        assert ax.get_xlabel() == "epoch"
+
+
+@pytest.mark.parametrize(
+    ("record", "by", "label"),
+    [
+        ({"dataset.name": "boston", "sampler.name": "hmc", "seed": 1}, [], "boston hmc seed 1"),
+        # a key the label names already is not repeated; a key without a value is left out
+        (
+            {"dataset": "wine", "sampler": "sgld", "seed": 0, "lr": np.nan, "width": 50},
+            ["seed", "lr", "width"],
+            "wine sgld seed 0, width=50",
+        ),
+        ({"sampler": "sgld", "run_dir": "/x/y"}, [], "sgld"),
+        ({"dataset": "wine", "seed": 3}, ["dataset"], "wine seed 3"),
+    ],
+)
+def test_a_run_label_names_only_the_keys_it_has(record, by, label):
+    from bdl.analysis.plots import run_label
+
+    assert run_label(record, by) == label
+
+
+def test_sweep_title_lists_each_dataset_once_and_a_single_run_by_name():
+    from bdl.analysis.plots import sweep_title
+
+    runs = pd.DataFrame(
+        {"dataset": ["wine", "yacht", "wine"], "run_dir": ["/s/a/0", "/s/b/1", "/s/a/2"]}
+    )
+    assert sweep_title(runs) == "wine, yacht, sweep s"
+    assert sweep_title(runs.iloc[1:2]) == "yacht, run 1"
+
+
+def test_summary_of_one_regression_chain(tmp_path: Path):
+    curve = "epoch,potential,test_metric\n1,300.0,\n2,20.0,0.8\n3,10.0,0.6\n"
+    metrics = {"status": "diverged", "test_rmse": 0.6, "epochs": 3}
+    run = write_run(tmp_path / "run", "sghmc", 2, curve, metrics, burn_in=1)
+    figure = summary_figure(run)
+    metric, potential = figure.axes
+    assert figure.get_suptitle() == "mnist sghmc seed 2 — diverged"
+    assert metric.get_ylabel() == "test RMSE"
+    (line,) = [line for line in metric.lines if line.get_label() == "chain 0"]
+    np.testing.assert_allclose(line.get_xdata(), [2, 3])
+    np.testing.assert_allclose(line.get_ydata(), [0.8, 0.6])
+    assert burn_in_lines(metric) == [1.0]  # and no pooled line: one chain is the average
+    assert potential.get_yscale() == "log"  # 300 to 10
+    np.testing.assert_allclose(potential.lines[0].get_ydata(), [300, 20, 10])
+
+
+def test_a_group_averages_each_runs_chains_before_its_runs(tmp_path: Path):
+    """Run a's two chains (errors 0.1 and 0.3 at epoch 1) count as one run of error 0.2 beside
+    run b's 0.4: the line is at 0.3 (not (0.1 + 0.3 + 0.4) / 3), its band ± the runs' sd."""
+    curves = {
+        "a": "epoch,chain,potential,test_metric\n1,0,1,0.9\n1,1,1,0.7\n2,0,1,0.9\n2,1,1,0.9\n",
+        "b": "epoch,potential,test_metric\n1,1,0.6\n2,1,0.8\n",
+    }
+    for name, curve in curves.items():
+        metrics = {"test_accuracy": 0.9, "epochs": 2}
+        write_run(tmp_path / name, "sgld", {"a": 0, "b": 1}[name], curve, metrics, burn_in=0)
+    by_epoch = figures(load_runs([tmp_path]), ["sampler"])["test_error"].axes[0]
+    (line,) = by_epoch.lines
+    np.testing.assert_allclose(line.get_ydata(), [0.3, 0.15])
+    (band,) = [c for c in by_epoch.collections if isinstance(c, PolyCollection)]
+    y = band.get_paths()[0].vertices[:, 1]
+    spread = np.std([[0.2, 0.1], [0.4, 0.2]], axis=0, ddof=1)
+    np.testing.assert_allclose([y.min(), y.max()], [0.15 - spread[1], 0.3 + spread[0]])
+
+
+def test_a_run_of_several_chains_is_drawn_against_each_chains_gradients(tmp_path: Path):
+    """Two chains that spent 1200 gradients in all over 3 epochs spent 200 each per epoch: its
+    line (the mean of its chains) is drawn at 200, 400, 600 beside a one-chain run's 100 per
+    epoch."""
+    rows = "".join(f"{e},{c},1.0,0.9\n" for e in (1, 2, 3) for c in (0, 1))
+    metrics = {"test_accuracy": 0.9, "epochs": 3, "grad_evals": 1200, "chains": 2}
+    write_run(
+        tmp_path / "two",
+        "sghmc",
+        0,
+        "epoch,chain,potential,test_metric\n" + rows,
+        metrics,
+        burn_in=0,
+    )
+    rows = "".join(f"{e},1.0,0.8\n" for e in (1, 2, 3))
+    metrics = {"test_accuracy": 0.8, "epochs": 3, "grad_evals": 300}
+    write_run(tmp_path / "one", "sgld", 0, "epoch,potential,test_metric\n" + rows, metrics, 0)
+    by_grads = figures(load_runs([tmp_path]), ["sampler"])["test_error"].axes[1]
+    lines = {line.get_label(): line.get_xdata() for line in by_grads.lines}
+    np.testing.assert_allclose(lines["sampler=sghmc"], [200, 400, 600])
+    np.testing.assert_allclose(lines["sampler=sgld"], [100, 200, 300])
+
+
+def test_a_diagnostics_file_without_rhat_draws_no_histogram(sweep: Path):
+    (sweep / "0" / "diagnostics.csv").write_text("point,ess\n0,80.0\n1,95.0\n")
+    (sweep / "1" / "diagnostics.csv").write_text("point,rhat\n0,1.0\n1,1.3\n")
+    drawn = figures(load_runs([sweep]), ["sampler"])
+    assert sorted(k for k in drawn if k.startswith("rhat_")) == ["rhat_1"]
+    assert sum(p.get_height() for p in drawn["rhat_1"].axes[0].patches) == 2

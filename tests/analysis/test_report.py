@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import write_run
 
-from bdl.analysis.report import main
+from bdl.analysis.report import compare, main
 from bdl.analysis.sweeps import find_runs, load_runs
 from bdl.analysis.tables import summarize
 
@@ -247,3 +249,152 @@ NO_CONFIG = (
     "(it has no .hydra/config.yaml): pass the directory bdl-run wrote, e.g. "
     "outputs/<dataset>/<sampler>/<date>"
 )
+
+
+def _log_likelihood(level: float, outlier: bool = False) -> np.ndarray:
+    """Pointwise log-likelihoods of 2 chains x 100 draws x 30 training points near ``level``,
+    with (``outlier``) one point that a single draw of the 200 fits far worse than the others:
+    its importance ratio dwarfs theirs, and the point's Pareto k is far above 0.7."""
+    rng = np.random.default_rng(int(-10 * level))
+    values = level + 0.1 * rng.standard_normal((2, 100, 30))
+    if outlier:
+        values[:, :, 0] = level
+        values[0, 7, 0] = -20.0
+    return values
+
+
+def test_compare_ranks_by_psis_loo_best_first_and_counts_unreliable_points(
+    sweep, monkeypatch, capsys
+):
+    """Three runs of the sweep with log-likelihoods of known levels (arviz computes the PSIS-LOO
+    beside, on the same draws), one without samples: best first, the Pareto-k warnings counted,
+    the choice that varies and the test metrics beside, the run without samples named."""
+    import arviz as az
+
+    import bdl.analysis.posterior
+
+    runs = [str(run) for run in find_runs([sweep])]
+    levels = {runs[0]: (-2.0, False), runs[1]: (-0.2, True), runs[2]: (-1.0, False)}
+    data = {run: _log_likelihood(*level) for run, level in levels.items()}
+
+    def idata(values):
+        return az.from_dict(
+            posterior={"theta": np.zeros((2, 100))},
+            log_likelihood={"y_train": values},
+            dims={"y_train": ["train_point"]},
+        )
+
+    class Posterior:
+        def __init__(self, run_dir):
+            if run_dir not in data:
+                raise bdl.analysis.posterior.RunError(f"{run_dir} holds no samples\nmore")
+            self.run_dir = run_dir
+
+        def to_inferencedata(self, train):
+            assert train  # the points the posterior was conditioned on
+            return idata(data[self.run_dir])
+
+    monkeypatch.setattr(bdl.analysis.posterior, "Posterior", Posterior)
+    skipped: list[str] = []
+    table = compare(load_runs([sweep]), skipped.append)
+    assert skipped == [f"{runs[3]} not compared: {runs[3]} holds no samples"]
+    assert table.columns.tolist() == [
+        "elpd_loo",
+        "se",
+        "p_loo",
+        "pareto_k_warnings",
+        "sampler",
+        "test_accuracy",
+        "test_nll",
+        "run_dir",
+    ]
+    expected = {}
+    for run, values in data.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            loo = az.loo(idata(values), pointwise=True)
+        expected[run] = loo
+    order = sorted(expected, key=lambda run: -expected[run]["elpd_loo"])
+    assert table["run_dir"].tolist() == order
+    assert order[-1] == runs[0]  # the lowest level is last
+    for _, row in table.iterrows():
+        loo = expected[row["run_dir"]]
+        assert row["elpd_loo"] == pytest.approx(loo["elpd_loo"])
+        assert row["se"] == pytest.approx(loo["se"])
+        assert row["p_loo"] == pytest.approx(loo["p_loo"])
+    assert table.set_index("run_dir")["pareto_k_warnings"].to_dict() == {
+        runs[0]: 0,
+        runs[1]: 1,
+        runs[2]: 0,
+    }
+    records = load_runs([sweep]).set_index("run_dir")
+    for _, row in table.iterrows():
+        assert row["sampler"] == records.loc[row["run_dir"], "sampler"]
+        assert row["test_accuracy"] == records.loc[row["run_dir"], "test_accuracy"]
+    # bdl-report --compare prints that table, and names the run it leaves out
+    capsys.readouterr()
+    assert main([str(sweep), "--compare"]) == 0
+    out, err = capsys.readouterr()
+    assert [line.split("|")[-2].strip() for line in out.splitlines()[2:]] == order
+    assert err == f"bdl-report: warning: {runs[3]} not compared: {runs[3]} holds no samples\n"
+    data.clear()
+    assert main([str(sweep), "--compare"]) == 2
+    assert capsys.readouterr().err.endswith("no run holds posterior samples to compare\n")
+
+
+def test_the_summary_files_hold_each_groups_numbers_in_the_order_asked(sweep, capsys):
+    """--metrics in the order given, --error sem: the printed table, report.md, and the CSVs'
+    numbers (sghmc's test_nll 0.5 and 1.5: mean 1, sd 0.7071, error 0.5)."""
+    assert main([str(sweep), "--metrics", "test_nll", "test_accuracy", "--error", "sem"]) == 0
+    out = capsys.readouterr().out
+    header = [c.strip() for c in out.splitlines()[0].strip("|").split("|")]
+    assert header == ["sampler", "test_nll", "test_accuracy"]
+    assert "| sghmc     |  1.0 ± 0.5 |   0.910 ± 0.010 |" in out.splitlines()
+    assert (sweep / "report.md").read_text() == out
+    summary = pd.read_csv(sweep / "report_summary.csv").set_index("sampler")
+    assert summary.columns.tolist()[:4] == [
+        "n_runs",
+        "test_nll_mean",
+        "test_nll_std",
+        "test_nll_sem",
+    ]
+    assert summary.loc["sghmc", "test_nll_std"] == pytest.approx(0.5**0.5)
+    assert summary.loc["sghmc", "test_nll_sem"] == pytest.approx(0.5)
+    assert summary.loc["sgld", "test_accuracy_mean"] == pytest.approx(0.82)
+    runs = pd.read_csv(sweep / "report.csv").sort_values(["sampler", "seed"])
+    assert runs["test_accuracy"].tolist() == [0.90, 0.92, 0.80, 0.84]
+    assert r"sghmc & 1.0 $\pm$ 0.5 & 0.910 $\pm$ 0.010 \\" in (sweep / "report.tex").read_text()
+
+
+def test_pruning_prints_every_readable_curve_in_natural_order(tmp_path, capsys):
+    for name, removed in (("run10", 0.9), ("run2", 0.5), ("run1", 0.1)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "pruning.csv").write_text(
+            f"fraction_removed,weights_kept,test_rmse\n{removed},50000,0.25\n"
+        )
+    (tmp_path / "run1" / "pruning.csv").write_text("not,a\ncurve\n")
+    assert main([str(tmp_path), "--pruning"]) == 2
+    out, err = capsys.readouterr()
+    assert [line for line in out.splitlines() if line.startswith(str(tmp_path))] == [
+        str(tmp_path / "run2"),
+        str(tmp_path / "run10"),
+    ]
+    assert "| 50%" in out.split(str(tmp_path / "run10"))[0] and "| 90%" in out
+    assert err.startswith(f"bdl-report: error: {tmp_path / 'run1' / 'pruning.csv'} is not a")
+
+
+def test_plots_group_the_runs_as_the_table_does(sweep, tmp_path, monkeypatch, capsys):
+    import bdl.analysis.plots
+
+    calls = []
+    monkeypatch.setattr(
+        bdl.analysis.plots,
+        "draw",
+        lambda runs, by, out: calls.append((sorted(runs["seed"]), by, out)) or [],
+    )
+    assert main([str(sweep), "--plot"]) == 0
+    assert calls.pop() == ([0, 0, 1, 1], ["sampler"], sweep / "plots")
+    out = tmp_path / "elsewhere"
+    assert main([str(sweep), "--plot", "--by", "sampler", "seed", "--out", str(out)]) == 0
+    assert calls.pop() == ([0, 0, 1, 1], ["sampler", "seed"], out / "plots")
+    assert "no curve.csv to plot" in capsys.readouterr().err

@@ -3,14 +3,19 @@
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import REPORT_SAMPLERS, write_run
 
 from bdl.analysis.sweeps import find_runs, load_runs
 from bdl.analysis.tables import (
+    choice_columns,
+    csv_safe,
     format_table,
     mean_pm,
+    metric_columns,
+    pruning_table,
     summarize,
     to_latex,
     to_markdown,
@@ -91,6 +96,8 @@ def test_target_grouping_without_hydra_choices(tmp_path):
         (-0.001, 0.04, "0.00 ± 0.04"),  # no "-0.00"
         (0.9, math.nan, "0.9"),  # a single run: the mean alone, four significant digits
         (10.0, 0.0, "10 ± 0"),
+        (1.0, math.inf, "1 ± inf"),  # no decimal place to round an infinite error to
+        (math.inf, 0.1, "inf ± 0.1"),
         (math.nan, math.nan, "n/a"),
     ],
 )
@@ -147,3 +154,269 @@ def test_latex(sweep):
 def test_format_table_rejects_unknown_error(sweep):
     with pytest.raises(ValueError, match="std, sem"):
         format_table(summarize(load_runs([sweep])), error="var")
+
+
+def test_summarize_is_each_groups_mean_std_and_sem_computed_by_hand():
+    """Groups of three, two and one runs over two keys, one run lacking the metric: each row's
+    mean and ddof=1 spread over the runs that report it, its error std/sqrt(count), n_runs
+    counting every run, rows in the keys' order."""
+    runs = pd.DataFrame(
+        {
+            "sampler": ["sgld", "sghmc", "sgld", "sghmc", "sgld", "sgld"],
+            "lr": [0.1, 0.1, 0.1, 0.1, 0.1, 0.01],
+            "test_rmse": [1.0, 4.0, 2.0, 8.0, math.nan, 5.0],
+        }
+    )
+    summary = summarize(runs, by=["sampler", "lr"], metrics=["test_rmse"])
+    assert summary[["sampler", "lr"]].values.tolist() == [
+        ["sghmc", 0.1],
+        ["sgld", 0.01],
+        ["sgld", 0.1],
+    ]
+    assert summary["n_runs"].tolist() == [2, 1, 3]
+    # sghmc: 4, 8 -> mean 6, std sqrt(8); sgld lr 0.1: 1, 2 (one NaN) -> 1.5, sqrt(0.5) over 2
+    np.testing.assert_allclose(summary["test_rmse_mean"], [6.0, 5.0, 1.5])
+    np.testing.assert_allclose(summary["test_rmse_std"], [math.sqrt(8), math.nan, math.sqrt(0.5)])
+    np.testing.assert_allclose(summary["test_rmse_sem"], [2.0, math.nan, 0.5])
+
+
+def test_keys_of_mixed_types_keep_their_first_seen_order():
+    runs = pd.DataFrame({"width": [64, "wide", 64], "test_ll": [-1.0, -3.0, -2.0]})
+    summary = summarize(runs, by=["width"], metrics=["test_ll"])
+    assert summary["width"].tolist() == [64, "wide"]
+    assert summary["test_ll_mean"].tolist() == [-1.5, -3.0]
+
+
+def _write_config_run(directory, seed, lr, metric, sampler="sghmc"):
+    (directory / ".hydra").mkdir(parents=True)
+    (directory / ".hydra" / "config.yaml").write_text(
+        f"seed: {seed}\nsampler:\n  _target_: bdl.samplers.{sampler}\n  lr: {lr}\n"
+    )
+    (directory / ".hydra" / "hydra.yaml").write_text(
+        f"hydra:\n  runtime:\n    choices:\n      sampler: {sampler}\n"
+    )
+    (directory / "metrics.json").write_text(json.dumps({"test_accuracy": metric}))
+
+
+def test_a_key_swept_within_a_sampler_splits_its_rows(tmp_path):
+    """lr swept at two values for sghmc, each over seeds 0 and 1: it is a group key beside the
+    sampler (sgld's single lr differs too but only restates its choice)."""
+    values = {(0.1, 0): 0.90, (0.1, 1): 0.94, (0.2, 0): 0.80, (0.2, 1): 0.70}
+    for (lr, seed), accuracy in values.items():
+        _write_config_run(tmp_path / f"sghmc-{lr}-{seed}", seed, lr, accuracy)
+    for seed, accuracy in enumerate((0.5, 0.6)):
+        _write_config_run(tmp_path / f"sgld-{seed}", seed, 0.3, accuracy, sampler="sgld")
+    summary = summarize(load_runs([tmp_path]))
+    assert summary.attrs["by"] == ["sampler", "sampler.lr"]
+    rows = summary.set_index(["sampler", "sampler.lr"])
+    assert rows.loc[("sghmc", 0.1), "test_accuracy_mean"] == pytest.approx(0.92)
+    assert rows.loc[("sghmc", 0.2), "test_accuracy_mean"] == pytest.approx(0.75)
+    assert rows.loc[("sgld", 0.3), "test_accuracy_std"] == pytest.approx(math.sqrt(0.005))
+    assert rows["n_runs"].tolist() == [2, 2, 2]
+
+
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (123456.0, "123500"),
+        (-123456.0, "-123500"),
+        (12346.0, "12350"),
+        (1234.6, "1235"),
+        (0.000123456, "0.0001235"),
+        (2.5e15, "2.5e+15"),
+        (0.0, "0"),
+        (math.inf, "inf"),
+    ],
+)
+def test_a_constant_column_is_written_at_four_significant_digits(value, text):
+    summary = pd.DataFrame(
+        {"k": ["a", "b"], "n_runs": [1, 2], "x_mean": [value, value], "x_std": [math.nan, 0.0]}
+    )
+    assert format_table(summary).attrs["constant"]["x"] == text
+
+
+@pytest.mark.parametrize(
+    "value, label",
+    [
+        (3.0, "3"),
+        (0.1, "0.1"),
+        (1 / 3, "0.3333"),
+        (1e16, "1e+16"),
+        (None, ""),
+        ("a\nb\rc", "a b c"),
+    ],
+)
+def test_a_group_key_is_labelled_as_a_reader_writes_it(value, label):
+    summary = pd.DataFrame(
+        {"k": [value, "other"], "n_runs": [1, 1], "x_mean": [1.0, 2.0], "x_std": [0.1, 0.1]}
+    )
+    assert format_table(summary)["k"].tolist() == [label, "other"]
+
+
+def test_format_table_keeps_what_differs_and_counts_a_reader_must_see():
+    summary = pd.DataFrame(
+        {
+            "sampler": ["a", "b"],
+            "n_runs": [2, 2],
+            "n_unconverged": [0, 0],
+            "same_mean_other_spread_mean": [1.0, 1.0],
+            "same_mean_other_spread_std": [0.0, 0.2],
+            "missing_mean": [math.nan, math.nan],
+            "missing_std": [math.nan, math.nan],
+        }
+    )
+    summary.attrs["metrics"] = ["same_mean_other_spread", "missing"]
+    table = format_table(summary)
+    assert table.columns.tolist() == ["sampler", "n_unconverged", "same_mean_other_spread"]
+    assert table["n_unconverged"].tolist() == ["0", "0"]
+    assert table["same_mean_other_spread"].tolist() == ["1 ± 0", "1.0 ± 0.2"]
+    assert table.attrs["constant"] == {"n_runs": "2", "missing": "n/a"}
+    # one row drops nothing: its values are the result, not a repetition
+    assert format_table(summary.iloc[:1]).columns.tolist()[:3] == [
+        "sampler",
+        "n_runs",
+        "n_unconverged",
+    ]
+
+
+@pytest.mark.parametrize("prefix", ["=", "+", "-", "@", "\t", "\r"])
+def test_csv_safe_quotes_every_formula_prefix_and_leaves_numbers(prefix):
+    frame = pd.DataFrame({f"{prefix}col": [f"{prefix}SUM(A1)", "plain"], "x": [-1.5, 2.0]})
+    frame.attrs["by"] = ["x"]
+    safe = csv_safe(frame)
+    assert safe.columns.tolist() == [f"'{prefix}col", "x"]
+    assert safe[f"'{prefix}col"].tolist() == [f"'{prefix}SUM(A1)", "plain"]
+    assert safe["x"].tolist() == [-1.5, 2.0]
+    assert safe.attrs["by"] == ["x"]
+
+
+def test_latex_notes_and_layout_escape_what_latex_reads(sweep):
+    text = to_latex(summarize(load_runs([sweep])), error="sem")
+    # the labels left, the numbers right; the notes' underscores escaped, ± as math
+    assert r"\begin{tabular}{lrr}" in text
+    assert r"Same in every row: n\_runs = 2, num\_samples = 10, epochs = 10" in text
+    assert r"mean $\pm$ standard error of the mean over each row's n\_runs runs." in text
+    assert r"sghmc & 0.910 $\pm$ 0.010 & 1.0 $\pm$ 0.5 \\" in text.splitlines()
+
+
+def test_pruning_table_in_blundells_layout(tmp_path):
+    (tmp_path / "error").mkdir()
+    (tmp_path / "error" / "pruning.csv").write_text(
+        "fraction_removed,weights_kept,test_error\n"
+        "0.0,2400000,0.0123\n0.5,600000,0.0125\n0.98,48000,0.02\n0.999,9999,0.5\n"
+    )
+    rows = [
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in pruning_table(tmp_path / "error").splitlines()
+    ]
+    assert rows[0] == ["Proportion removed", "# Weights", "Test Error"]
+    assert rows[2:] == [
+        ["0%", "2.4m", "1.23%"],
+        ["50%", "600k", "1.25%"],
+        ["98%", "48k", "2.00%"],
+        ["99.9%", "9999", "50.00%"],
+    ]
+    (tmp_path / "rmse").mkdir()
+    (tmp_path / "rmse" / "pruning.csv").write_text(
+        "fraction_removed,weights_kept,test_rmse\n0.1,1000000,0.123456\n"
+    )
+    lines = pruning_table(tmp_path / "rmse").splitlines()
+    assert [c.strip() for c in lines[0].strip("|").split("|")][2] == "Test RMSE"
+    assert [c.strip() for c in lines[2].strip("|").split("|")] == ["10%", "1.0m", "0.1235"]
+
+
+def test_metric_and_choice_columns_are_guessed_when_pandas_drops_the_attrs(sweep):
+    df = load_runs([sweep])
+    plain = pd.DataFrame(df.to_dict("records"))  # no attrs
+    assert plain.attrs == {}
+    assert metric_columns(plain) == [
+        "test_accuracy",
+        "test_nll",
+        "num_samples",
+        "epochs",
+        "wall_time_s",
+    ]
+    assert choice_columns(plain) == ["sampler", "dataset"]
+    summary = summarize(plain, by=["sampler"])
+    assert summary.set_index("sampler").loc["sgld", "test_accuracy_mean"] == pytest.approx(0.82)
+
+
+def test_where_and_how_a_run_happened_is_no_axis():
+    """Every pattern of DEFAULT_EXCLUDE on a key that differs between two runs: only the
+    sampler is an axis; the implementation keys go too when a choice names the sampler."""
+    where = {
+        "seed": [0, 1],
+        "run_dir": ["a", "b"],
+        "hydra": ["x", "y"],
+        "hydra.job.name": ["x", "y"],
+        "root": ["/a", "/b"],
+        "dataset.root": ["/a", "/b"],
+        "save_dir": ["/a", "/b"],
+        "cache.dir": ["/a", "/b"],
+        "ckpt_path": ["/a", "/b"],
+        "data.path": ["/a", "/b"],
+        "device": ["cpu", "cuda"],
+        "model.device": ["cpu", "cuda"],
+        "num_workers": [0, 2],
+        "loader.num_workers": [0, 2],
+        "wandb.project": ["p", "q"],
+        "logger.level": ["info", "debug"],
+        "log_every": [1, 10],
+    }
+    runs = pd.DataFrame({"sampler": ["sghmc", "sgld"], **where, "test_nll": [1.0, 2.0]})
+    assert varying_keys(runs) == ["sampler"]
+    # a run's directory is where it is, whatever the patterns
+    assert varying_keys(runs, exclude=()) == ["sampler", *(k for k in where if k != "run_dir")]
+    implementation = {"sampler._target_": ["A", "B"], "sampler._partial_": [True, False]}
+    named = runs.assign(**implementation, **{"sampler.lr": [0.1, 0.2]})
+    assert varying_keys(named) == ["sampler", "sampler.lr"]  # a choice names the sampler
+    unnamed = pd.DataFrame({**implementation, "test_nll": [1.0, 2.0]})
+    assert varying_keys(unnamed) == ["sampler._target_", "sampler._partial_"]
+
+
+def test_metric_columns_are_guessed_by_name_and_number():
+    runs = pd.DataFrame(
+        {
+            "val_loss": [1.0],
+            "train_note": ["fine"],
+            "epochs": [3],
+            "sampler": ["sgld"],
+            "grad_norm": [2.0],
+            "test_ll": [-1.0],
+        }
+    )
+    assert metric_columns(runs) == ["val_loss", "epochs", "test_ll"]
+
+
+def test_counts_of_flagged_runs_come_after_n_runs_and_only_when_a_run_is_flagged():
+    runs = pd.DataFrame(
+        {
+            "k": ["a", "a", "b"],
+            "warnings": ["w", "", None],
+            "unconverged": ["", "R-hat 1.2", ""],
+            "x": [1.0, 2.0, 3.0],
+        }
+    )
+    summary = summarize(runs, by=["k"], metrics=["x"])
+    assert summary.columns.tolist()[:4] == ["k", "n_runs", "n_unconverged", "n_warned"]
+    assert summary[["n_runs", "n_unconverged", "n_warned"]].values.tolist() == [
+        [2, 1, 1],
+        [1, 0, 0],
+    ]
+    quiet = summarize(runs.assign(warnings="", unconverged=None), by=["k"], metrics=["x"])
+    assert quiet.columns.tolist() == ["k", "n_runs", "x_mean", "x_std", "x_sem"]
+
+
+def test_a_summary_read_back_from_csv_is_formatted_as_the_original(sweep, tmp_path):
+    """report_summary.csv has no attrs: its groups (the columns before n_runs) and metrics (a
+    mean beside a std) are read from the column names."""
+    summary = summarize(load_runs([sweep]))
+    summary.to_csv(tmp_path / "summary.csv", index=False)
+    again = pd.read_csv(tmp_path / "summary.csv")
+    assert again.attrs == {}
+    text = to_markdown(again)
+    assert text == to_markdown(summary)
+    assert text.endswith(
+        "Cells: mean ± standard deviation over each row's n_runs runs. Same in every row: "
+        "n_runs = 2, num_samples = 10, epochs = 10, wall_time_s = 123500."
+    )

@@ -135,7 +135,11 @@ def evaluation_set(
         task = "regression" if y.is_floating_point() else "classification"
         if task == "regression":
             y = (y.double() - run_data.target_mean) / run_data.target_std
-        elif y.numel() and not 0 <= int(y.min()) <= int(y.max()) < run_data.out_features:
+        elif (  # a regression run given labels is refused below, for its task
+            run_data.task == "classification"
+            and y.numel()
+            and not 0 <= int(y.min()) <= int(y.max()) < run_data.out_features
+        ):
             raise DataError(
                 f"data={path} has labels in [{int(y.min())}, {int(y.max())}], but the run "
                 f"classifies into {run_data.out_features} classes"

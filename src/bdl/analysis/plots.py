@@ -329,10 +329,10 @@ def figures(runs: pd.DataFrame, by: Sequence[str]) -> dict[str, Figure]:
     """Every figure of the runs of ``runs`` (a `bdl.analysis.sweeps.load_runs` table) grouped by
     ``by``, by file stem."""
     records = {row["run_dir"]: row for _, row in runs.iterrows()}
-    metrics = {
-        d: {k: row[k] for k in ("test_accuracy", "grad_evals", "epochs") if pd.notna(row.get(k))}
-        for d, row in records.items()
-    }
+    # with ``chains``, a run of several chains is drawn against each chain's gradients (`curve`),
+    # as its line is the mean of its chains' curves
+    keys = ("test_accuracy", "grad_evals", "epochs", "chains")
+    metrics = {d: {k: row[k] for k in keys if pd.notna(row.get(k))} for d, row in records.items()}
     curves = {d: curve(d, metrics[d]) for d in records if (Path(d) / CURVE_FILE).is_file()}
     out: dict[str, Figure] = {}
     grouped = list(runs.groupby(list(by), sort=True, dropna=False)) if by else [((), runs)]
