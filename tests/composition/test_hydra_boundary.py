@@ -210,3 +210,38 @@ def test_bdl_s_own_hydra_configs_pass(args):
     from bdl.composition.overrides import check_composition
 
     check_composition(args, "bdl.cli")
+
+
+@pytest.mark.parametrize(
+    "args, composed",
+    [
+        (["sampler=sgld", "seed=3"], False),
+        (["-m", "experiment=uci_sghmc", "dataset=concrete,yacht"], False),
+        (["-cd", "presets", "experiment=mine"], True),
+        (["--config-dir=presets"], True),
+        (["-cp", "mine", "-cn", "main"], True),
+        (["hydra/launcher=joblib"], True),
+        (["+hydra.callbacks.x._target_=payload53.Marker"], True),
+        (["~hydra.job_logging"], True),
+        (["++hydra.run.dir=out"], True),
+    ],
+)
+def test_hydra_s_node_is_composed_and_checked_where_the_command_line_reaches_it(
+    monkeypatch, args, composed
+):
+    """Only a primary config, a folder of presets or an override of ``hydra`` can put what the
+    packaged configs do not hold into Hydra's node; without one, no composition is spent on it."""
+    from hydra._internal.hydra import Hydra
+
+    from bdl.composition import overrides
+
+    def create(*_, **__):
+        raise overrides.ConfigError("composed")
+
+    monkeypatch.setattr(Hydra, "create_main_hydra2", create)
+    monkeypatch.setattr(overrides, "_run_directory", lambda path: None)
+    if composed:
+        with pytest.raises(overrides.ConfigError, match="composed"):
+            overrides.check_composition(args, "bdl.cli")
+    else:
+        overrides.check_composition(args, "bdl.cli")

@@ -239,7 +239,7 @@ def check_composition(argv: Sequence[str], calling_module: str) -> None:
             f"--experimental-rerun {args.experimental_rerun}: Hydra unpickles that file, and a "
             "pickle runs code; continue a run with bdl-run hydra.run.dir=RUN resume=true"
         )
-    if args.help or args.hydra_help:
+    if args.help or args.hydra_help or not _reaches_hydra(args):
         return
     search_path = create_automatic_config_search_path(
         None, calling_module, args.config_path or "pkg://bdl.conf"
@@ -279,6 +279,21 @@ def check_composition(argv: Sequence[str], calling_module: str) -> None:
         raise ConfigError(_first_lines(error)) from None
     finally:
         GlobalHydra.instance().clear()
+
+
+def _reaches_hydra(args: Any) -> bool:
+    """Whether the command line can put into Hydra's own node anything the packaged configs
+    (bdl's, and those of packages the user installed) do not hold: a primary config or a folder
+    of presets (``-cp``, ``-cn``, ``--config-dir``), or an override of ``hydra`` itself. Without
+    one, that node is the packages' and is trusted as they are: composing it would only cost a
+    composition (a third of ``bdl-run``'s start)."""
+    if args.config_path or args.config_name or args.config_dir:
+        return True
+    try:
+        parsed = OverridesParser.create().parse_overrides(args.overrides)
+    except HydraException:
+        return True  # Hydra refuses the override as it composes: let the composition say how
+    return any(o.key_or_group.split("/")[0].split(".")[0] == "hydra" for o in parsed)
 
 
 #: The packages whose configs a primary config's ``hydra.searchpath`` may add (``pkg://``).
