@@ -179,8 +179,9 @@ def test_uci_rows_follow_the_papers_order_and_a_missing_cell_is_no_number(tmp_pa
         assert [t.get_text() for t in ax.get_xticklabels()] == ["boston", "yacht"]
         points = [line for line in ax.lines if line.get_label() in methods]
         assert [line.get_label() for line in points] == methods
-        for line in points:  # each method's points beside its set's tick
-            np.testing.assert_array_equal(np.round(line.get_xdata()), [0, 1])
+        for line in points:  # each method's points beside its set's tick, unjoined: the sets
+            np.testing.assert_array_equal(np.round(line.get_xdata()), [0, 1])  # are no series
+            assert (line.get_marker(), line.get_linestyle()) == ("o", "None"), line.get_label()
     by_method = {line.get_label(): line.get_ydata() for line in ratio.lines}
     np.testing.assert_allclose(by_method["bdl sghmc"], [2.2 / 3.01, 0.6 / 1.02])
     np.testing.assert_allclose(by_method["bdl sgld"], [3.5 / 3.01, np.nan])

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from matplotlib.figure import Figure
 
 from bdl.checks import check_targets
 from bdl.checks.check import THRESHOLDS, judge, main, to_markdown, write_csv
@@ -29,6 +30,7 @@ class Quick:
     printed: str
     out: Path
     rows: list[dict[str, str]]  # check.csv
+    figures: dict[str, Figure]  # by file name, as saved
 
 
 @pytest.fixture(scope="module")
@@ -36,11 +38,19 @@ def quick(tmp_path_factory) -> Quick:
     """``bdl-check --quick`` run once for the tests that read it."""
     out = tmp_path_factory.mktemp("check")
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
+    figures: dict[str, Figure] = {}
+    save = Figure.savefig
+
+    def saved(figure: Figure, path, **options):
+        figures[Path(path).name] = figure
+        save(figure, path, **options)
+
+    with contextlib.redirect_stdout(printed), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Figure, "savefig", saved)
         code = main(["--quick", "--out", str(out)])
     with (out / "check.csv").open() as handle:
         rows = list(csv.DictReader(handle))
-    return Quick(code, printed.getvalue(), out, rows)
+    return Quick(code, printed.getvalue(), out, rows, figures)
 
 
 def test_quick_check_prints_the_table_and_writes_the_csv_and_figures(quick):
@@ -52,7 +62,12 @@ def test_quick_check_prints_the_table_and_writes_the_csv_and_figures(quick):
     runs = list(dict.fromkeys((target, sampler) for target, sampler, _ in QUICK_ERRORS))
     assert [(row["target"], row["sampler"]) for row in quick.rows] == runs
     for name in ("double_well.png", "gaussian_2d.png"):  # written, and not blank
-        assert imread(quick.out / name)[..., :3].std() > 0.05, name
+        image = imread(quick.out / name)
+        assert image[..., :3].std() > 0.05, name
+        width, height = quick.figures[name].get_size_inches() * 120  # at 120 dots per inch
+        assert image.shape[:2] == (round(height), round(width)), name
+    (well,) = quick.figures["double_well.png"].axes  # Chen et al.'s axes
+    assert (well.get_xlabel(), well.get_ylabel()) == (r"$\theta$", "density")
     # A smoke test: no verdict, and the double well's 8 draws per chain give no ESS at all.
     assert {row["check"] for row in quick.rows} == {"smoke"}
     assert "PASS" not in quick.printed and "FAIL" not in quick.printed

@@ -132,8 +132,9 @@ def test_dataset_options(option, fake_data_root, isolated_cache, no_cifar_md5, t
     ],
 )
 def test_out_of_range_values_name_their_key(override, key):
-    with pytest.raises(ConfigError, match=key):
+    with pytest.raises(ConfigError) as refused:
         validate(composed(override))
+    assert str(refused.value).startswith(f"{key}="), str(refused.value)
 
 
 @pytest.mark.parametrize("option", options("protocol"))

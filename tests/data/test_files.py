@@ -92,6 +92,13 @@ def test_classes_are_inferred_from_text_or_0_to_k_minus_1_and_said(tmp_path, cap
     assert data.task == "classification" and data.num_classes == 2
     assert data.y_train.tolist() == [0, 1, 0] and data.y_test.tolist() == [1]
     assert "read as classification" in caplog.text
+    (tmp_path / "n.csv").write_text("u,label\n1,0\n2,2\n3,1\n")
+    caplog.clear()
+    with caplog.at_level("INFO", logger="bdl"):
+        assert load(str(tmp_path / "n.csv"), str(tmp_path / "n.csv"), target="label").task == (
+            "classification"
+        )
+    assert "label holds the integers 0..2 alone: read as classification" in caplog.text
     (tmp_path / "c.csv").write_text("u,y\n1,3\n2,4\n3,8\n")
     assert load(str(tmp_path / "c.csv"), str(tmp_path / "c.csv")).task == "regression"
     declared = load(str(tmp_path / "c.csv"), str(tmp_path / "c.csv"), task="regression")

@@ -145,6 +145,8 @@ def test_failed_download_is_a_data_error(
     with pytest.raises(DataError) as err:
         load(root=root, download=True)
     assert str(root / "MNIST" / "raw") in str(err.value) and "BDL_DATA_DIR" in str(err.value)
+    for mirror in mnist_module.MNIST.mirrors:  # each mirror tried, with why it failed
+        assert f"{mirror}: <urlopen error network unreachable>" in str(err.value)
     assert not root.exists()
 
 

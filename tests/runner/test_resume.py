@@ -327,12 +327,14 @@ def test_a_directory_in_use_by_another_run_is_refused(uci_root, tmp_path):
         holder.release()
 
 
-def test_resume_refuses_what_it_cannot_continue(uci_root, tmp_path):
+def test_resume_refuses_what_it_cannot_continue(uci_root, tmp_path, caplog):
     cfg = config(uci_root, "epochs=4")
     runner.run(cfg, tmp_path / "done")
     # a requeued job whose run had completed: nothing to redo, and nothing changed
     before = {p: p.read_bytes() for p in (tmp_path / "done").rglob("*") if p.is_file()}
-    again = runner.run(config(uci_root, "epochs=4", "resume=true"), tmp_path / "done")
+    with caplog.at_level("INFO", logger="bdl"):
+        again = runner.run(config(uci_root, "epochs=4", "resume=true"), tmp_path / "done")
+    assert f"the run in {tmp_path / 'done'} has completed; nothing to resume" in caplog.text
     assert again == json.loads((tmp_path / "done" / "metrics.json").read_text())
     assert {p: p.read_bytes() for p in (tmp_path / "done").rglob("*") if p.is_file()} == before
 
