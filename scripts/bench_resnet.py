@@ -65,7 +65,11 @@ def main() -> None:
             sampling(composed([*base, f"compile={MODES[mode]}"]), Path(directory) / mode)
             for mode in args.modes
         ]
-        first = [timed(loop.step_epoch) for loop in loops]
+        first = []
+        for mode, loop in zip(args.modes, loops, strict=True):
+            first.append(timed(loop.step_epoch))
+            # printed as it comes: a compile can outlast a time budget (the GPU check's)
+            print(f"{mode}: first epoch {first[-1]:.2f} s", flush=True)
         seconds = alternating_medians([loop.step_epoch for loop in loops], args.rounds)
         run = loops[0].experiment.run
         images = run.steps_per_epoch * run.batch_size

@@ -6,7 +6,8 @@ every figure in one results file, within 8 minutes of one H100.
 
 ``bundle`` (here, with network) writes what a GPU machine without network needs and its image
 lacks: the wheels of `WHEELS` at this environment's versions for CPython 3.12 on x86-64
-Linux, one version each, and MNIST's four original archives, with a manifest of their sha256.
+Linux, one version each, and the four original archives of MNIST and of Fashion-MNIST (an MNIST
+run's out-of-distribution set), with a manifest of their sha256.
 
 ``check`` (there) installs them without network (pip ``--no-index``; bdl itself ``--no-deps``),
 prints the GPU, torch and CUDA versions, runs ``pytest -m gpu``, the benchmarks on ``--device
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import importlib
 import json
 import os
 import re
@@ -66,6 +68,10 @@ MNIST = (
     "t10k-images-idx3-ubyte.gz",
     "t10k-labels-idx1-ubyte.gz",
 )
+#: The IDX datasets bundled, each as four archives named as MNIST's (folder: bdl's loader):
+#: MNIST, and Fashion-MNIST, which an MNIST run reads as its out-of-distribution inputs
+#: (``ood=fashion_mnist``, the default).
+IDX_FOLDERS = {"MNIST": "mnist", "FashionMNIST": "fashion_mnist"}
 #: What travels to the device machine at most: the working tree and the carried folders together.
 LIMIT = 64 * 2**20
 #: The target: CPython 3.12 on x86-64 Linux (the device image's).
@@ -137,7 +143,7 @@ def write_manifest(bundle: Path) -> dict:
 def verify_bundle(bundle: Path) -> list[str]:
     """What is wrong with ``bundle`` (nothing: an empty list): files missing, altered or not
     listed, a wheel pip on the GPU image would refuse, two versions of one package, a package of
-    `WHEELS` or an MNIST file missing, a bundle over `LIMIT`."""
+    `WHEELS` or an archive of `IDX_FOLDERS` missing, a bundle over `LIMIT`."""
     path = bundle / "manifest.json"
     if not path.is_file():
         return [f"{bundle} has no manifest.json: make gpu-bundle writes it"]
@@ -164,9 +170,10 @@ def verify_bundle(bundle: Path) -> list[str]:
             problems.append(f"{package} has {len(wheels)} wheels ({', '.join(wheels)}): keep one")
     for package in sorted({normalise(w) for w in WHEELS} - set(versions)):
         problems.append(f"no wheel of {package}")
-    for name in MNIST:
-        if f"data/MNIST/raw/{name}" not in manifest["files"]:
-            problems.append(f"data/MNIST/raw/{name} is missing")
+    for folder in IDX_FOLDERS:
+        for name in MNIST:
+            if f"data/{folder}/raw/{name}" not in manifest["files"]:
+                problems.append(f"data/{folder}/raw/{name} is missing")
     if manifest["bytes"] >= LIMIT:
         problems.append(f"{manifest['bytes'] / 2**20:.1f} MiB: over the 64 MiB that travels")
     return problems
@@ -179,8 +186,6 @@ def pip(*args: str) -> None:
 def make_bundle(bundle: Path, data: Path) -> None:
     """Write the bundle (see the module's docstring); the wheels at this environment's versions."""
     from importlib.metadata import PackageNotFoundError, version
-
-    from bdl.data.mnist import MD5
 
     wheels = bundle / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
@@ -214,21 +219,23 @@ def make_bundle(bundle: Path, data: Path) -> None:
             )
         except subprocess.CalledProcessError:  # an sdist alone: build it, pure Python or refuse
             pip("wheel", "--quiet", "--no-deps", "-w", str(wheels), f"{name}=={pinned}")
-    raw = bundle / "data" / "MNIST" / "raw"
-    raw.mkdir(parents=True, exist_ok=True)
-    for name in MNIST:
-        source = data / "MNIST" / "raw" / name
-        if not source.is_file():
-            sys.exit(f"gpu-bundle: {source} is missing: set BDL_DATA_DIR to the real data")
-        digest = hashlib.md5(source.read_bytes()).hexdigest()
-        if digest != MD5[name]:
-            sys.exit(f"gpu-bundle: {source} is not the original (md5 {digest}, not {MD5[name]})")
-        shutil.copyfile(source, raw / name)
+    for folder, loader in IDX_FOLDERS.items():
+        # the loader's own check: the archive's md5, or the decompressed original's
+        source = importlib.import_module(f"bdl.data.{loader}").SOURCE
+        raw = bundle / "data" / folder / "raw"
+        raw.mkdir(parents=True, exist_ok=True)
+        for name in MNIST:
+            archive = data / folder / "raw" / name
+            if not archive.is_file():
+                sys.exit(f"gpu-bundle: {archive} is missing: set BDL_DATA_DIR to the real data")
+            if not source.verified(archive):
+                sys.exit(f"gpu-bundle: {archive} is not the original (md5 check failed)")
+            shutil.copyfile(archive, raw / name)
     manifest = write_manifest(bundle)
     problems = verify_bundle(bundle)
     tree = tree_bytes()
     print(
-        f"{bundle}: {len(list(wheels.glob('*.whl')))} wheels and MNIST, "
+        f"{bundle}: {len(list(wheels.glob('*.whl')))} wheels, MNIST and Fashion-MNIST, "
         f"{manifest['bytes'] / 2**20:.1f} MiB; with the working tree ({tree / 2**20:.1f} MiB) "
         f"{(manifest['bytes'] + tree) / 2**20:.1f} MiB of the 64 that travel"
     )
@@ -335,11 +342,11 @@ def plan(device: str, python: str, bundle: Path) -> list[Part]:
     few = [] if gpu else ["dataset.validation=59800"]
     rounds = ["--rounds", "3" if gpu else "1"]
     return [
-        Part("install", 45, [*me, "install", "--bundle", str(bundle), "--device", device]),
-        Part("versions", 15, [*me, "versions"]),
+        Part("install", 30, [*me, "install", "--bundle", str(bundle), "--device", device]),
+        Part("versions", 10, [*me, "versions"]),
         Part(
             "pytest -m gpu",
-            190,
+            170,
             [
                 python,
                 "-m",
@@ -353,8 +360,10 @@ def plan(device: str, python: str, bundle: Path) -> list[Part]:
                 "no:cacheprovider",
                 "--durations=10",
             ]
+            # four workers share the GPU: each test's CPU twin and Python overhead dominate, and
+            # the machine has 16 cores (one process took 250 s, over its budget, on an H100)
             # dry: one test's body on the CPU (all of them take tens of minutes there)
-            + ([] if gpu else ["-k", "gibbs_noise_precision"]),
+            + (["-n", "4"] if gpu else ["-k", "gibbs_noise_precision"]),
             {} if gpu else {"BDL_TEST_DEVICE": "cpu"},
         ),
         Part(
@@ -390,7 +399,7 @@ def plan(device: str, python: str, bundle: Path) -> list[Part]:
         ),
         Part(
             "bench_resnet.py: ResNet-20-FRN SGHMC images/s, eager and compiled",
-            60,
+            90,
             [python, str(scripts / "bench_resnet.py"), "--device", device]
             # dry: eager alone (a compile on the CPU takes a minute)
             + (["--rounds", "2"] if gpu else ["--rounds", "1", "--images", "100", "--width", "4"])

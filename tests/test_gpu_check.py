@@ -18,14 +18,16 @@ spec.loader.exec_module(gpu_check)
 
 
 def fake_bundle(root: Path) -> Path:
-    """A bundle of the right names: an empty file for each wheel and MNIST archive."""
+    """A bundle of the right names: a small file for each wheel and for each archive of MNIST
+    and Fashion-MNIST."""
     for name in gpu_check.WHEELS:
         (root / "wheels").mkdir(parents=True, exist_ok=True)
         (root / "wheels" / f"{name.replace('-', '_')}-1.0-py3-none-any.whl").write_bytes(b"w")
-    raw = root / "data" / "MNIST" / "raw"
-    raw.mkdir(parents=True)
-    for name in gpu_check.MNIST:
-        (raw / name).write_bytes(name.encode())
+    for folder in ("MNIST", "FashionMNIST"):
+        raw = root / "data" / folder / "raw"
+        raw.mkdir(parents=True)
+        for name in gpu_check.MNIST:
+            (raw / name).write_bytes(name.encode())
     gpu_check.write_manifest(root)
     return root
 
@@ -40,12 +42,14 @@ def test_the_bundle_check_names_each_problem(tmp_path):
     (wheels / "omegaconf-1.0-py3-none-any.whl").write_bytes(b"altered")
     (wheels / "hydra_core-1.4-py3-none-any.whl").write_bytes(b"a second version")
     (bundle / "data" / "MNIST" / "raw" / gpu_check.MNIST[0]).unlink()
+    (bundle / "data" / "FashionMNIST" / "raw" / gpu_check.MNIST[3]).unlink()
     (wheels / "arviz-1.0-py3-none-any.whl").unlink()
     (wheels / "numpy-2.0-cp311-cp311-manylinux_2_17_x86_64.whl").write_bytes(b"")
     assert sorted(gpu_check.verify_bundle(bundle)) == sorted(
         [
             "wheels/arviz-1.0-py3-none-any.whl is missing",
             f"data/MNIST/raw/{gpu_check.MNIST[0]} is missing",
+            f"data/FashionMNIST/raw/{gpu_check.MNIST[3]} is missing",
             "wheels/omegaconf-1.0-py3-none-any.whl is altered or incomplete (its sha256 is not the "
             "manifest's)",
             "wheels/hydra_core-1.4-py3-none-any.whl is not in the manifest",
@@ -61,6 +65,7 @@ def test_the_bundle_check_names_each_problem(tmp_path):
             "hydra_core-1.4-py3-none-any.whl): keep one",
             "no wheel of arviz",
             f"data/MNIST/raw/{gpu_check.MNIST[0]} is missing",
+            f"data/FashionMNIST/raw/{gpu_check.MNIST[3]} is missing",
         ]
     )
     assert gpu_check.verify_bundle(tmp_path / "nowhere") == [

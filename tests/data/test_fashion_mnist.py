@@ -3,6 +3,7 @@ generated files in the same IDX format."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import urllib.request
@@ -65,7 +66,9 @@ def recompressed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     for name in GZ:
         with gzip.open(raw / name) as f:
             extracted[name[:-3]] = hashlib.md5(f.read()).hexdigest()
-    monkeypatch.setattr(fashion, "EXTRACTED_MD5", extracted)
+    monkeypatch.setattr(
+        fashion, "SOURCE", dataclasses.replace(fashion.SOURCE, extracted_md5=extracted)
+    )
     monkeypatch.setattr(mnist_module, "NUM_TRAIN_TOTAL", 100)
     return root, arrays
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -199,7 +200,8 @@ def fake_originals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A root with 100 + 20 fake images whose md5 sums stand in for the originals'."""
     root = tmp_path / "originals"
     arrays = write_fake_mnist(root, 100, 20, seed=0)
-    monkeypatch.setattr(mnist_module, "MD5", _md5s(root))
+    fakes = dataclasses.replace(mnist_module.SOURCE, md5=_md5s(root))
+    monkeypatch.setattr(mnist_module, "SOURCE", fakes)
     monkeypatch.setattr(mnist_module, "NUM_TRAIN_TOTAL", 100)
     return root, arrays
 
@@ -284,9 +286,10 @@ def test_named_root_is_the_one_read(
 
 
 _SETUP = """
-import json, sys
+import dataclasses, json, sys
 import bdl.data.mnist as mnist
-mnist.MD5 = json.loads(sys.argv[1])  # the fake files stand in for the originals
+# the fake files stand in for the originals
+mnist.SOURCE = dataclasses.replace(mnist.SOURCE, md5=json.loads(sys.argv[1]))
 mnist.NUM_TRAIN_TOTAL = int(sys.argv[2])
 """
 _LOAD = """

@@ -40,6 +40,14 @@ def skip_without_the_device() -> None:
         )
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each failure's cause printed as it happens: the GPU check's time budget can end the run
+    before pytest's summary, and a device's lease is too short to run it again for the cause."""
+    if report.failed and report.nodeid.startswith("tests/gpu/"):
+        cause = report.longreprtext.splitlines()[-15:]
+        print(f"\n{report.nodeid} failed ({report.when}):", *cause, sep="\n  ", flush=True)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in Path(item.path).parents:

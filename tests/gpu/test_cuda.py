@@ -111,7 +111,11 @@ def test_every_sampler_option_runs_on_the_device(
     def ending(metrics: dict) -> str:
         return "ran" if metrics["status"] in ("completed", "unsound") else metrics["status"]
 
-    assert ending(mine) == ending(cpu) and mine.get("error") == cpu.get("error"), (mine, cpu)
+    assert ending(mine) == ending(cpu), (mine, cpu)
+    if ending(cpu) == "refused":
+        # refused before any draw: in the same words (an unsound run's message quotes its own
+        # metrics, which the two devices' draws make differ)
+        assert mine["error"] == cpu["error"]
     if ending(cpu) != "ran":
         return
     assert mine["num_samples"] == cpu["num_samples"]

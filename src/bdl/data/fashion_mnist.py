@@ -28,6 +28,8 @@ EXTRACTED_MD5 = {
     "t10k-labels-idx1-ubyte": "15d484375f8d13e6eb1aabb0c3f46965",
 }
 
+SOURCE = Source("Fashion-MNIST", "FashionMNIST", FashionMNIST, MD5, EXTRACTED_MD5)
+
 
 def load(
     root: str | os.PathLike | None = None,
@@ -38,5 +40,4 @@ def load(
     """Load Fashion-MNIST with the last ``validation`` training images held out (the
     validation split), as `bdl.data.mnist.load` splits MNIST, pixels divided by
     ``pixel_divisor`` (255: [0, 1])."""
-    source = Source("Fashion-MNIST", "FashionMNIST", FashionMNIST, MD5, EXTRACTED_MD5)
-    return load_idx(source, "fashion_mnist", root, validation, download, pixel_divisor)
+    return load_idx(SOURCE, "fashion_mnist", root, validation, download, pixel_divisor)

@@ -91,6 +91,9 @@ class Source:
         return digest.hexdigest() == want
 
 
+SOURCE = Source("MNIST", "MNIST", MNIST, MD5)
+
+
 def _download(name: str, staged: Path, source: Source) -> None:
     """Fetch one of ``source``'s archives from torchvision's mirrors, md5-checked, into
     ``staged`` atomically."""
@@ -192,8 +195,7 @@ def load(
     They are scaled straight from ``.data`` rather than through per-item transforms, which would
     be needlessly slow for full-batch use.
     """
-    source = Source("MNIST", "MNIST", MNIST, MD5)
-    return load_idx(source, "mnist", root, validation, download, pixel_divisor)
+    return load_idx(SOURCE, "mnist", root, validation, download, pixel_divisor)
 
 
 def load_idx(
