@@ -13,6 +13,7 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 from composition.test_plugins import tutorial_files, write_package
@@ -156,28 +157,47 @@ def _parses(program: str, args: list[str]) -> bool:
     return True
 
 
-def test_every_documented_command_parses(tmp_path):
+#: The per-layer prior syntax the README documents, and its former syntax (quoted keys), which
+#: Hydra's grammar refuses.
+PER_LAYER = ["prior.layers={*.bias: 10.0, layers.2.*: 0.1}", "--cfg", "job"]
+FORMER_PER_LAYER = _compositions(_argv("""bdl-run prior.layers='{"*.bias": 10.0}'""")[1])
+
+
+@pytest.fixture(scope="module")
+def documented(tmp_path_factory) -> tuple[list[str], list, dict]:
+    """The documented commands of every page, the ``bdl-run`` compositions they make (each with
+    the command it came from) and what ``bdl-run`` answered to each, the per-layer prior's lines
+    among them: one interpreter for all."""
     commands = {
         (page.relative_to(ROOT).as_posix(), command)
         for page in PAGES
         for command in readme_commands(page.read_text(encoding="utf-8"))
     }
-    readme = [c for page, c in commands if page == "README.md"]
-    assert sum(c.startswith("bdl-run ") for c in readme) >= 3, readme
-    assert {c.split()[0] for _, c in commands} == set(PROGRAMS)
     runs: list[tuple[str, list[str]]] = []
-    refused = []
     for page, command in sorted(commands):
         program, args = _argv(command)
         if program == "bdl-run":
             runs.extend((f"{page}: {command}", argv) for argv in _compositions(args))
-        elif not _parses(program, args):
-            refused.append(f"{page}: {command}")
-    assert not refused, "documented commands that do not parse:\n" + "\n".join(refused)
-    unique = list(dict.fromkeys(tuple(argv) for _, argv in runs))
+    unique = list(dict.fromkeys([*(tuple(argv) for _, argv in runs), tuple(PER_LAYER)]))
+    unique += [tuple(argv) for argv in FORMER_PER_LAYER]
     # the own-model tutorial's commands name its plugin package's options: installed, as there
-    plugins = write_package(tmp_path, tutorial_files())
+    plugins = write_package(tmp_path_factory.mktemp("plugins"), tutorial_files())
     results = dict(zip(unique, _run_cli([list(argv) for argv in unique], plugins)))
+    return sorted(commands), runs, results
+
+
+def test_every_documented_command_parses(documented):
+    commands, runs, results = documented
+    readme = [c for page, c in commands if page == "README.md"]
+    assert sum(c.startswith("bdl-run ") for c in readme) >= 3, readme
+    assert {c.split()[0] for _, c in commands} == set(PROGRAMS)
+    refused = [
+        f"{page}: {command}"
+        for page, command in commands
+        for program, args in [_argv(command)]
+        if program != "bdl-run" and not _parses(program, args)
+    ]
+    assert not refused, "documented commands that do not parse:\n" + "\n".join(refused)
     failures = [
         f"{command}\n  as: bdl-run {shlex.join(argv)}\n  {result['err'].strip()[-600:]}"
         for command, argv in runs
@@ -187,13 +207,12 @@ def test_every_documented_command_parses(tmp_path):
     assert not failures, "documented commands that bdl-run refuses:\n" + "\n".join(failures)
 
 
-def test_per_layer_prior_through_the_cli_and_a_model():
-    """The documented per-layer syntax composes to the intended mapping and the priors use it."""
-    # The README's former syntax (quoted keys) is what Hydra's grammar refuses.
-    former = _compositions(_argv("""bdl-run prior.layers='{"*.bias": 10.0}'""")[1])
-    result, refused = _run_cli(
-        [["prior.layers={*.bias: 10.0, layers.2.*: 0.1}", "--cfg", "job"], *former]
-    )
+def test_per_layer_prior_through_the_cli_and_a_model(documented):
+    """The documented per-layer syntax composes to the intended mapping and the priors use it;
+    the former syntax is refused."""
+    results = documented[2]
+    result = results[tuple(PER_LAYER)]
+    (refused,) = (results[tuple(argv)] for argv in FORMER_PER_LAYER)
     assert refused["code"] != 0 and "no viable alternative" in refused["err"]
     assert result["code"] == 0, result["err"]
     composed = yaml.safe_load(result["out"])
