@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from benchtools import alternating_medians, bare_model, composed, sampling
+from benchtools import alternating_medians, bare_model, composed, machine_load, sampling
 
 
 def bare_full_pass(model, x_train, y_train, chunk_size) -> None:
@@ -68,4 +68,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with machine_load(torch.get_num_threads()):
+        main()

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from benchtools import alternating_medians, composed, sampling, timed
+from benchtools import alternating_medians, composed, machine_load, sampling, timed
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
 from conftest import write_fake_cifar10  # noqa: E402
@@ -89,4 +89,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with machine_load(torch.get_num_threads()):
+        main()
