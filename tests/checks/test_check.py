@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from matplotlib.figure import Figure
@@ -457,3 +458,70 @@ def test_an_out_that_cannot_be_written_is_one_line(tmp_path, capsys, place):
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("bdl-check: error: ") and str(out[place]) in line
     assert line.endswith("--out DIR")
+
+
+def test_double_well_figure_redraws_chen_et_als_fig_1(quick):
+    """Chen et al. (2014)'s Fig. 1 as they drew it: the true density in a solid blue line, each of
+    their five samplers' histogram (density per unit θ, 44 bins over [-2.2, 2.2]) dash-dotted in
+    their colour and marker and named as in their legend; the title says the run's sizes."""
+    (well,) = quick.figures["double_well.png"].axes
+    true, *samplers = well.get_lines()
+    assert (true.get_label(), true.get_color(), true.get_linestyle()) == (
+        "True distribution",
+        "b",
+        "-",
+    )
+    theta = true.get_xdata()
+    assert (theta[0], theta[-1], len(theta)) == (-2.2, 2.2, 441)
+    unnormalised = np.exp(2 * theta**2 - theta**4)
+    density = unnormalised / np.trapezoid(unnormalised, theta)
+    np.testing.assert_allclose(true.get_ydata(), density, rtol=1e-4)
+    expected = [
+        ("Standard HMC (with MH)", "c", "v"),
+        ("Standard HMC (no MH)", "r", "None"),
+        ("Naive stochastic gradient HMC (with MH)", "m", "x"),
+        ("Naive stochastic gradient HMC (no MH)", "k", "None"),
+        ("SGHMC", "g", "None"),
+    ]
+    assert [(s.get_label(), s.get_color(), s.get_marker()) for s in samplers] == expected
+    for line in samplers:
+        assert line.get_linestyle() == "-." and len(line.get_xdata()) == 44
+        np.testing.assert_allclose(line.get_xdata(), np.linspace(-2.15, 2.15, 44), atol=1e-12)
+        # 400 draws, almost all within ±2.2 (mass outside below 1e-4): a density sums to 1
+        assert 0.99 <= line.get_ydata().sum() * 0.1 <= 1 + 1e-9
+    assert [t.get_text() for t in well.get_legend().get_texts()] == [
+        "True distribution",
+        *(name for name, _, _ in expected),
+    ]
+    assert (well.get_xlim(), well.get_ylim()) == ((-2.2, 2.2), (0, 0.9))
+    assert well.get_title() == (
+        "double well (Chen et al. 2014, Fig. 1): 50 chains × 8 samples\n"
+        "after 2 samples' worth of burn-in each, seed 0 (--quick)"
+    )
+
+
+def test_gaussian_figure_redraws_chen_et_als_fig_3a(quick):
+    """Chen et al.'s Fig. 3a: SGLD (blue crosses) and SGHMC (red circles), joined, one point per
+    step size, covariance error against autocorrelation time; the title says the sweep's
+    sizes (--quick: two step sizes, 20 chains of 500 steps)."""
+    (ax,) = quick.figures["gaussian_2d.png"].axes
+    lines = ax.get_lines()
+    styles = [(li.get_label(), li.get_color(), li.get_marker(), li.get_linestyle()) for li in lines]
+    assert styles == [("SGLD", "b", "x", "-"), ("SGHMC", "r", "o", "-")]
+    assert all(len(li.get_xdata()) == 2 for li in lines)
+    times = np.concatenate([li.get_xdata() for li in lines])
+    errors = np.concatenate([li.get_ydata() for li in lines])
+    # an autocorrelation time is at least one step, and both errors are of a covariance whose
+    # entries are at most 1 in size
+    assert (times >= 1).all() and ((errors > 0) & (errors < 1)).all()
+    expected_scale = "log" if times.max() > 20 * times.min() else "linear"
+    assert ax.get_xscale() == expected_scale
+    assert (ax.get_xlabel(), ax.get_ylabel()) == (
+        "autocorrelation time (steps)",
+        "average absolute error of covariance",
+    )
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["SGLD", "SGHMC"]
+    assert ax.get_title() == (
+        "correlated 2-D Gaussian over 2 step sizes\n20 chains × 500 steps "
+        "after 50 of burn-in, seed 0 (--quick)"
+    )
