@@ -115,11 +115,43 @@ def test_a_shifted_file_is_the_shift_of_its_images_and_says_so(tmp_path):
 @pytest.mark.parametrize(
     "task, y, shape, options, message",
     [
-        ("classification", [0, 3, 1], (3, 1, 6, 6), {}, "has labels in [0, 3], but the run "),
-        ("regression", [0, 3, 1], (3, 1, 6, 6), {}, "the targets of points are integer labels"),
-        ("classification", [0.5] * 3, (3, 1, 6, 6), {}, "the targets of points are real numbers"),
-        ("classification", [0, 1, 1], (3, 1, 5, 6), {}, "inputs of shape (1, 6, 6) (tiny), but"),
-        ("classification", [0] * 3, (3, 1, 6, 6), {"shift.severity": "2"}, "grades a corruption"),
+        (
+            "classification",
+            [0, 3, 1],
+            (3, 1, 6, 6),
+            {},
+            "data={path} has labels in [0, 3], but the run classifies into 3 classes",
+        ),
+        (
+            "regression",
+            [0, 3, 1],
+            (3, 1, 6, 6),
+            {},
+            "{run} was trained for regression, but the targets of points are integer labels",
+        ),
+        (
+            "classification",
+            [0.5] * 3,
+            (3, 1, 6, 6),
+            {},
+            "{run} was trained for classification into 3 classes, but the targets of points are "
+            "real numbers",
+        ),
+        (
+            "classification",
+            [0, 1, 1],
+            (3, 1, 5, 6),
+            {},
+            "{run} holds a network for inputs of shape (1, 6, 6) (tiny), but points has inputs of "
+            "shape (1, 5, 6): evaluate it on data of the same shape",
+        ),
+        (
+            "classification",
+            [0] * 3,
+            (3, 1, 6, 6),
+            {"shift.severity": "2"},
+            "shift.severity grades a corruption: give shift.corrupt=NAME with it",
+        ),
         (
             "classification",
             [0] * 3,
@@ -133,7 +165,24 @@ def test_a_file_the_run_cannot_read_is_refused(task, y, shape, options, message,
     path = _points(tmp_path, torch.tensor(y), shape)
     with pytest.raises((DataError, ValueError)) as error:
         evaluation_set(_posterior(task, tmp_path), {"data": str(path), **options})
-    assert message in str(error.value)
+    assert str(error.value) == message.format(path=path, run=tmp_path / "run")
+
+
+def test_a_file_without_inputs_and_targets_says_which_tensors_it_needs(tmp_path):
+    path = tmp_path / "points.safetensors"
+    save_file({"x": torch.zeros(2, 1, 6, 6), "labels": torch.zeros(2)}, path)
+    posterior = _posterior("classification", tmp_path)
+    with pytest.raises(DataError) as error:
+        evaluation_set(posterior, {"data": str(path)})
+    assert str(error.value) == (
+        f"data={path} holds the tensors ['labels', 'x']; it needs 'x' (inputs) and 'y' (labels "
+        "or targets)"
+    )
+    path.write_bytes(b"not safetensors")
+    with pytest.raises(DataError) as error:
+        evaluation_set(posterior, {"data": str(path)})
+    text = str(error.value)
+    assert text.startswith(f"data={path} cannot be read as safetensors (") and text.endswith(")")
 
 
 @pytest.fixture
