@@ -203,6 +203,17 @@ def test_the_sweep_figure_reads(sweep: Path):
     # every group's means set the range: sghmc's lowest 0.06, sgld's highest 0.20
     assert by_epoch.get_ylim() == pytest.approx((0.95 * 0.06, 1.05 * 0.20))
     assert overlapping_tick_labels(figure) == []
+    labels = [(ax.get_xlabel(), ax.get_ylabel(), ax.get_title()) for ax in (by_epoch, by_grads)]
+    assert labels == [
+        ("epoch", "test error", "against epochs (dashed: end of burn-in)"),
+        ("gradient evaluations", "", "against cost"),
+    ]
+    legend = by_epoch.get_legend()
+    assert legend.get_title().get_text() == "band: ± std over seeds"  # two sghmc seeds
+    assert [t.get_text() for t in legend.get_texts()] == ["sampler=sghmc", "sampler=sgld"]
+    assert all(float(tick).is_integer() for tick in by_epoch.get_xticks())  # whole epochs
+    one_seed = figures(load_runs([sweep / "2"]), ["sampler"])["test_error"]
+    assert one_seed.axes[0].get_legend().get_title().get_text() == ""  # no band to explain
 
 
 def test_a_trace_spanning_decades_is_drawn_on_a_log_axis(tmp_path: Path):
@@ -251,8 +262,23 @@ def test_summary_of_a_run_of_several_chains(tmp_path: Path):
     assert [len(line.get_xdata()) for line in potential.lines[:2]] == [10, 10]
     assert sum(p.get_height() for p in histogram.patches) == len(rhat)
     assert overlapping_tick_labels(figure) == []
+    assert [(ax.get_xlabel(), ax.get_ylabel(), ax.get_title()) for ax in figure.axes] == [
+        ("epoch", "test error", "test error of the model average"),
+        ("epoch", "", "potential per step"),
+        ("R-hat (dashed: 1.01)", "test points", "R-hat per test point (2 chains)"),
+    ]
+    (legend,) = figure.legends
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "chain 0",
+        "chain 1",
+        "end of burn-in",
+        "all chains' average",
+    ]
     assert write_summary(run) == run / "summary.png"
-    assert imread(run / "summary.png")[..., :3].std() > 0.05
+    image = imread(run / "summary.png")
+    assert image[..., :3].std() > 0.05
+    width, height = figure.get_size_inches() * 120  # at 120 dots per inch
+    assert image.shape[:2] == (round(height), round(width))
 
 
 def test_a_summary_that_cannot_be_drawn_leaves_the_run_as_it_is(tmp_path: Path, caplog):
