@@ -318,14 +318,31 @@ def test_reliability_diagram_bars_are_each_bins_accuracy_and_confidence(tmp_path
     assert low.get_height() + low_gap.get_height() == pytest.approx(0.425)
     assert high.get_height() + high_gap.get_height() == pytest.approx(2.3 / 3)
     assert [p.get_height() for p in counts.patches] == [2, 3]
-    assert "ECE 0.0900" in diagram.get_title()
+    assert diagram.get_title() == "hand\nECE 0.0900 (2 bins)"
+    assert (diagram.get_ylabel(), diagram.get_xlim(), diagram.get_ylim()) == (
+        "accuracy",
+        (0, 1),
+        (0, 1),
+    )
+    assert (counts.get_xlabel(), counts.get_ylabel()) == ("top-class confidence", "points")
+    assert [t.get_text() for t in diagram.get_legend().get_texts()] == [
+        "perfect calibration",
+        "accuracy",
+        "gap to the mean confidence",
+    ]
+    (diagonal,) = diagram.get_lines()
+    assert (list(diagonal.get_xdata()), list(diagonal.get_ydata())) == ([0, 1], [0, 1])
+    assert [p.get_width() for p in diagram.patches] == [0.5] * 4  # a bar spans its bin
 
     run = write_run(tmp_path / "run", "sgld", 0, "epoch,potential,test_metric\n1,3.0,0.6\n", {})
     metrics = {"status": "completed", "test_accuracy": 0.6, "epochs": 1}
     (run / "metrics.json").write_text(json.dumps(metrics))
     save_file({"predictive": probs, "targets": y}, run / "predictive.safetensors")
     assert write_summary(run) == run / "summary.png"
-    assert imread(run / "reliability.png")[..., :3].std() > 0.05
+    image = imread(run / "reliability.png")
+    assert image[..., :3].std() > 0.05
+    width, height = figure.get_size_inches() * 120  # at 120 dots per inch
+    assert image.shape[:2] == (round(height), round(width))
 
 
 @pytest.mark.parametrize(
