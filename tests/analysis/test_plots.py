@@ -101,6 +101,13 @@ def test_regression_chains_hyperparameters_and_rhat(tmp_path: Path):
     counts, _ = np.histogram(rhat[np.isfinite(rhat)], bins=30)
     assert [p.get_height() for p in ax.patches] == counts.tolist()
     assert ax.lines[0].get_xdata()[0] == RHAT_THRESHOLD
+    assert (ax.lines[0].get_linestyle(), ax.lines[0].get_color()) == ("--", "black")
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("R-hat (dashed: 1.01)", "test points")
+    assert ax.get_title() == "R-hat per test point — mnist sghmc seed 0"
+    assert [a.get_title() for a in drawn["trace_run"].axes[:2]] == [
+        "potential per step",
+        "noise_precision",
+    ]
 
 
 def test_bdl_report_plot_writes_png_and_pdf(sweep: Path, capsys):
@@ -111,7 +118,7 @@ def test_bdl_report_plot_writes_png_and_pdf(sweep: Path, capsys):
         f"{s}.{ext}" for s in stems for ext in ("pdf", "png")
     )
     image = imread(out / "test_error.png")
-    assert image.shape[0] > 300 and image.shape[1] > 900  # 11 x 4.2 inches at 150 dpi
+    assert image.shape[:2] == (540, 1200)  # 8 x 3.6 inches at 150 dpi
     assert image[..., :3].std() > 0.05  # not a blank canvas
     assert (out / "trace_0.pdf").read_bytes().startswith(b"%PDF")
     assert "wrote 8 files" in capsys.readouterr().err
