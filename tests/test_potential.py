@@ -395,3 +395,19 @@ def test_compile_without_a_compiler_warns_and_runs_eagerly(caplog):
         torch.testing.assert_close(grad, expected_grad)
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "compile=false" in warnings[0], warnings
+
+
+def test_a_potential_without_data_or_temperature_is_refused_by_name():
+    for kwargs, line in [
+        ({"num_data": 0}, "num_data must be positive, got 0"),
+        ({"temperature": 0.0}, "temperature must be positive, got 0.0"),
+        ({"temperature": math.nan}, "temperature must be positive, got nan"),
+    ]:
+        with pytest.raises(ValueError) as error:
+            make_potential(**kwargs)
+        assert str(error.value) == line
+    model = torch.nn.Linear(3, 1)
+    potential = Potential(model, Gaussian(gibbs=True), GaussianPrior(1.0), 10)
+    with pytest.raises(ValueError) as error:
+        potential.gibbs_step(torch.Generator().manual_seed(0))
+    assert str(error.value) == "the likelihood's Gibbs step needs the training set (batches=)"
