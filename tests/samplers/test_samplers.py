@@ -218,8 +218,19 @@ def test_torch_optim_style_construction_names_the_contract(cls):
     model = torch.nn.Linear(2, 1)
     with pytest.raises(TypeError, match=r"sampler.init\(list\(model.parameters\(\)\)\)") as error:
         cls(model.parameters(), lr=0.1)
-    assert str(error.value).startswith(f"{cls.__name__} takes its hyperparameters only")
+    name = cls.__name__
+    assert str(error.value) == (
+        f"{name} takes its hyperparameters only, not the parameters (torch.optim's style): "
+        f"sampler = {name}(lr=...); state = sampler.init(list(model.parameters())); state = "
+        "sampler.step(state, closure) with closure() returning (U, grads of U)"
+    )
     assert cls(lr=0.1).lr == 0.1  # the contract's own construction is untouched
+
+
+def test_a_sampler_that_does_not_stack_chains_says_so():
+    with pytest.raises(ValueError) as error:
+        samplers.SWAG(0.1).for_chains([torch.Generator()])
+    assert str(error.value) == "SWAG does not declare vectorisable"
 
 
 #: Each sampler's hyperparameters out of range, and the line that refuses them: the key, its
