@@ -335,11 +335,15 @@ def test_compare_ranks_by_psis_loo_best_first_and_counts_unreliable_points(
     capsys.readouterr()
     assert main([str(sweep), "--compare"]) == 0
     out, err = capsys.readouterr()
+    header = [cell.strip() for cell in out.splitlines()[0].strip("|").split("|")]
+    assert header == table.columns.tolist()  # the table's columns alone, no row index
     assert [line.split("|")[-2].strip() for line in out.splitlines()[2:]] == order
     assert err == f"bdl-report: warning: {runs[3]} not compared: {runs[3]} holds no samples\n"
     data.clear()
     assert main([str(sweep), "--compare"]) == 2
-    assert capsys.readouterr().err.endswith("no run holds posterior samples to compare\n")
+    *skipped_lines, last = capsys.readouterr().err.splitlines()
+    assert len(skipped_lines) == 4  # every run named as it is left out
+    assert last == "bdl-report: no run holds posterior samples to compare"
 
 
 def test_the_summary_files_hold_each_groups_numbers_in_the_order_asked(sweep, capsys):
