@@ -95,19 +95,31 @@ def test_main_by_config_key_named_like_a_metric(sweep, capsys):
 def test_main_unknown_by_key(sweep, capsys):
     assert main([str(sweep), "--by", "optimizer"]) == 2
     err = capsys.readouterr().err
-    assert "optimizer" in err and "sampler.lr" in err and "Traceback" not in err
+    assert err.startswith("bdl-report: unknown --by key(s) optimizer; available keys: sampler, ")
+    assert "sampler.lr" in err.split("available keys: ")[1] and len(err.splitlines()) == 1
+    assert main([str(sweep), "--pruning"]) == 2
+    assert capsys.readouterr().err == (
+        f"bdl-report: no pruning.csv under {sweep}: run bdl-run with pruning=true\n"
+    )
 
 
 def test_main_unknown_metric(sweep, capsys):
     assert main([str(sweep), "--metrics", "test_rmse"]) == 2
-    assert "test_accuracy" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "bdl-report: unknown metric(s) test_rmse; available: test_accuracy, test_nll, "
+        "num_samples, epochs, wall_time_s\n"
+    )
 
 
 def test_main_no_runs(tmp_path, capsys):
     assert main([str(tmp_path)]) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert str(tmp_path) in err and "metrics.json" in err and ".hydra/config.yaml" in err
+    assert err == (
+        f"bdl-report: no run directories found under {tmp_path}; a run directory contains "
+        ".hydra/config.yaml (written when `bdl-run` starts) and metrics.json (written when it "
+        "ends); pass a run directory or a directory above runs, e.g. outputs/ or multirun/\n"
+    )
     assert not (tmp_path / "report.csv").exists()
 
 
