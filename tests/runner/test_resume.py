@@ -312,11 +312,28 @@ def test_sigterm_checkpoints_and_resumes_bitwise(
     assert status == {"status": "interrupted", **stopped_at, "signal": "SIGTERM"}
     monkeypatch.setattr(owner, method, real)
     with caplog.at_level("INFO", logger="bdl"):
-        runner.run(config(uci_root, "checkpoint_every=100", "resume=true"), stopped)
+        metrics = runner.run(config(uci_root, "checkpoint_every=100", "resume=true"), stopped)
     assert outputs(stopped) == outputs(tmp_path / "whole")
     resumed = f"resuming at epoch {stopped_at['epoch'] + 1}, step {stopped_at['step']}"
     said = [message for message in caplog.messages if message.startswith(("run dir", "resum"))]
     assert said == [f"run directory: {stopped}", resumed, f"run directory: {stopped}"]
+    # the resumed run's verdict: its error, every warning, reason and note, each said once
+    # under its own heading (its 4 draws of one chain are too few to judge convergence)
+    resumed_messages = caplog.messages[caplog.messages.index(resumed) :]
+    assert metrics["reasons"] and metrics["notes"]
+    unsound = metrics["status"] == "unsound"  # 6 epochs at the UCI step: no better than the mean
+    said_of_verdict = [
+        *[
+            f"NOT A RESULT: {metrics['error']}; the 4 samples taken before are kept in "
+            f"{stopped / 'samples'}"
+        ][: int(unsound)],
+        *(f"WARNING: {warning}" for warning in metrics["warnings"]),
+        *(f"NOT CONVERGED: {reason}" for reason in metrics["reasons"]),
+        *(f"note: {note}" for note in metrics["notes"]),
+    ]
+    assert [m for m in resumed_messages if m.startswith(("NOT ", "WARNING", "note"))] == (
+        said_of_verdict
+    )
 
 
 def test_a_directory_holding_a_run_is_refused_and_left_alone(uci_root, tmp_path):
