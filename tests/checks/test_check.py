@@ -8,6 +8,7 @@ import csv
 import io
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,7 +73,12 @@ def test_quick_check_prints_the_table_and_writes_the_csv_and_figures(quick):
     # A smoke test: no verdict, and the double well's 8 draws per chain give no ESS at all.
     assert {row["check"] for row in quick.rows} == {"smoke"}
     assert "PASS" not in quick.printed and "FAIL" not in quick.printed
-    assert "smoke test" in quick.printed
+    last = quick.printed.splitlines()[-1]
+    summary = "--quick: a smoke test, too few samples for the thresholds (run without --quick)"
+    assert re.fullmatch(
+        rf"{re.escape(summary)}\. {len(quick.rows)} runs in \d+ s; CSV and figures in {quick.out}",
+        last,
+    )
     assert all(r["ess_per_grad"] == "" for r in quick.rows if r["target"] == "double_well")
     # Target 2: 50 draws per chain are enough for arviz to measure something; 10 (the samplers
     # thinned to one draw per 50-step trajectory) are not.
@@ -375,7 +381,8 @@ def test_main_runs_the_chosen_targets_with_the_seed_and_fails_on_a_fail(
     monkeypatch.setitem(check_targets.TARGETS, "double_well", double_well)
     assert main(["--seed", "7", "--out", str(tmp_path), "--targets", "double_well"]) == 1
     assert calls == [(False, 7, tmp_path)]
-    assert "1 PASS, 1 FAIL. 2 runs in" in capsys.readouterr().out
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert re.fullmatch(rf"1 PASS, 1 FAIL\. 2 runs in \d+ s; CSV and figures in {tmp_path}", last)
     with (tmp_path / "check.csv").open() as handle:
         assert [row["check"] for row in csv.DictReader(handle)] == ["FAIL", "PASS"]
     assert main(["--quick", "--seed", "3", "--out", str(tmp_path), "--targets", "double_well"]) == 0
@@ -456,8 +463,13 @@ def test_an_out_that_cannot_be_written_is_one_line(tmp_path, capsys, place):
         out[place].mkdir(mode=0o500)
     assert main(["--quick", "--out", str(out[place])]) == 2
     (line,) = capsys.readouterr().err.splitlines()
-    assert line.startswith("bdl-check: error: ") and str(out[place]) in line
-    assert line.endswith("--out DIR")
+    expected = {
+        "a file": f"--out {blocker} is a file, not a folder: choose a folder with --out DIR",
+        "below a file": f"cannot create --out {blocker / 'check'} (Not a directory): choose a "
+        "writable --out DIR",
+        "read-only": f"--out {out[place]} is read-only: choose a writable folder with --out DIR",
+    }
+    assert line == f"bdl-check: error: {expected[place]}"
 
 
 def test_double_well_figure_redraws_chen_et_als_fig_1(quick):
