@@ -335,3 +335,19 @@ def test_uci_figure_puts_each_method_beside_pbp_per_set(uci_runs):
         "UCI benchmarks beside PBP (Hernández-Lobato and Adams 2015) — boston, concrete, naval, "
         "sweep sweep"
     )
+
+
+def test_runs_of_no_paper_are_refused_naming_what_it_needs(tmp_path):
+    with pytest.raises(ValueError) as error:
+        papers.uci(pd.DataFrame({"test_rmse": [1.0]}))
+    assert str(error.value) == (
+        "no run has dataset= and sampler= choices: pass bdl-run's directories"
+    )
+    with pytest.raises(ValueError) as error:
+        papers.uci(pd.DataFrame({"dataset": ["mnist"], "sampler": ["sghmc"]}))
+    assert str(error.value) == (
+        "no run on a UCI set (boston, concrete, energy, kin8nm, naval, power, protein, wine, yacht)"
+    )
+    with pytest.raises(ValueError) as error:
+        papers.chen2014(pd.DataFrame({"dataset": ["boston"], "test_rmse": [1.0]}))
+    assert str(error.value) == "no classification run with a sampler= choice: pass MNIST runs"

@@ -167,3 +167,22 @@ def test_report_prints_the_curve_as_blundells_table_1(tmp_path, capsys):
     assert [line.split("|")[2].strip() for line in table[2:]] == ["2.4m", "1.2m", "120k", "48k"]
     assert table[-1].split("|")[3].strip() == "1.39%"
     assert report.main(["--pruning", str(tmp_path / "nowhere")]) == 2
+
+
+def test_what_pruning_cannot_work_on_is_refused_by_name(tmp_path):
+    from bdl.analysis.pruning import curve_from_store
+    from bdl.storage.store import SampleStore
+
+    with pytest.raises(ValueError) as error:
+        running_moments([], ["w"])
+    assert str(error.value) == "no samples to take moments of: the run kept none"
+    with pytest.raises(ValueError) as error:
+        prune_masks(torch.arange(4), {"w": torch.Size([4])}, 1.5)
+    assert str(error.value) == "a pruning fraction must be in [0, 1], got 1.5"
+    SampleStore(tmp_path / "samples")
+    (tmp_path / "samples" / "manifest.json").write_text("[]")  # a store that kept nothing
+    with pytest.raises(ValueError) as error:
+        curve_from_store(tmp_path / "samples", {}, [], None, list, len, 4)
+    assert str(error.value) == (
+        f"{tmp_path / 'samples'} holds no samples to draw a pruning curve from"
+    )
