@@ -309,3 +309,50 @@ def test_the_metrics_written_are_the_model_averages_on_the_evaluation_set(tmp_pa
     assert saved["targets"].tolist() == [0, 2]
     _, elsewhere = evaluate_module.evaluate(run, {"data": str(path), "out": str(tmp_path / "o")})
     assert elsewhere == tmp_path / "o" and (elsewhere / "metrics.json").is_file()
+
+
+@pytest.fixture
+def files_run(tmp_path) -> Path:
+    """A run directory on ``dataset=files`` (a regression of y on u, v), written by hand: its
+    config and one sample; enough for what `evaluation_set` reads of it."""
+    from hydra import compose, initialize_config_module
+
+    from bdl.storage.store import SampleStore
+
+    rows = "u,v,y\n" + "".join(f"{i},{i % 3},{0.5 * i}\n" for i in range(12))
+    (tmp_path / "points.csv").write_text(rows)
+    labels = "u,v,y\n" + "".join(f"{i},{i % 3},{i % 2}\n" for i in range(12))
+    (tmp_path / "labels.csv").write_text(labels)
+    points = str(tmp_path / "points.csv")
+    overrides = ["dataset=files", f"dataset.train={points}", f"dataset.test={points}"]
+    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+        cfg = compose("config", overrides)
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    OmegaConf.save(cfg, run / ".hydra" / "config.yaml")
+    SampleStore(run / "samples").add({"w": torch.zeros(1)}, epoch=0)
+    return run
+
+
+def test_a_split_or_a_dataset_the_run_cannot_be_evaluated_on_is_one_line(files_run):
+    posterior = Posterior(files_run)
+    with pytest.raises(ValueError) as error:
+        evaluation_set(posterior, {"split": "train"})
+    assert str(error.value) == "split=train is unknown: use split=test or split=validation"
+    with pytest.raises(DataError) as error:
+        evaluation_set(posterior, {"split": "validation"})
+    assert str(error.value) == (
+        "points has no validation split here (MNIST holds out dataset.validation training "
+        "images; it is 0 or the dataset has none)"
+    )
+    labels = str(files_run.parent / "labels.csv")
+    other = {"dataset.train": labels, "dataset.test": labels, "dataset.task": "classification"}
+    with pytest.raises(DataError) as error:
+        evaluation_set(posterior, other)
+    assert str(error.value) == (
+        f"{files_run} was trained for regression on points, but labels is classification into "
+        "2 classes: evaluate it on a dataset of the same task"
+    )
+    with pytest.raises(DataError) as error:
+        evaluate_module.evaluate(files_run, {"ood": "noise", "device": "cpu"})
+    assert str(error.value) == "ood=noise: out-of-distribution detection needs a classifier"
