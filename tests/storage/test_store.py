@@ -593,3 +593,29 @@ def test_a_reference_folder_without_a_predictive_or_unparsable_file_says_so(tmp_
     text = str(err.value)
     assert text.startswith(f"reference {tmp_path / 'bad.csv'} cannot be parsed (")
     assert text.endswith(f"); {ACCEPTS}") and "\n" not in text
+
+
+def test_a_failed_write_says_what_is_left_and_the_way_out(tmp_path):
+    from bdl.storage.store import write_error
+
+    path = tmp_path / "run" / "manifest.json"
+    for code in (errno.ENOSPC, errno.EDQUOT):
+        error = write_error(path, OSError(code, os.strerror(code)))
+        assert str(error) == (
+            f"no space left on device writing {path} (the previous manifest.json, if any, is "
+            "intact); free space and resume"
+        )
+    error = write_error(path, OSError(errno.EROFS, "Read-only file system"))
+    assert str(error) == (
+        f"cannot write {path} (Read-only file system); make {tmp_path / 'run'} a writable folder "
+        "or choose another output directory (hydra.run.dir=...)"
+    )
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    with pytest.raises(StoreError) as refused:
+        SampleStore(blocker / "samples")
+    assert str(refused.value) == (
+        f"cannot create the folder {blocker / 'samples'} (Not a directory): a file may stand on "
+        "its path or its parent is read-only; choose another output directory "
+        "(hydra.run.dir=...) or remove the file in the way"
+    )
