@@ -121,7 +121,9 @@ def test_chen_table_and_order(tmp_path):
         "(sghmc 1.75%, sgld 1.90%, sgd 2.20%)."
     )
     assert list(table.figures) == ["chen2014"]
-    assert table.figures["chen2014"].get_suptitle().endswith("Fig. 3, mnist, sweep kept")
+    assert table.figures["chen2014"].get_suptitle() == (
+        "test error of the model average — Chen et al. (2014)'s Fig. 3, mnist, sweep kept"
+    )
     assert r"1.75\%" in table.latex() and "1.75%" not in table.latex()
     # the CSV's plain numbers: one row per (sampler, prior), the mean and sd in percent
     numbers = table.numbers.set_index("sampler")
