@@ -186,3 +186,39 @@ def test_what_pruning_cannot_work_on_is_refused_by_name(tmp_path):
     assert str(error.value) == (
         f"{tmp_path / 'samples'} holds no samples to draw a pruning curve from"
     )
+
+
+def test_write_curve_writes_the_csv_and_a_figure_titled_with_the_run(tmp_path, monkeypatch):
+    from matplotlib.image import imread
+
+    from analysis.test_plots import write_run
+    from bdl.analysis.pruning import write_curve
+
+    run = write_run(tmp_path / "run", "bbb", 4, "epoch,potential\n1,2.0\n", {})
+    rows = [
+        {"fraction_removed": 0.0, "weights_kept": 100, "score": 0.5},
+        {"fraction_removed": 0.5, "weights_kept": 99, "score": 0.5},
+    ]
+    drawn = []
+    save = Figure.savefig
+
+    def saved(figure, *args, **options):
+        drawn.append(figure)
+        save(figure, *args, **options)
+
+    monkeypatch.setattr(Figure, "savefig", saved)
+    assert write_curve(run, rows, "test_rmse") == run / "pruning.csv"
+    assert (run / "pruning.csv").read_text().splitlines() == [
+        "fraction_removed,weights_kept,test_rmse",
+        "0.0,100,0.5",
+        "0.5,99,0.5",
+    ]
+    (figure,) = drawn
+    (ax,) = figure.axes
+    assert ax.get_title() == "pruning by signal to noise — mnist bbb seed 4"
+    assert (ax.get_xlabel(), ax.get_ylabel()) == (
+        "weights removed by signal-to-noise ratio (%)",
+        "test RMSE",
+    )
+    width, height = figure.get_size_inches() * 120  # at 120 dots per inch
+    assert imread(run / "pruning.png").shape[:2] == (round(height), round(width))
