@@ -329,3 +329,18 @@ def test_an_object_handed_over_is_recorded_by_the_name_that_finds_it_again():
     assert str(refusal.value) == (
         f"bdl.errors.ConfigError is not {Impostor!r}: define it at the top level of its module"
     )
+
+
+def test_a_plugins_options_are_stored_under_its_package_name(mylab, install):
+    """Hydra's config store credits each option to the package that declared it (what
+    ``bdl-run --info`` shows as its provider)."""
+    from hydra.core.config_store import ConfigStore
+
+    install(mylab)
+    store = ConfigStore.instance()
+    for group, name in (("model", "tinynet"), ("dataset", "sine")):
+        node = store.load(f"{group}/{name}.yaml")
+        assert node.provider == "mylab", (group, name)
+        assert node.node._target_ == next(
+            o.target for o in plugins.discover()[0] if (o.group, o.name) == (group, name)
+        )
