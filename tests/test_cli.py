@@ -339,3 +339,83 @@ def test_diverged_chain_stops_cleanly_and_keeps_what_was_written(answers):
     assert lines[0].split(",")[1] == "potential"
     potentials = [float(line.split(",")[1]) for line in lines[1:]]
     assert len(potentials) < 30 and all(math.isfinite(u) for u in potentials)
+
+
+@pytest.mark.parametrize(
+    "argv, key", [([], "hydra.run.dir"), (["-m", "seed=0,1"], "hydra.sweep.dir")]
+)
+def test_an_output_folder_that_cannot_be_made_is_one_line_naming_the_option(
+    tmp_path, monkeypatch, argv, key
+):
+    """A file where the run's (or sweep's) folder would go, before Hydra meets it: the option
+    that moves the folder is named."""
+    from bdl import cli
+
+    monkeypatch.chdir(tmp_path)
+    default = "multirun" if argv else "outputs"
+    (tmp_path / default).write_text("a file")
+    with pytest.raises(SystemExit) as stop:
+        cli._check_output_root(argv)
+    assert str(stop.value) == (
+        f"bdl-run: error: cannot create the run directory {tmp_path / default}: "
+        f"{tmp_path / default} is a file; choose another {key}"
+    )
+    with pytest.raises(SystemExit) as stop:
+        cli._check_output_root([*argv, f"{key}={tmp_path / default}/run"])
+    assert str(stop.value) == (
+        f"bdl-run: error: cannot create the run directory {tmp_path / default}/run: "
+        f"{tmp_path / default} is a file; choose another {key}"
+    )
+    if os.geteuid() != 0:  # root writes into a read-only folder
+        (tmp_path / "ro").mkdir(mode=0o500)
+        with pytest.raises(SystemExit) as stop:
+            cli._check_output_root([*argv, f"{key}={tmp_path}/ro/run"])
+        assert str(stop.value) == (
+            f"bdl-run: error: cannot create the run directory {tmp_path}/ro/run: "
+            f"{tmp_path}/ro is read-only; choose a writable {key}"
+        )
+    cli._check_output_root([*argv, f"{key}={tmp_path}/new/run"])  # a folder to make: no error
+
+
+def test_under_torchrun_a_sweep_is_refused_and_other_ranks_log_nothing(monkeypatch):
+    from bdl import cli
+
+    with pytest.raises(SystemExit) as stop:
+        cli._torchrun_overrides(["-m", "seed=0,1"])
+    assert str(stop.value) == (
+        "bdl-run: error: a sweep (-m) under torchrun: run the sweep's jobs with a launcher "
+        "(hydra/launcher=slurm), each job its own torchrun"
+    )
+    monkeypatch.setenv("RANK", "0")
+    assert cli._torchrun_overrides(["seed=1"]) == ([], None)
+    monkeypatch.setenv("RANK", "1")
+    silent = ["hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
+    assert cli._torchrun_overrides(["hydra.run.dir=run"]) == (silent, None)
+    overrides, scratch = cli._torchrun_overrides(["seed=1"])
+    try:
+        assert overrides == [*silent, f"hydra.run.dir={scratch}"]
+        assert Path(scratch).is_dir() and Path(scratch).name.startswith("bdl-rank-")
+    finally:
+        os.rmdir(scratch)
+
+
+def test_a_sweeps_failed_jobs_are_listed_in_job_order_with_their_cause(tmp_path):
+    from bdl import cli
+
+    jobs = {
+        "0": {"status": "completed"},
+        "10": None,  # unreadable
+        "2": {"status": "failed", "error": "sampler.lr=-1 must be positive"},
+        "1": {"status": "diverged", "diverged_epoch": 7},
+        "3": {"status": "interrupted", "epoch": 4},
+    }
+    for job, metrics in jobs.items():
+        (tmp_path / job).mkdir()
+        text = "{broken" if metrics is None else json.dumps(metrics)
+        (tmp_path / job / "metrics.json").write_text(text)
+    assert cli.sweep_failures(tmp_path) == [
+        (tmp_path / "1", "the chain diverged in epoch 7"),
+        (tmp_path / "2", "sampler.lr=-1 must be positive"),
+        (tmp_path / "3", "interrupted (epoch 4)"),
+        (tmp_path / "10", f"{tmp_path / '10' / 'metrics.json'} is unreadable"),
+    ]

@@ -174,3 +174,49 @@ def test_verdict_names_divergences_and_too_few_draws():
         "2 draws per chain, too few for R-hat or ESS (at least 4; 100 for an ESS of 100 per "
         "chain): epochs=300",
     ]
+
+
+def test_verdict_says_each_failed_threshold_with_its_value_bar_and_source():
+    """Four chains of 50 draws: the predictive's R-hat above Izmailov et al.'s 1.1, its bulk
+    ESS below the bar max(100 x 4, 10% of 200) = 400, the potential's R-hat above Vehtari et
+    al.'s 1.01; too few draws for an ESS of 100 per chain; a note on weight-space R-hat."""
+    predictive = {
+        "rhat_max": 1.234,
+        "ess_bulk_min": 120.04,
+        "ess_tail_min": 401.0,
+        "weight_rhat_max": 1.5,
+    }
+    scalars = {"potential": {"rhat": 1.02, "ess_bulk": 500.0, "ess_tail": 399.0}}
+    reasons, notes = diagnostics.verdict(predictive, scalars, 4, 50, "epochs=120 keep 100")
+    assert reasons == [
+        "50 draws per chain: an ESS of 100 per chain (Vehtari et al. 2021) needs at least 100: "
+        "epochs=120 keep 100",
+        "R-hat of the test predictive up to 1.234 > 1.1 (Izmailov et al. 2021)",
+        "bulk ESS of the test predictive down to 120.0 < 400 (100 per chain, Vehtari et al. "
+        "2021, and 10% of the 200 draws)",
+        "R-hat of potential 1.020 > 1.01 (Vehtari et al. 2021)",
+        "tail ESS of potential 399.0 < 400 (100 per chain, Vehtari et al. 2021, and 10% of the "
+        "200 draws)",
+    ]
+    assert notes == [
+        "weight-space R-hat up to 1.500: expected of a network, whose symmetries give "
+        "equivalent modes; the verdict is on the predictive"
+    ]
+
+
+def test_verdict_of_one_short_chain_says_what_it_cannot_measure():
+    reasons, notes = diagnostics.verdict({"rhat_max": 1.2}, {}, 1, 8, "epochs=108 keep 100")
+    assert reasons == [
+        "8 draws per chain: an ESS of 100 per chain (Vehtari et al. 2021) needs at least 100: "
+        "epochs=108 keep 100",
+        "R-hat of the test predictive up to 1.200 > 1.1 (Izmailov et al. 2021); one chain: its "
+        "two halves disagree",
+        "bulk ESS of the test predictive not measurable with 8 draws per chain (arviz measures "
+        "no autocorrelation under 10)",
+        "tail ESS of the test predictive not measurable with 8 draws per chain (arviz measures "
+        "no autocorrelation under 10)",
+    ]
+    assert notes == [
+        "one chain: R-hat compares its two halves, which cannot show that it found every mode; "
+        "chains=4 compare independent starts"
+    ]

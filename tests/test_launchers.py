@@ -164,6 +164,8 @@ def test_a_launcher_not_installed_names_the_extra(monkeypatch, name):
     monkeypatch.setattr(importlib.util, "find_spec", lambda module: None)
     with pytest.raises(SystemExit) as stop:
         cli._check_launcher(["-m", f"hydra/launcher={name}", "seed=0,1"])
-    message = str(stop.value)
-    assert message.startswith("bdl-run: error:") and "\n" not in message
-    assert "pip install 'bdl[launchers]'" in message
+    package = "hydra-joblib-launcher" if name == "joblib" else "hydra-submitit-launcher"
+    assert str(stop.value) == (
+        f"bdl-run: error: hydra/launcher={name} is not installed: install bdl's launchers extra, "
+        f"pip install 'bdl[launchers]' (or pip install {package})"
+    )

@@ -108,3 +108,25 @@ def test_categorical_chain_forward_is_each_chains_log_softmax_sum(own_labels):
         ]
     )
     torch.testing.assert_close(Categorical().chain_forward(logits, targets, []), expected)
+
+
+@pytest.mark.parametrize(
+    "kwargs, line",
+    [
+        ({"noise_std": 0}, "likelihood.noise_std must be positive and finite (or null), got 0"),
+        (
+            {"prior_shape": 0},
+            "likelihood.prior_shape and likelihood.prior_rate must be positive and finite, got 0 "
+            "and 1.0",
+        ),
+        (
+            {"noise_std": 0.5, "gibbs": True},
+            "likelihood.gibbs=true resamples the noise precision, so it needs "
+            "likelihood.noise_std=null (got 0.5)",
+        ),
+    ],
+)
+def test_a_likelihood_out_of_range_is_one_line_naming_its_key(kwargs, line):
+    with pytest.raises(ValueError) as error:
+        Gaussian(**kwargs)
+    assert str(error.value) == line

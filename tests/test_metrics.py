@@ -380,3 +380,91 @@ def test_ece_and_brier_agree_with_torchmetrics_and_mse():
     one_hot = torch.nn.functional.one_hot(y, 10).double()
     mse = torch.nn.functional.mse_loss(probs, one_hot, reduction="sum") / 2000
     assert brier(probs, y) == pytest.approx(mse.item(), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: accuracy(PROBS[0], LABELS), "probs must have shape (n, classes), got (3,)"),
+        (
+            lambda: nll(PROBS, LABELS[:2]),
+            "labels must have shape (3,) to match probs (3, 3), got (2,)",
+        ),
+        (lambda: ece(PROBS, LABELS, bins=0), "ece needs at least one bin, got 0"),
+        (
+            lambda: agreement(PROBS, PROBS[0]),
+            "probs and reference must have shape (n, classes), got (3, 3) and (3,)",
+        ),
+        (
+            lambda: total_variation(PROBS, PROBS[:2]),
+            "reference has 2 test points but predictions have 3; were they computed on the same "
+            "test set?",
+        ),
+        (
+            lambda: agreement(PROBS, PROBS[:, :2]),
+            "reference has 2 classes but predictions have 3",
+        ),
+        (lambda: rmse(torch.zeros(3), torch.zeros(4)), "rmse got 3 predictions for 4 targets"),
+        (
+            lambda: auroc(torch.zeros(2, 1), torch.zeros(2)),
+            "scores must be two non-empty vectors (in-distribution, out-of-distribution), got "
+            "shapes (2, 1) and (2,)",
+        ),
+        (
+            lambda: aupr(torch.zeros(2), torch.zeros(0)),
+            "scores must be two non-empty vectors (in-distribution, out-of-distribution), got "
+            "shapes (2,) and (0,)",
+        ),
+        (
+            lambda: ClassificationAverage().predictive(),
+            "ClassificationAverage has no samples yet; call update() first",
+        ),
+        (
+            lambda: UncertaintyAverage().scores(),
+            "UncertaintyAverage has no samples yet; call update() first",
+        ),
+        (
+            lambda: RegressionAverage(torch.zeros(3)).predictive(),
+            "RegressionAverage has no samples yet; call update() first",
+        ),
+        (
+            lambda: RegressionAverage(torch.zeros(3)).function_moments(),
+            "RegressionAverage has no samples yet; call update() first",
+        ),
+        (
+            lambda: RegressionAverage(torch.zeros(3)).metrics(),
+            "RegressionAverage has no samples yet; call update() first",
+        ),
+        (
+            lambda: RegressionAverage(torch.zeros(3), 0.0, 0.0),
+            "target_std must be positive, got 0.0",
+        ),
+        (
+            lambda: RegressionAverage(torch.zeros(3)).update(torch.zeros(3)),
+            "prediction must have shape (3, 2) (mean, variance per test point), got (3,)",
+        ),
+    ],
+)
+def test_a_misuse_of_the_metrics_names_the_shapes_it_got(call, message):
+    with pytest.raises(ValueError) as error:
+        call()
+    assert str(error.value) == message
+
+
+def test_an_average_refuses_a_prediction_unlike_the_first():
+    average = ClassificationAverage()
+    with pytest.raises(ValueError) as error:
+        average.update(PROBS[0])
+    assert str(error.value) == "prediction must have shape (n, classes), got (3,)"
+    average.update(PROBS)
+    with pytest.raises(ValueError) as error:
+        average.update(PROBS[:2])
+    assert str(error.value) == "prediction shape (2, 3) differs from earlier samples' (3, 3)"
+    regression = RegressionAverage(torch.zeros(2))
+    regression.update(torch.tensor([[0.0, 1.0], [1.0, 1.0]]))
+    with pytest.raises(ValueError) as error:
+        regression.metrics(torch.ones(2))
+    assert str(error.value) == (
+        "RegressionAverage.metrics got targets different from the standardised ones given to the "
+        "constructor; the log-likelihood is accumulated against those"
+    )

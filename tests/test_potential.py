@@ -395,3 +395,31 @@ def test_compile_without_a_compiler_warns_and_runs_eagerly(caplog):
         torch.testing.assert_close(grad, expected_grad)
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "compile=false" in warnings[0], warnings
+
+
+def test_a_potential_without_data_or_temperature_is_refused_by_name():
+    for kwargs, line in [
+        ({"num_data": 0}, "num_data must be positive, got 0"),
+        ({"temperature": 0.0}, "temperature must be positive, got 0.0"),
+        ({"temperature": math.nan}, "temperature must be positive, got nan"),
+    ]:
+        with pytest.raises(ValueError) as error:
+            make_potential(**kwargs)
+        assert str(error.value) == line
+    model = torch.nn.Linear(3, 1)
+    potential = Potential(model, Gaussian(gibbs=True), GaussianPrior(1.0), 10)
+    with pytest.raises(ValueError) as error:
+        potential.gibbs_step(torch.Generator().manual_seed(0))
+    assert str(error.value) == "the likelihood's Gibbs step needs the training set (batches=)"
+
+
+def test_energy_is_the_minibatch_potential_over_t_with_the_prior_weighted_by_kappa():
+    """``U_T = (-N/n Σ log p(y|x,θ) - κ Σ log p) / T`` by hand: N = 1000, n = 10, T = 2,
+    κ = 0.5, a summed log-likelihood of -3 and prior log densities -2 and -1."""
+    potential = make_potential(temperature=2.0, num_data=1000)
+    log_lik, log_priors = torch.tensor(-3.0), [torch.tensor(-2.0), torch.tensor(-1.0)]
+    energy = potential.energy(log_lik, log_priors, batch_size=10, prior_weight=0.5)
+    assert energy.item() == pytest.approx((300 + 0.5 * 2 + 0.5 * 1) / 2)
+    without_prior = potential.energy(log_lik, log_priors, batch_size=10, prior_weight=0.0)
+    assert without_prior.item() == pytest.approx(300 / 2)
+    assert potential.prior_scale(0.5) == pytest.approx(0.25)

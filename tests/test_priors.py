@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import distributions as D
 
+from bdl import priors
 from bdl.likelihoods import Gaussian as GaussianLikelihood
 from bdl.priors import (
     ARD,
@@ -354,3 +355,42 @@ def test_log_prob_grad_into_the_parameters_own_memory(family):
     for ours, expected, memory in zip(in_place, grads, copies):
         assert ours.data_ptr() == memory.data_ptr()
         torch.testing.assert_close(ours, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "make, line",
+    [
+        (lambda: priors.Gaussian(scale=0), "prior.scale must be positive and finite, got 0"),
+        (
+            lambda: priors.Gaussian(scale=1e30),
+            "prior.scale=1e+30 is outside [1e-12, 1e+12]: its precision 1/scale² (1e-60) leaves "
+            "float32 arithmetic (potentials of inf or 0); choose a scale in that range",
+        ),
+        (
+            lambda: priors.Gaussian(layers=3),
+            "prior.layers=3 is not a mapping of parameter-name patterns to scales: write e.g. "
+            "prior.layers='{\"*.bias\": 10.0}', or null for none",
+        ),
+        (
+            lambda: priors.Gaussian(layers={"fc*": -1.0}),
+            "prior.layers['fc*'] must be a positive, finite scale, got -1.0",
+        ),
+        (
+            lambda: priors.StudentT(df=0),
+            "prior.df (degrees of freedom) must be positive and finite, got 0",
+        ),
+        (
+            lambda: priors.ScaleMixture(pi=1),
+            "prior.pi (the wide component's weight) must be in (0, 1), got 1",
+        ),
+        (
+            lambda: priors.ScaleMixture(neg_log_sigma1=1000),
+            "prior.neg_log_sigma1=1000 is out of range: σ = e^-neg_log_sigma1 must be a positive "
+            "double; use a value between -100 and 100 (Blundell et al. 2015 searched 0 to 8)",
+        ),
+    ],
+)
+def test_a_prior_out_of_range_is_one_line_naming_its_key_and_range(make, line):
+    with pytest.raises(ValueError) as error:
+        make()
+    assert str(error.value) == line

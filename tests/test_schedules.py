@@ -46,3 +46,26 @@ def test_cyclical_defaults_to_zhang_et_al_s_four_cycles():
     each, steps 0, 25, 50 and 75 of 100."""
     schedule = Cyclical(total_steps=100, steps_per_epoch=1)
     assert [t for t in range(100) if schedule(t) == 1.0] == [0, 25, 50, 75]
+
+
+@pytest.mark.parametrize(
+    "make, line",
+    [
+        (
+            lambda: Constant(0, 10),
+            "a schedule needs at least one step per epoch and one step in all",
+        ),
+        (lambda: Polynomial(100, 10, gamma=0.5), "schedule.gamma must be in (0.5, 1], got 0.5"),
+        (lambda: Polynomial(100, 10, b=0), "schedule.b must be positive and finite, got 0"),
+        (lambda: Cyclical(100, 10, cycles=0), "schedule.cycles must be at least 1, got 0"),
+        (lambda: Cyclical(100, 10, exploration=1), "schedule.exploration must be in [0, 1), got 1"),
+        (
+            lambda: Cyclical(100, 10, samples_per_cycle=0),
+            "schedule.samples_per_cycle must be at least 1",
+        ),
+    ],
+)
+def test_a_schedule_out_of_range_is_one_line_naming_its_key_and_range(make, line):
+    with pytest.raises(ValueError) as error:
+        make()
+    assert str(error.value) == line

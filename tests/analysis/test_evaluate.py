@@ -115,11 +115,43 @@ def test_a_shifted_file_is_the_shift_of_its_images_and_says_so(tmp_path):
 @pytest.mark.parametrize(
     "task, y, shape, options, message",
     [
-        ("classification", [0, 3, 1], (3, 1, 6, 6), {}, "has labels in [0, 3], but the run "),
-        ("regression", [0, 3, 1], (3, 1, 6, 6), {}, "the targets of points are integer labels"),
-        ("classification", [0.5] * 3, (3, 1, 6, 6), {}, "the targets of points are real numbers"),
-        ("classification", [0, 1, 1], (3, 1, 5, 6), {}, "inputs of shape (1, 6, 6) (tiny), but"),
-        ("classification", [0] * 3, (3, 1, 6, 6), {"shift.severity": "2"}, "grades a corruption"),
+        (
+            "classification",
+            [0, 3, 1],
+            (3, 1, 6, 6),
+            {},
+            "data={path} has labels in [0, 3], but the run classifies into 3 classes",
+        ),
+        (
+            "regression",
+            [0, 3, 1],
+            (3, 1, 6, 6),
+            {},
+            "{run} was trained for regression, but the targets of points are integer labels",
+        ),
+        (
+            "classification",
+            [0.5] * 3,
+            (3, 1, 6, 6),
+            {},
+            "{run} was trained for classification into 3 classes, but the targets of points are "
+            "real numbers",
+        ),
+        (
+            "classification",
+            [0, 1, 1],
+            (3, 1, 5, 6),
+            {},
+            "{run} holds a network for inputs of shape (1, 6, 6) (tiny), but points has inputs of "
+            "shape (1, 5, 6): evaluate it on data of the same shape",
+        ),
+        (
+            "classification",
+            [0] * 3,
+            (3, 1, 6, 6),
+            {"shift.severity": "2"},
+            "shift.severity grades a corruption: give shift.corrupt=NAME with it",
+        ),
         (
             "classification",
             [0] * 3,
@@ -133,7 +165,24 @@ def test_a_file_the_run_cannot_read_is_refused(task, y, shape, options, message,
     path = _points(tmp_path, torch.tensor(y), shape)
     with pytest.raises((DataError, ValueError)) as error:
         evaluation_set(_posterior(task, tmp_path), {"data": str(path), **options})
-    assert message in str(error.value)
+    assert str(error.value) == message.format(path=path, run=tmp_path / "run")
+
+
+def test_a_file_without_inputs_and_targets_says_which_tensors_it_needs(tmp_path):
+    path = tmp_path / "points.safetensors"
+    save_file({"x": torch.zeros(2, 1, 6, 6), "labels": torch.zeros(2)}, path)
+    posterior = _posterior("classification", tmp_path)
+    with pytest.raises(DataError) as error:
+        evaluation_set(posterior, {"data": str(path)})
+    assert str(error.value) == (
+        f"data={path} holds the tensors ['labels', 'x']; it needs 'x' (inputs) and 'y' (labels "
+        "or targets)"
+    )
+    path.write_bytes(b"not safetensors")
+    with pytest.raises(DataError) as error:
+        evaluation_set(posterior, {"data": str(path)})
+    text = str(error.value)
+    assert text.startswith(f"data={path} cannot be read as safetensors (") and text.endswith(")")
 
 
 @pytest.fixture
@@ -260,3 +309,50 @@ def test_the_metrics_written_are_the_model_averages_on_the_evaluation_set(tmp_pa
     assert saved["targets"].tolist() == [0, 2]
     _, elsewhere = evaluate_module.evaluate(run, {"data": str(path), "out": str(tmp_path / "o")})
     assert elsewhere == tmp_path / "o" and (elsewhere / "metrics.json").is_file()
+
+
+@pytest.fixture
+def files_run(tmp_path) -> Path:
+    """A run directory on ``dataset=files`` (a regression of y on u, v), written by hand: its
+    config and one sample; enough for what `evaluation_set` reads of it."""
+    from hydra import compose, initialize_config_module
+
+    from bdl.storage.store import SampleStore
+
+    rows = "u,v,y\n" + "".join(f"{i},{i % 3},{0.5 * i}\n" for i in range(12))
+    (tmp_path / "points.csv").write_text(rows)
+    labels = "u,v,y\n" + "".join(f"{i},{i % 3},{i % 2}\n" for i in range(12))
+    (tmp_path / "labels.csv").write_text(labels)
+    points = str(tmp_path / "points.csv")
+    overrides = ["dataset=files", f"dataset.train={points}", f"dataset.test={points}"]
+    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+        cfg = compose("config", overrides)
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    OmegaConf.save(cfg, run / ".hydra" / "config.yaml")
+    SampleStore(run / "samples").add({"w": torch.zeros(1)}, epoch=0)
+    return run
+
+
+def test_a_split_or_a_dataset_the_run_cannot_be_evaluated_on_is_one_line(files_run):
+    posterior = Posterior(files_run)
+    with pytest.raises(ValueError) as error:
+        evaluation_set(posterior, {"split": "train"})
+    assert str(error.value) == "split=train is unknown: use split=test or split=validation"
+    with pytest.raises(DataError) as error:
+        evaluation_set(posterior, {"split": "validation"})
+    assert str(error.value) == (
+        "points has no validation split here (MNIST holds out dataset.validation training "
+        "images; it is 0 or the dataset has none)"
+    )
+    labels = str(files_run.parent / "labels.csv")
+    other = {"dataset.train": labels, "dataset.test": labels, "dataset.task": "classification"}
+    with pytest.raises(DataError) as error:
+        evaluation_set(posterior, other)
+    assert str(error.value) == (
+        f"{files_run} was trained for regression on points, but labels is classification into "
+        "2 classes: evaluate it on a dataset of the same task"
+    )
+    with pytest.raises(DataError) as error:
+        evaluate_module.evaluate(files_run, {"ood": "noise", "device": "cpu"})
+    assert str(error.value) == "ood=noise: out-of-distribution detection needs a classifier"

@@ -121,7 +121,9 @@ def test_chen_table_and_order(tmp_path):
         "(sghmc 1.75%, sgld 1.90%, sgd 2.20%)."
     )
     assert list(table.figures) == ["chen2014"]
-    assert table.figures["chen2014"].get_suptitle().endswith("Fig. 3, mnist, sweep kept")
+    assert table.figures["chen2014"].get_suptitle() == (
+        "test error of the model average — Chen et al. (2014)'s Fig. 3, mnist, sweep kept"
+    )
     assert r"1.75\%" in table.latex() and "1.75%" not in table.latex()
     # the CSV's plain numbers: one row per (sampler, prior), the mean and sd in percent
     numbers = table.numbers.set_index("sampler")
@@ -288,3 +290,66 @@ def test_paper_notes_count_the_hours_and_name_what_the_table_averaged_or_left_ou
     numbers = numbers.set_index("dataset")
     assert numbers.loc["naval", "splits bdl sghmc_uci"] == 1
     assert numbers.loc["naval", "test_rmse bdl sghmc_uci"] == pytest.approx(0.0012)
+
+
+def test_uci_figure_puts_each_method_beside_pbp_per_set(uci_runs):
+    """Left: each method's RMSE over PBP's on a log axis (PBP itself on the line at 1); right:
+    its test LL minus PBP's (PBP on the line at 0); one tick per set, named; one point per set
+    and method, the methods side by side."""
+    figure = papers.uci(load_runs([uci_runs])).figures["uci"]
+    ratio_ax, diff_ax = figure.axes
+    assert ratio_ax.get_shared_x_axes().joined(ratio_ax, diff_ax)  # the sets line up
+    assert (ratio_ax.get_yscale(), ratio_ax.get_ylabel(), ratio_ax.get_title()) == (
+        "log",
+        "test RMSE / PBP's",
+        "RMSE (lower is better)",
+    )
+    assert (diff_ax.get_ylabel(), diff_ax.get_title()) == (
+        "test LL − PBP's",
+        "log-likelihood (higher is better)",
+    )
+    methods = ["bdl sghmc_uci", "PBP", "MC dropout", "Deep ensembles"]
+    sets = ["boston", "concrete", "naval"]
+    for ax in (ratio_ax, diff_ax):
+        assert [t.get_text() for t in ax.get_xticklabels()] == sets
+        assert list(ax.get_xticks()) == [0, 1, 2]
+    assert [t.get_text() for t in ratio_ax.get_legend().get_texts()] == methods
+    *points, line = ratio_ax.get_lines()
+    assert list(line.get_ydata()) == [1.0, 1.0] and line.get_color() == "black"
+    assert list(diff_ax.get_lines()[-1].get_ydata()) == [0.0, 0.0]
+    assert [p.get_label() for p in points] == methods
+    assert all(p.get_marker() == "o" and p.get_linestyle() == "None" for p in points)
+    # bdl's means (boston 2.2, concrete 6.1, naval 0.0013) over PBP's published RMSE
+    pbp = papers.UCI_PUBLISHED["PBP"]
+    np.testing.assert_allclose(
+        points[0].get_ydata(), [2.2 / pbp["boston"][0], 6.1 / pbp["concrete"][0], 0.0013 / 0.01]
+    )
+    np.testing.assert_allclose(points[1].get_ydata(), [1.0, 1.0, 1.0])
+    bdl_ll = diff_ax.get_lines()[0].get_ydata()
+    np.testing.assert_allclose(
+        bdl_ll, [-2.4 - pbp["boston"][1], -3.25 - pbp["concrete"][1], 4.1 - pbp["naval"][1]]
+    )
+    # four methods side by side, 0.12 apart, centred on their set's tick
+    np.testing.assert_allclose(
+        [p.get_xdata()[0] for p in points], [-0.18, -0.06, 0.06, 0.18], atol=1e-12
+    )
+    assert figure.get_suptitle() == (
+        "UCI benchmarks beside PBP (Hernández-Lobato and Adams 2015) — boston, concrete, naval, "
+        "sweep sweep"
+    )
+
+
+def test_runs_of_no_paper_are_refused_naming_what_it_needs(tmp_path):
+    with pytest.raises(ValueError) as error:
+        papers.uci(pd.DataFrame({"test_rmse": [1.0]}))
+    assert str(error.value) == (
+        "no run has dataset= and sampler= choices: pass bdl-run's directories"
+    )
+    with pytest.raises(ValueError) as error:
+        papers.uci(pd.DataFrame({"dataset": ["mnist"], "sampler": ["sghmc"]}))
+    assert str(error.value) == (
+        "no run on a UCI set (boston, concrete, energy, kin8nm, naval, power, protein, wine, yacht)"
+    )
+    with pytest.raises(ValueError) as error:
+        papers.chen2014(pd.DataFrame({"dataset": ["boston"], "test_rmse": [1.0]}))
+    assert str(error.value) == "no classification run with a sampler= choice: pass MNIST runs"

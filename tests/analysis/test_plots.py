@@ -101,6 +101,13 @@ def test_regression_chains_hyperparameters_and_rhat(tmp_path: Path):
     counts, _ = np.histogram(rhat[np.isfinite(rhat)], bins=30)
     assert [p.get_height() for p in ax.patches] == counts.tolist()
     assert ax.lines[0].get_xdata()[0] == RHAT_THRESHOLD
+    assert (ax.lines[0].get_linestyle(), ax.lines[0].get_color()) == ("--", "black")
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("R-hat (dashed: 1.01)", "test points")
+    assert ax.get_title() == "R-hat per test point — mnist sghmc seed 0"
+    assert [a.get_title() for a in drawn["trace_run"].axes[:2]] == [
+        "potential per step",
+        "noise_precision",
+    ]
 
 
 def test_bdl_report_plot_writes_png_and_pdf(sweep: Path, capsys):
@@ -111,7 +118,7 @@ def test_bdl_report_plot_writes_png_and_pdf(sweep: Path, capsys):
         f"{s}.{ext}" for s in stems for ext in ("pdf", "png")
     )
     image = imread(out / "test_error.png")
-    assert image.shape[0] > 300 and image.shape[1] > 900  # 11 x 4.2 inches at 150 dpi
+    assert image.shape[:2] == (540, 1200)  # 8 x 3.6 inches at 150 dpi
     assert image[..., :3].std() > 0.05  # not a blank canvas
     assert (out / "trace_0.pdf").read_bytes().startswith(b"%PDF")
     assert "wrote 8 files" in capsys.readouterr().err
@@ -203,6 +210,17 @@ def test_the_sweep_figure_reads(sweep: Path):
     # every group's means set the range: sghmc's lowest 0.06, sgld's highest 0.20
     assert by_epoch.get_ylim() == pytest.approx((0.95 * 0.06, 1.05 * 0.20))
     assert overlapping_tick_labels(figure) == []
+    labels = [(ax.get_xlabel(), ax.get_ylabel(), ax.get_title()) for ax in (by_epoch, by_grads)]
+    assert labels == [
+        ("epoch", "test error", "against epochs (dashed: end of burn-in)"),
+        ("gradient evaluations", "", "against cost"),
+    ]
+    legend = by_epoch.get_legend()
+    assert legend.get_title().get_text() == "band: ± std over seeds"  # two sghmc seeds
+    assert [t.get_text() for t in legend.get_texts()] == ["sampler=sghmc", "sampler=sgld"]
+    assert all(float(tick).is_integer() for tick in by_epoch.get_xticks())  # whole epochs
+    one_seed = figures(load_runs([sweep / "2"]), ["sampler"])["test_error"]
+    assert one_seed.axes[0].get_legend().get_title().get_text() == ""  # no band to explain
 
 
 def test_a_trace_spanning_decades_is_drawn_on_a_log_axis(tmp_path: Path):
@@ -251,8 +269,23 @@ def test_summary_of_a_run_of_several_chains(tmp_path: Path):
     assert [len(line.get_xdata()) for line in potential.lines[:2]] == [10, 10]
     assert sum(p.get_height() for p in histogram.patches) == len(rhat)
     assert overlapping_tick_labels(figure) == []
+    assert [(ax.get_xlabel(), ax.get_ylabel(), ax.get_title()) for ax in figure.axes] == [
+        ("epoch", "test error", "test error of the model average"),
+        ("epoch", "", "potential per step"),
+        ("R-hat (dashed: 1.01)", "test points", "R-hat per test point (2 chains)"),
+    ]
+    (legend,) = figure.legends
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "chain 0",
+        "chain 1",
+        "end of burn-in",
+        "all chains' average",
+    ]
     assert write_summary(run) == run / "summary.png"
-    assert imread(run / "summary.png")[..., :3].std() > 0.05
+    image = imread(run / "summary.png")
+    assert image[..., :3].std() > 0.05
+    width, height = figure.get_size_inches() * 120  # at 120 dots per inch
+    assert image.shape[:2] == (round(height), round(width))
 
 
 def test_a_summary_that_cannot_be_drawn_leaves_the_run_as_it_is(tmp_path: Path, caplog):
@@ -292,14 +325,31 @@ def test_reliability_diagram_bars_are_each_bins_accuracy_and_confidence(tmp_path
     assert low.get_height() + low_gap.get_height() == pytest.approx(0.425)
     assert high.get_height() + high_gap.get_height() == pytest.approx(2.3 / 3)
     assert [p.get_height() for p in counts.patches] == [2, 3]
-    assert "ECE 0.0900" in diagram.get_title()
+    assert diagram.get_title() == "hand\nECE 0.0900 (2 bins)"
+    assert (diagram.get_ylabel(), diagram.get_xlim(), diagram.get_ylim()) == (
+        "accuracy",
+        (0, 1),
+        (0, 1),
+    )
+    assert (counts.get_xlabel(), counts.get_ylabel()) == ("top-class confidence", "points")
+    assert [t.get_text() for t in diagram.get_legend().get_texts()] == [
+        "perfect calibration",
+        "accuracy",
+        "gap to the mean confidence",
+    ]
+    (diagonal,) = diagram.get_lines()
+    assert (list(diagonal.get_xdata()), list(diagonal.get_ydata())) == ([0, 1], [0, 1])
+    assert [p.get_width() for p in diagram.patches] == [0.5] * 4  # a bar spans its bin
 
     run = write_run(tmp_path / "run", "sgld", 0, "epoch,potential,test_metric\n1,3.0,0.6\n", {})
     metrics = {"status": "completed", "test_accuracy": 0.6, "epochs": 1}
     (run / "metrics.json").write_text(json.dumps(metrics))
     save_file({"predictive": probs, "targets": y}, run / "predictive.safetensors")
     assert write_summary(run) == run / "summary.png"
-    assert imread(run / "reliability.png")[..., :3].std() > 0.05
+    image = imread(run / "reliability.png")
+    assert image[..., :3].std() > 0.05
+    width, height = figure.get_size_inches() * 120  # at 120 dots per inch
+    assert image.shape[:2] == (round(height), round(width))
 
 
 @pytest.mark.parametrize(

@@ -687,3 +687,73 @@ def test_severity_all_prints_the_metrics_against_severity(cifar_run: Path, capsy
     assert lines == [
         "bdl-eval: error: shift.severity=all grades a corruption: give shift.corrupt=NAME with it"
     ]
+
+
+def _hand_made_run(directory: Path, draws_per_chain: list[int], config: str = "seed: 0\n") -> Path:
+    """A run directory written by hand: its config and one sample store per chain (``samples/``
+    itself for one chain), each sample one tensor ``w`` and its epoch."""
+    from bdl.storage.store import SampleStore
+
+    (directory / ".hydra").mkdir(parents=True)
+    (directory / ".hydra" / "config.yaml").write_text(config)
+    for k, draws in enumerate(draws_per_chain):
+        store = directory / "samples"
+        store = store if len(draws_per_chain) == 1 else store / f"chain_{k}"
+        samples = SampleStore(store)
+        for draw in range(draws):
+            samples.add({"w": torch.full((2,), float(draw))}, epoch=draw)
+    return directory
+
+
+def test_what_is_not_a_loadable_run_is_one_line_naming_the_fix(tmp_path: Path):
+    def message(directory: Path) -> str:
+        with pytest.raises(RunError) as error:
+            load_run(directory)
+        return str(error.value).replace(str(directory), "D")
+
+    assert message(tmp_path) == (
+        "D is not a bdl run directory (it has no .hydra/config.yaml): pass the directory bdl-run "
+        "wrote, e.g. outputs/<dataset>/<sampler>/<date>"
+    )
+    empty = _hand_made_run(tmp_path / "empty", [])
+    assert message(empty) == (
+        "D holds no posterior samples (D/samples/manifest.json is missing): the run was an "
+        "optimiser's or stopped before burn-in ended; re-run it"
+    )
+    gap = _hand_made_run(tmp_path / "gap", [1, 1, 1])
+    shutil.rmtree(gap / "samples" / "chain_1")
+    assert message(gap) == (
+        "D/samples holds the chains [0, 2], not 0, 1, …: a chain's directory is missing; restore "
+        "it or re-run"
+    )
+    broken = _hand_made_run(tmp_path / "broken", [1], config="seed: [0\n")
+    text = message(broken)
+    assert text.startswith("D/.hydra/config.yaml is not a bdl-run config (")
+    assert text.endswith("); restore the file bdl-run wrote") and "\n" not in text
+    metrics = _hand_made_run(tmp_path / "metrics", [1])
+    (metrics / "metrics.json").write_text("{not json")
+    text = message(metrics)
+    assert text.startswith("D/metrics.json is not readable JSON (") and text.endswith("); re-run")
+
+
+def test_a_question_the_run_cannot_answer_names_what_it_has(tmp_path: Path):
+    one = load_run(_hand_made_run(tmp_path / "one", [2]))
+    with pytest.raises(ValueError) as error:
+        list(one.samples(1))
+    assert str(error.value) == "chain=1: this run has chains 0..0"
+    with pytest.raises(RunError) as error:
+        one.function_standard_error()
+    assert str(error.value) == (
+        f"{tmp_path / 'one'} has one chain: a standard error from the chains' spread needs two "
+        "or more (run with chains=K)"
+    )
+    with pytest.raises(ValueError) as error:
+        one.to_inferencedata(["layers.*"], log_likelihood=False)
+    assert str(error.value) == "var_names=['layers.*'] matches no parameter"
+    uneven = load_run(_hand_made_run(tmp_path / "uneven", [1, 2]))
+    with pytest.raises(RunError) as error:
+        uneven.to_inferencedata(log_likelihood=False)
+    assert str(error.value) == (
+        f"{tmp_path / 'uneven'}: the chains hold [1, 2] samples; InferenceData needs the same "
+        "number of draws in every chain"
+    )

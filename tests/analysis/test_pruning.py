@@ -167,3 +167,58 @@ def test_report_prints_the_curve_as_blundells_table_1(tmp_path, capsys):
     assert [line.split("|")[2].strip() for line in table[2:]] == ["2.4m", "1.2m", "120k", "48k"]
     assert table[-1].split("|")[3].strip() == "1.39%"
     assert report.main(["--pruning", str(tmp_path / "nowhere")]) == 2
+
+
+def test_what_pruning_cannot_work_on_is_refused_by_name(tmp_path):
+    from bdl.analysis.pruning import curve_from_store
+    from bdl.storage.store import SampleStore
+
+    with pytest.raises(ValueError) as error:
+        running_moments([], ["w"])
+    assert str(error.value) == "no samples to take moments of: the run kept none"
+    with pytest.raises(ValueError) as error:
+        prune_masks(torch.arange(4), {"w": torch.Size([4])}, 1.5)
+    assert str(error.value) == "a pruning fraction must be in [0, 1], got 1.5"
+    SampleStore(tmp_path / "samples")
+    (tmp_path / "samples" / "manifest.json").write_text("[]")  # a store that kept nothing
+    with pytest.raises(ValueError) as error:
+        curve_from_store(tmp_path / "samples", {}, [], None, list, len, 4)
+    assert str(error.value) == (
+        f"{tmp_path / 'samples'} holds no samples to draw a pruning curve from"
+    )
+
+
+def test_write_curve_writes_the_csv_and_a_figure_titled_with_the_run(tmp_path, monkeypatch):
+    from matplotlib.image import imread
+
+    from analysis.test_plots import write_run
+    from bdl.analysis.pruning import write_curve
+
+    run = write_run(tmp_path / "run", "bbb", 4, "epoch,potential\n1,2.0\n", {})
+    rows = [
+        {"fraction_removed": 0.0, "weights_kept": 100, "score": 0.5},
+        {"fraction_removed": 0.5, "weights_kept": 99, "score": 0.5},
+    ]
+    drawn = []
+    save = Figure.savefig
+
+    def saved(figure, *args, **options):
+        drawn.append(figure)
+        save(figure, *args, **options)
+
+    monkeypatch.setattr(Figure, "savefig", saved)
+    assert write_curve(run, rows, "test_rmse") == run / "pruning.csv"
+    assert (run / "pruning.csv").read_text().splitlines() == [
+        "fraction_removed,weights_kept,test_rmse",
+        "0.0,100,0.5",
+        "0.5,99,0.5",
+    ]
+    (figure,) = drawn
+    (ax,) = figure.axes
+    assert ax.get_title() == "pruning by signal to noise — mnist bbb seed 4"
+    assert (ax.get_xlabel(), ax.get_ylabel()) == (
+        "weights removed by signal-to-noise ratio (%)",
+        "test RMSE",
+    )
+    width, height = figure.get_size_inches() * 120  # at 120 dots per inch
+    assert imread(run / "pruning.png").shape[:2] == (round(height), round(width))

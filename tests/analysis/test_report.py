@@ -95,19 +95,31 @@ def test_main_by_config_key_named_like_a_metric(sweep, capsys):
 def test_main_unknown_by_key(sweep, capsys):
     assert main([str(sweep), "--by", "optimizer"]) == 2
     err = capsys.readouterr().err
-    assert "optimizer" in err and "sampler.lr" in err and "Traceback" not in err
+    assert err.startswith("bdl-report: unknown --by key(s) optimizer; available keys: sampler, ")
+    assert "sampler.lr" in err.split("available keys: ")[1] and len(err.splitlines()) == 1
+    assert main([str(sweep), "--pruning"]) == 2
+    assert capsys.readouterr().err == (
+        f"bdl-report: no pruning.csv under {sweep}: run bdl-run with pruning=true\n"
+    )
 
 
 def test_main_unknown_metric(sweep, capsys):
     assert main([str(sweep), "--metrics", "test_rmse"]) == 2
-    assert "test_accuracy" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "bdl-report: unknown metric(s) test_rmse; available: test_accuracy, test_nll, "
+        "num_samples, epochs, wall_time_s\n"
+    )
 
 
 def test_main_no_runs(tmp_path, capsys):
     assert main([str(tmp_path)]) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert str(tmp_path) in err and "metrics.json" in err and ".hydra/config.yaml" in err
+    assert err == (
+        f"bdl-report: no run directories found under {tmp_path}; a run directory contains "
+        ".hydra/config.yaml (written when `bdl-run` starts) and metrics.json (written when it "
+        "ends); pass a run directory or a directory above runs, e.g. outputs/ or multirun/\n"
+    )
     assert not (tmp_path / "report.csv").exists()
 
 
@@ -335,11 +347,15 @@ def test_compare_ranks_by_psis_loo_best_first_and_counts_unreliable_points(
     capsys.readouterr()
     assert main([str(sweep), "--compare"]) == 0
     out, err = capsys.readouterr()
+    header = [cell.strip() for cell in out.splitlines()[0].strip("|").split("|")]
+    assert header == table.columns.tolist()  # the table's columns alone, no row index
     assert [line.split("|")[-2].strip() for line in out.splitlines()[2:]] == order
     assert err == f"bdl-report: warning: {runs[3]} not compared: {runs[3]} holds no samples\n"
     data.clear()
     assert main([str(sweep), "--compare"]) == 2
-    assert capsys.readouterr().err.endswith("no run holds posterior samples to compare\n")
+    *skipped_lines, last = capsys.readouterr().err.splitlines()
+    assert len(skipped_lines) == 4  # every run named as it is left out
+    assert last == "bdl-report: no run holds posterior samples to compare"
 
 
 def test_the_summary_files_hold_each_groups_numbers_in_the_order_asked(sweep, capsys):

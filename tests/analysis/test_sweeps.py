@@ -49,3 +49,31 @@ def test_sample_directories_are_not_searched(sweep):
     job0 = sweep / "2024-01-01" / "12-00-00" / "0"
     write_run(job0 / "samples" / "decoy", "sgld", 0)
     assert len(find_runs([sweep])) == 4
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("[1, 2]", "ValueError: metrics.json is not a JSON object"),
+        (
+            '{"status": "completed", "test_rmse": NaN}',
+            "metrics.json holds test_rmse=nan, not a finite number: a mean over it would be nan",
+        ),
+        (
+            '{"status": "completed", "test_ll": -Infinity}',
+            "metrics.json holds test_ll=-inf, not a finite number: a mean over it would be -inf",
+        ),
+        (
+            '{"status": "completed", "test_rmse": 1e200}',
+            "metrics.json holds test_rmse=1e+200, beyond ±1e+150: its mean or spread would "
+            "overflow",
+        ),
+    ],
+)
+def test_a_run_a_table_cannot_average_is_skipped_saying_why(sweep, text, why):
+    run = sweep / "2024-01-01" / "12-00-00" / "1"
+    (run / "metrics.json").write_text(text)
+    with pytest.warns(RunSkippedWarning) as caught:
+        df = load_runs([sweep])
+    assert [str(w.message) for w in caught] == [f"skipped {run}: {why}"]
+    assert len(df) == 3 and str(run) not in set(df["run_dir"])

@@ -152,8 +152,18 @@ def test_latex(sweep):
 
 
 def test_format_table_rejects_unknown_error(sweep):
-    with pytest.raises(ValueError, match="std, sem"):
+    with pytest.raises(ValueError) as error:
         format_table(summarize(load_runs([sweep])), error="var")
+    assert str(error.value) == "error must be one of std, sem, not 'var'"
+
+
+def test_summarize_names_an_unknown_column_and_the_columns_it_has():
+    runs = pd.DataFrame({"sampler": ["sgld", "sghmc"], "test_rmse": [1.0, 2.0]})
+    with pytest.raises(ValueError) as error:
+        summarize(runs, by=["samplr"], metrics=["test_rmse", "test_ll"])
+    assert str(error.value) == (
+        "unknown column(s) ['samplr', 'test_ll']; available: ['sampler', 'test_rmse']"
+    )
 
 
 def test_summarize_is_each_groups_mean_std_and_sem_computed_by_hand():
@@ -323,6 +333,16 @@ def test_pruning_table_in_blundells_layout(tmp_path):
     lines = pruning_table(tmp_path / "rmse").splitlines()
     assert [c.strip() for c in lines[0].strip("|").split("|")][2] == "Test RMSE"
     assert [c.strip() for c in lines[2].strip("|").split("|")] == ["10%", "1.0m", "0.1235"]
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "pruning.csv").write_text(
+        "fraction_removed,weights,test_error\n0.1,9,0.2\n"
+    )
+    with pytest.raises(ValueError) as error:
+        pruning_table(tmp_path / "bad")
+    assert str(error.value) == (
+        f"{tmp_path / 'bad' / 'pruning.csv'} is not a pruning curve (KeyError: 'weights_kept'); "
+        "bdl-run pruning=true writes it: run that again, or remove the file"
+    )
 
 
 def test_metric_and_choice_columns_are_guessed_when_pandas_drops_the_attrs(sweep):

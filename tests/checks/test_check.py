@@ -8,9 +8,11 @@ import csv
 import io
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from matplotlib.figure import Figure
@@ -71,7 +73,12 @@ def test_quick_check_prints_the_table_and_writes_the_csv_and_figures(quick):
     # A smoke test: no verdict, and the double well's 8 draws per chain give no ESS at all.
     assert {row["check"] for row in quick.rows} == {"smoke"}
     assert "PASS" not in quick.printed and "FAIL" not in quick.printed
-    assert "smoke test" in quick.printed
+    last = quick.printed.splitlines()[-1]
+    summary = "--quick: a smoke test, too few samples for the thresholds (run without --quick)"
+    assert re.fullmatch(
+        rf"{re.escape(summary)}\. {len(quick.rows)} runs in \d+ s; CSV and figures in {quick.out}",
+        last,
+    )
     assert all(r["ess_per_grad"] == "" for r in quick.rows if r["target"] == "double_well")
     # Target 2: 50 draws per chain are enough for arviz to measure something; 10 (the samplers
     # thinned to one draw per 50-step trajectory) are not.
@@ -374,7 +381,8 @@ def test_main_runs_the_chosen_targets_with_the_seed_and_fails_on_a_fail(
     monkeypatch.setitem(check_targets.TARGETS, "double_well", double_well)
     assert main(["--seed", "7", "--out", str(tmp_path), "--targets", "double_well"]) == 1
     assert calls == [(False, 7, tmp_path)]
-    assert "1 PASS, 1 FAIL. 2 runs in" in capsys.readouterr().out
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert re.fullmatch(rf"1 PASS, 1 FAIL\. 2 runs in \d+ s; CSV and figures in {tmp_path}", last)
     with (tmp_path / "check.csv").open() as handle:
         assert [row["check"] for row in csv.DictReader(handle)] == ["FAIL", "PASS"]
     assert main(["--quick", "--seed", "3", "--out", str(tmp_path), "--targets", "double_well"]) == 0
@@ -455,5 +463,77 @@ def test_an_out_that_cannot_be_written_is_one_line(tmp_path, capsys, place):
         out[place].mkdir(mode=0o500)
     assert main(["--quick", "--out", str(out[place])]) == 2
     (line,) = capsys.readouterr().err.splitlines()
-    assert line.startswith("bdl-check: error: ") and str(out[place]) in line
-    assert line.endswith("--out DIR")
+    expected = {
+        "a file": f"--out {blocker} is a file, not a folder: choose a folder with --out DIR",
+        "below a file": f"cannot create --out {blocker / 'check'} (Not a directory): choose a "
+        "writable --out DIR",
+        "read-only": f"--out {out[place]} is read-only: choose a writable folder with --out DIR",
+    }
+    assert line == f"bdl-check: error: {expected[place]}"
+
+
+def test_double_well_figure_redraws_chen_et_als_fig_1(quick):
+    """Chen et al. (2014)'s Fig. 1 as they drew it: the true density in a solid blue line, each of
+    their five samplers' histogram (density per unit θ, 44 bins over [-2.2, 2.2]) dash-dotted in
+    their colour and marker and named as in their legend; the title says the run's sizes."""
+    (well,) = quick.figures["double_well.png"].axes
+    true, *samplers = well.get_lines()
+    assert (true.get_label(), true.get_color(), true.get_linestyle()) == (
+        "True distribution",
+        "b",
+        "-",
+    )
+    theta = true.get_xdata()
+    assert (theta[0], theta[-1], len(theta)) == (-2.2, 2.2, 441)
+    unnormalised = np.exp(2 * theta**2 - theta**4)
+    density = unnormalised / np.trapezoid(unnormalised, theta)
+    np.testing.assert_allclose(true.get_ydata(), density, rtol=1e-4)
+    expected = [
+        ("Standard HMC (with MH)", "c", "v"),
+        ("Standard HMC (no MH)", "r", "None"),
+        ("Naive stochastic gradient HMC (with MH)", "m", "x"),
+        ("Naive stochastic gradient HMC (no MH)", "k", "None"),
+        ("SGHMC", "g", "None"),
+    ]
+    assert [(s.get_label(), s.get_color(), s.get_marker()) for s in samplers] == expected
+    for line in samplers:
+        assert line.get_linestyle() == "-." and len(line.get_xdata()) == 44
+        np.testing.assert_allclose(line.get_xdata(), np.linspace(-2.15, 2.15, 44), atol=1e-12)
+        # 400 draws, almost all within ±2.2 (mass outside below 1e-4): a density sums to 1
+        assert 0.99 <= line.get_ydata().sum() * 0.1 <= 1 + 1e-9
+    assert [t.get_text() for t in well.get_legend().get_texts()] == [
+        "True distribution",
+        *(name for name, _, _ in expected),
+    ]
+    assert (well.get_xlim(), well.get_ylim()) == ((-2.2, 2.2), (0, 0.9))
+    assert well.get_title() == (
+        "double well (Chen et al. 2014, Fig. 1): 50 chains × 8 samples\n"
+        "after 2 samples' worth of burn-in each, seed 0 (--quick)"
+    )
+
+
+def test_gaussian_figure_redraws_chen_et_als_fig_3a(quick):
+    """Chen et al.'s Fig. 3a: SGLD (blue crosses) and SGHMC (red circles), joined, one point per
+    step size, covariance error against autocorrelation time; the title says the sweep's
+    sizes (--quick: two step sizes, 20 chains of 500 steps)."""
+    (ax,) = quick.figures["gaussian_2d.png"].axes
+    lines = ax.get_lines()
+    styles = [(li.get_label(), li.get_color(), li.get_marker(), li.get_linestyle()) for li in lines]
+    assert styles == [("SGLD", "b", "x", "-"), ("SGHMC", "r", "o", "-")]
+    assert all(len(li.get_xdata()) == 2 for li in lines)
+    times = np.concatenate([li.get_xdata() for li in lines])
+    errors = np.concatenate([li.get_ydata() for li in lines])
+    # an autocorrelation time is at least one step, and both errors are of a covariance whose
+    # entries are at most 1 in size
+    assert (times >= 1).all() and ((errors > 0) & (errors < 1)).all()
+    expected_scale = "log" if times.max() > 20 * times.min() else "linear"
+    assert ax.get_xscale() == expected_scale
+    assert (ax.get_xlabel(), ax.get_ylabel()) == (
+        "autocorrelation time (steps)",
+        "average absolute error of covariance",
+    )
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["SGLD", "SGHMC"]
+    assert ax.get_title() == (
+        "correlated 2-D Gaussian over 2 step sizes\n20 chains × 500 steps "
+        "after 50 of burn-in, seed 0 (--quick)"
+    )

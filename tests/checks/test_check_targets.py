@@ -3,6 +3,7 @@ bookkeeping against what the target saw (`run_chains`), the effective sample siz
 against arviz (`make_row`), and the error measures against quadrature and hand derivations."""
 
 import math
+from pathlib import Path
 
 import arviz
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 import torch
 from scipy import integrate
 
+from bdl.checks import check_targets
 from bdl.checks.check_targets import (
     TV_EDGES,
     Chains,
@@ -229,3 +231,59 @@ def test_cov_abs_error_is_chen_et_als_mean_absolute_error_about_the_known_mean()
     assert _cov_abs_error(shifted, CorrelatedGaussian()) == pytest.approx(
         (0.5 + 0.1 + 0.1 + 0.5) / 4
     )
+
+
+@pytest.fixture(scope="module")
+def specs() -> dict[str, list[tuple[Spec, object, torch.Generator]]]:
+    """Each target's runs as `bdl.checks.check_targets` hands them to `run_chains` (full
+    sizes), with the sampler each builds from a generator of its own; the chains are not run."""
+    recorded: dict[str, list] = {}
+
+    def record(target, spec, chains, seed):
+        generator = torch.Generator().manual_seed(seed)
+        recorded.setdefault(target.name, []).append((spec, spec.make(generator), generator))
+        dim = sum(p[0].numel() for p in target.init(1))
+        draws = torch.randn(chains, 12, dim, generator=generator, dtype=torch.float64)
+        return Chains(draws, grad_evals=1, accept_rate=None, seconds=0.0)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(check_targets, "run_chains", record)
+        patch.setattr(check_targets, "_plot_double_well", lambda *args: None)
+        patch.setattr(check_targets, "_plot_gaussian_sweep", lambda *args: None)
+        for run in check_targets.TARGETS.values():
+            run(False, 0, Path("unused"))
+    return recorded
+
+
+METROPOLIS = {"hmc", "hmc (reference)", "mala", "rwmh", "rwmh (post: std 0.02)", "hmc, no MH"}
+
+
+def test_every_check_sampler_draws_from_the_seeded_generator(specs):
+    """A check is reproducible: each sampler's noise comes from the generator `run_chains`
+    seeds, never from torch's global one."""
+    for target, runs in specs.items():
+        for spec, sampler, generator in runs:
+            assert sampler.generator is generator, (target, spec.label)
+
+
+def test_check_gradients_are_noisy_exactly_where_the_sampler_is_a_stochastic_gradient_one(specs):
+    """Targets 1-3 hand minibatch (or noise-added) gradients to the stochastic-gradient samplers
+    and exact ones to the Metropolis-tested samplers and to standard HMC without its test
+    (Chen et al. 2014, Sec. 4.1; naive SGHMC with MH is theirs on noisy gradients); the
+    tutorial's regression (target 4) is on its 30 points whole."""
+    for target, runs in specs.items():
+        for spec, _, _ in runs:
+            noisy = target != "toy_regression" and spec.label not in METROPOLIS
+            assert spec.noisy == noisy, (target, spec.label)
+
+
+def test_double_well_runs_at_chen_et_als_step_size(specs):
+    """Chen et al. (2014)'s Fig. 1: every sampler at ε = 0.1 (``lr = ε²``), HMC's trajectories
+    of L = 50 leapfrog steps, each sampler thinned to one draw per 50 steps; SGHMC's friction
+    corrected for their gradient noise of variance 4."""
+    runs = {spec.label: (spec, sampler) for spec, sampler, _ in specs["double_well"]}
+    assert {sampler.lr for _, sampler in runs.values()} == {0.01}
+    hmc_spec, hmc = runs["hmc"]
+    assert (hmc.num_steps, hmc_spec.thin) == (50, 1)
+    assert {spec.thin for label, (spec, _) in runs.items() if label != "hmc"} == {50}
+    assert runs["sghmc"][1].grad_var == 4.0

@@ -119,22 +119,74 @@ def test_dataset_options(option, fake_data_root, isolated_cache, no_cifar_md5, t
 
 
 @pytest.mark.parametrize(
-    "override, key",
+    "overrides, line",
     [
-        ("epochs=0", "epochs"),
-        ("batch_size=0", "batch_size"),
-        ("thin=0", "thin"),
-        ("temperature=0", "temperature"),
-        ("burn_in=900", "burn_in"),
-        ("wandb.mode=on", "wandb.mode"),
-        ("threads=0", "threads"),
-        ("threads=most", "threads"),
+        (["epochs=0"], "epochs=0 is out of range: use a positive number of epochs, e.g. epochs=10"),
+        (
+            ["batch_size=0"],
+            "batch_size=0 is out of range: use a positive minibatch size, e.g. batch_size=128",
+        ),
+        (["thin=0"], "thin=0 is out of range: use thin=1 or more epochs"),
+        (
+            ["temperature=0"],
+            "temperature=0.0 is out of range: use a positive, finite temperature (1 = Bayes "
+            "posterior)",
+        ),
+        (
+            ["burn_in=900"],
+            "burn_in=900 leaves no epoch to sample in (epochs=800): raise epochs, or keep "
+            "epochs=800 with burn_in=400 thin=1",
+        ),
+        (
+            ["wandb.mode=on"],
+            "wandb.mode=on is out of range: use wandb.mode=disabled, offline or online",
+        ),
+        (
+            ["threads=0"],
+            "threads=0 is out of range: use threads=auto or a number of threads, 1 or more",
+        ),
+        (
+            ["threads=most"],
+            "threads=most is out of range: use threads=auto or a number of threads, 1 or more",
+        ),
+        (
+            ["seed=-1"],
+            "seed=-1 is out of range: use seed=0 or more, below 2^64 (torch's seeds are 64-bit) "
+            "less the chains",
+        ),
+        (["chains=0"], "chains=0 is out of range: use chains=1 or more independent chains"),
+        (
+            ["sampler._target_=bdl.priors.Gaussian"],
+            "sampler._target_=bdl.priors.Gaussian is no bdl.samplers.base.Sampler: a sampler "
+            "subclasses it and declares what it is (docs/adding-a-sampler.md)",
+        ),
+        (
+            ["+sampler.zz=1"],
+            "sampler.zz is not an option of SGHMC (options: lr, alpha, grad_var, burn_in_alpha)",
+        ),
+        (["~sampler.lr"], "sampler.lr is required by SGHMC: set sampler.lr=<value>"),
+        (
+            ["dataset.root="],
+            "dataset.root is empty (a shell variable that is not set?): give a folder, "
+            "dataset.root=/path/to/data, or dataset.root=null for $BDL_DATA_DIR or the cache",
+        ),
     ],
 )
-def test_out_of_range_values_name_their_key(override, key):
+def test_a_value_out_of_range_is_one_line_naming_its_key_and_the_fix(overrides, line):
     with pytest.raises(ConfigError) as refused:
-        validate(composed(override))
-    assert str(refused.value).startswith(f"{key}="), str(refused.value)
+        validate(composed(*overrides))
+    assert str(refused.value) == line
+
+
+def test_a_sweep_prints_its_jobs_configs_with_cfg_job_only():
+    from bdl.composition.config import print_sweep
+
+    assert print_sweep(["seed=0", "--cfg", "job"]) is False  # not a sweep: Hydra prints it
+    with pytest.raises(SystemExit) as stop:
+        print_sweep(["-m", "seed=0,1", "--cfg", "hydra"])
+    assert str(stop.value) == (
+        "bdl-run: error: a sweep (-m) prints each job's config with --cfg job only"
+    )
 
 
 @pytest.mark.parametrize("option", options("protocol"))

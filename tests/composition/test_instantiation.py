@@ -210,3 +210,99 @@ def test_a_yaml_alias_of_its_own_enclosing_node_is_refused_in_one_line(tmp_path)
     shared = tmp_path / "shared.yaml"
     shared.write_text("a: &a [1, 2]\nb: [*a, *a]\n")
     assert load_yaml(shared).b == [[1, 2], [1, 2]]
+
+
+LOGGING = (
+    "a logging config may name only logging.FileHandler, logging.Formatter, "
+    "logging.NullHandler, logging.StreamHandler"
+)
+
+
+@pytest.mark.parametrize(
+    "hydra, message",
+    [
+        (
+            {"callbacks": {"evil": {"_target_": "os.system"}}},
+            "hydra.callbacks.evil._target_=os.system is not one of bdl's own targets nor a "
+            "launcher or sweeper bdl ships a config for: Hydra would import and call it; remove "
+            "it from the config or preset that sets it",
+        ),
+        (
+            {"launcher": {"_target_": "subprocess.Popen"}},
+            "hydra.launcher._target_=subprocess.Popen is not one of bdl's own targets nor a "
+            "launcher or sweeper bdl ships a config for: Hydra would import and call it; remove "
+            "it from the config or preset that sets it",
+        ),
+        (
+            {"job_logging": {"handlers": {"h": {"class": "os.system"}}}},
+            f"hydra.job_logging.handlers.h.class=os.system would be imported and called by "
+            f"Python's logging: {LOGGING}",
+        ),
+        (
+            {"hydra_logging": {"filters": [{"()": "builtins.eval"}]}},
+            f"hydra.hydra_logging.filters[0].()=builtins.eval would be imported and called by "
+            f"Python's logging: {LOGGING}",
+        ),
+        (
+            {"job_logging": {"handlers": {"h": {"stream": "ext://os.environ"}}}},
+            "hydra.job_logging.handlers.h.stream=ext://os.environ would be imported by Python's "
+            "logging: a logging config may name only ext://sys.stderr or ext://sys.stdout",
+        ),
+        (
+            {"job": {"env_set": {"PYTHONPATH": "."}}},
+            "hydra.job.env_set.PYTHONPATH makes a later process load code from where it says: set "
+            "it in the shell that runs bdl-run, not in a config",
+        ),
+    ],
+    ids=["callback", "launcher", "handler class", "filter factory", "stream", "environment"],
+)
+def test_a_hydra_node_that_would_run_foreign_code_is_one_line_naming_the_key(hydra, message):
+    from bdl.composition.instantiation import check_hydra_node
+
+    with pytest.raises(ConfigError) as error:
+        check_hydra_node(hydra)
+    assert str(error.value) == message
+
+
+def test_a_hydra_node_of_bdls_own_launchers_logging_and_environment_passes():
+    from bdl.composition.instantiation import check_hydra_node
+
+    check_hydra_node(
+        {
+            "launcher": {
+                "_target_": "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",
+                "n_jobs": 2,
+            },
+            "job_logging": {
+                "handlers": {
+                    "console": {"class": "logging.StreamHandler", "stream": "ext://sys.stdout"}
+                }
+            },
+            "job": {"env_set": {"OMP_NUM_THREADS": "1", "MY_PATH": "x"}},
+        }
+    )
+
+
+def test_a_run_directory_yaml_that_is_not_a_config_is_one_line(tmp_path):
+    from bdl.composition.instantiation import MAX_YAML_BYTES, load_yaml, refuse_recursion
+
+    big = tmp_path / "big.yaml"
+    with big.open("wb") as handle:  # a sparse file: its size, not its bytes, is read
+        handle.truncate(MAX_YAML_BYTES + 1)
+    with pytest.raises(ConfigError) as error:
+        load_yaml(big)
+    assert str(error.value) == (
+        f"{big} holds {MAX_YAML_BYTES + 1} bytes, more than a run's config ever does"
+    )
+    duplicate = tmp_path / "duplicate.yaml"
+    duplicate.write_text("a: 1\na: 2\n")
+    with pytest.raises(ConfigError) as error:
+        load_yaml(duplicate)
+    assert str(error.value).startswith(f"{duplicate} is not a config: ")
+    with pytest.raises(ConfigError) as error:
+        refuse_recursion({"a": "${b}", "b": "${a}"}, tmp_path / "config.yaml")
+    assert str(error.value) == (
+        f"{tmp_path / 'config.yaml'}: a=${{b}} refers back to itself (a recursive "
+        "interpolation): give the value itself"
+    )
+    refuse_recursion({"a": "${b}", "b": 1, "c": "${hydra:runtime.cwd}"}, tmp_path / "ok.yaml")

@@ -101,3 +101,14 @@ def test_rejects_bad_input():
         random_crop_flip(torch.zeros(3, 8, 8))
     with pytest.raises(ValueError):
         random_crop_flip(torch.zeros(2, 3, 8, 8), padding=-1)
+
+
+def test_what_is_no_batch_of_images_is_refused_by_its_shape():
+    with pytest.raises(ValueError) as error:
+        random_crop_flip(torch.zeros(3, 8, 8))
+    assert str(error.value) == (
+        "random_crop_flip expects an N x C x H x W batch, got shape torch.Size([3, 8, 8])"
+    )
+    with pytest.raises(ValueError) as error:
+        random_crop_flip(torch.zeros(2, 3, 8, 8), padding=-1)
+    assert str(error.value) == "padding must be >= 0, got -1"

@@ -69,3 +69,26 @@ def test_dataset_properties():
     assert reg.out_features == 1
     assert reg.num_train == 5
     assert reg.num_classes is None and reg.target_mean == 0.0 and reg.target_std == 1.0
+
+
+def test_a_data_root_or_cache_that_cannot_serve_is_one_line_naming_the_fix(tmp_path: Path):
+    from bdl.data.base import cache_lock, check_root_is_folder
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    with pytest.raises(DataError) as error:
+        check_root_is_folder(a_file, "MNIST/raw/")
+    assert str(error.value) == (
+        f"The data root {a_file} (dataset.root, else BDL_DATA_DIR) is a file, not a folder. "
+        "Point dataset.root or BDL_DATA_DIR at a folder containing MNIST/raw/."
+    )
+    check_root_is_folder(tmp_path / "not yet", "MNIST/raw/")  # made when first written
+    with pytest.raises(DataError) as error, cache_lock(a_file / "cache"):
+        pass
+    text = str(error.value)
+    assert text.startswith(f"Cannot create or lock the cache folder {a_file / 'cache'} (")
+    assert text.endswith("); make it writable or point BDL_CACHE_DIR at a writable folder.")
+    unlabelled = Dataset("toy", "classification", *[torch.zeros(2, 1)] * 4)
+    with pytest.raises(ValueError) as error:
+        _ = unlabelled.out_features
+    assert str(error.value) == "classification dataset 'toy' has no num_classes"

@@ -223,3 +223,55 @@ def test_concurrent_first_extraction(tmp_path: Path, make_fake_cifar10: Callable
     labels = _raw(src, FILES[:5])[1]
     assert [json.loads(out) for out in outputs] == [labels, labels]
     assert sorted(p.name for p in cache.iterdir()) == [".lock", "cifar-10-batches-py"]
+
+
+#: The original python version's files (Krizhevsky 2009), as its tarball holds them.
+CIFAR_FILES = (
+    "data_batch_1, data_batch_2, data_batch_3, data_batch_4, data_batch_5, test_batch, batches.meta"
+)
+
+
+def test_cifar10_that_cannot_be_loaded_says_why_and_where_its_files_go(
+    tmp_path: Path, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+):
+    root = tmp_path / "empty"
+    way_out = (
+        f"Expected the files {CIFAR_FILES} of the original python version in "
+        f"{root}/cifar-10-batches-py/ (or {isolated_cache}/cifar-10-batches-py/), or the tarball "
+        f"cifar-10-python.tar.gz in {root}/. Put them there, or set BDL_DATA_DIR / dataset.root "
+        "to a folder containing cifar-10-batches-py/ or cifar-10-python.tar.gz, or allow "
+        "dataset.download=true with network access."
+    )
+    with pytest.raises(DataError) as err:
+        load(root=root, download=False)
+    assert str(err.value) == f"CIFAR-10 could not be loaded (dataset.download=false). {way_out}"
+
+    def offline(*args, **kwargs):
+        raise URLError("network unreachable")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    with pytest.raises(DataError) as err:
+        load(root=root, download=True)
+    text = str(err.value)
+    assert text.startswith("CIFAR-10 could not be loaded (") and "network unreachable" in text
+    assert text.endswith(f"). {way_out}")
+    (isolated_cache / "cifar-10-batches-py").mkdir(parents=True)  # a damaged extraction
+    with pytest.raises(DataError) as err:
+        load(root=root, download=False)
+    assert str(err.value) == (
+        f"CIFAR-10 could not be loaded (dataset.download=false). {way_out} If "
+        f"{isolated_cache}/cifar-10-batches-py is a damaged extraction, delete it so it is rebuilt."
+    )
+
+
+def test_a_tarball_that_is_not_cifar10s_is_named(tmp_path: Path, isolated_cache: Path):
+    root = tmp_path / "root"
+    root.mkdir()
+    tarball = root / "cifar-10-python.tar.gz"
+    tarball.write_bytes(b"not a tarball")
+    with pytest.raises(DataError) as err:
+        load(root=root, download=False)
+    assert str(err.value) == (
+        f"{tarball} is not the original CIFAR-10 python tarball (md5 check failed, expected "
+        "c58f30108f718f92721af3b95e74349a); replace it with the original cifar-10-python.tar.gz."
+    )

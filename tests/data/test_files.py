@@ -145,3 +145,272 @@ def test_dataset_files_without_its_files_is_refused_before_anything_runs():
         cfg = compose("config", ["dataset=files", *SHORT])
     with pytest.raises(ConfigError, match=r"^dataset.train=null must be a string$"):
         validate(cfg)
+
+
+def _write(folder: Path, name: str, content) -> None:
+    """``content``: a CSV's text, raw bytes, or a dict of arrays (saved by its suffix)."""
+    path = folder / name
+    if isinstance(content, str):
+        path.write_text(content)
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    elif name.endswith(".npz"):
+        np.savez(path, **content)
+    else:
+        save_file(content, path)
+
+
+ROWS = "u,v,y\n1,2,3\n4,5,6\n"
+ARRAYS = {"x": np.ones((3, 2)), "y": np.arange(3.0)}
+
+
+@pytest.mark.parametrize(
+    "files, options, message",
+    [
+        (
+            {"train.csv": ""},
+            {},
+            "D/train.csv is empty: a CSV needs a header row naming its columns",
+        ),
+        (
+            {"train.csv": "u,v\n1,2\n"},
+            {},
+            "D/train.csv has no column 'y' (its columns: u, v): set dataset.target to the "
+            "target's column",
+        ),
+        (
+            {"train.csv": ROWS},
+            {"features": ["u", "w"]},
+            "D/train.csv has no column 'w' of dataset.features",
+        ),
+        ({"train.csv": "y\n1\n"}, {}, "D/train.csv has no feature column beside the target 'y'"),
+        (
+            {"train.csv": "u,y\n"},
+            {},
+            "D/train.csv has a header and no row: it needs at least one point",
+        ),
+        (
+            {"train.csv": "u,y\n1,2\n3,oops\n"},
+            {},
+            "D/train.csv: line 3, column 'y' is 'oops', not a number like the column's other "
+            "cells: fix the cell",
+        ),
+        (
+            {"train.csv": "u,y\n1,2\n3,inf\n"},
+            {},
+            "D/train.csv: line 3, column 'y' is 'inf', not a finite number",
+        ),
+        (
+            {"train.csv": "u,y\n1,2\nnan,3\n"},
+            {},
+            "D/train.csv: line 3, column 'u' is 'nan', not a finite number: fix the cell or leave "
+            "the column out (dataset.features)",
+        ),
+        (
+            {"train.txt": ROWS},
+            {},
+            "D/train.txt: a dataset file is .csv, .npz, .safetensors (never a pickle): convert it",
+        ),
+        (
+            {"train.npz": ARRAYS},
+            {"features": ["u"]},
+            "dataset.features picks columns of a CSV; D/train.npz holds arrays",
+        ),
+        (
+            {"train.npz": {"x": np.ones((3, 2))}},
+            {},
+            "D/train.npz has no array 'y' (its arrays: x): it needs the features as x and the "
+            "target as dataset.target",
+        ),
+        (
+            {"train.npz": {}},
+            {},
+            "D/train.npz has no array 'x' (its arrays: none): it needs the features as x and the "
+            "target as dataset.target",
+        ),
+        (
+            {"train.npz": {"x": np.ones(3), "y": np.ones(3)}},
+            {},
+            "D/train.npz: x has shape (3,) and y (3,); x needs one row per point and y one value "
+            "per row",
+        ),
+        (
+            {"train.npz": {"x": np.ones((3, 2)), "y": np.ones((3, 1))}},
+            {},
+            "D/train.npz: x has shape (3, 2) and y (3, 1); x needs one row per point and y one "
+            "value per row",
+        ),
+        (
+            {"train.npz": {"x": np.ones((3, 2), dtype=complex), "y": np.ones(3)}},
+            {},
+            "D/train.npz: x (complex128) and y (float64) must be numbers",
+        ),
+        (
+            {"train.safetensors": {"x": np.array([[1.0, 2], [3, np.inf]]), "y": np.ones(2)}},
+            {},
+            "D/train.safetensors: row 1 of x holds a value that is not a finite number",
+        ),
+        (
+            {"train.npz": {"x": np.ones((3, 2)), "y": np.array([0, 1, np.nan])}},
+            {},
+            "D/train.npz: row 2 of y is not a finite number",
+        ),
+        (
+            {"train.csv": ROWS},
+            {"task": "classify"},
+            "dataset.task='classify': use one of auto, regression, classification",
+        ),
+        (
+            {"train.csv": "u,y\n1,0\n2,0.5\n"},
+            {"task": "classification"},
+            "D/train.csv: row 1 of y is 0.5; class labels are the integers 0..K-1 (or text): set "
+            "dataset.task=regression for a numeric target",
+        ),
+        (
+            {"train.csv": "u,y\n1,0\n2,-1\n"},
+            {"task": "classification"},
+            "D/train.csv: row 1 of y is -1; class labels are the integers 0..K-1 (or text): set "
+            "dataset.task=regression for a numeric target",
+        ),
+        (
+            {"train.csv": "u,y\n1,cat\n2,dog\n", "test.csv": "u,y\n1,dog\n2,bird\n"},
+            {},
+            "D/test.csv: row 1 of y is 'bird', a class the training file does not have (its "
+            "classes: cat, dog)",
+        ),
+        (
+            {"train.csv": "u,y\n1,cat\n2,dog\n"},
+            {"task": "regression"},
+            "dataset.task=regression, but y holds text in D/train.csv: set "
+            "dataset.task=classification",
+        ),
+        (
+            {"train.csv": ROWS, "test.csv": "u,w,y\n1,2,3\n"},
+            {},
+            "D/test.csv's features (['u', 'w']) differ from D/train.csv's (['u', 'v']): give the "
+            "same columns",
+        ),
+        (
+            {"train.npz": ARRAYS, "test.npz": {"x": np.ones((2, 3)), "y": np.ones(2)}},
+            {},
+            "D/test.npz's features ((3,)) differ from D/train.npz's ((2,)): give the same columns",
+        ),
+        (
+            {"train.csv": ROWS},
+            {"validation": True},
+            "dataset.validation is a file or a fraction in (0, 1) of the train rows",
+        ),
+        (
+            {"train.csv": ROWS},
+            {"validation": 1.5},
+            "dataset.validation=1.5 must be a fraction in [0, 1) of the training rows, or a file",
+        ),
+        (
+            {"train.csv": ROWS},
+            {"validation": 0.1},
+            "dataset.validation=0.1 holds out 0 of the 2 training rows: choose a fraction that "
+            "leaves rows on both sides",
+        ),
+    ],
+)
+def test_a_files_mistake_is_one_line_naming_the_fix(tmp_path, files, options, message):
+    """Each mistake in a user's files or their options ends in one line that names the file
+    (here ``D``), the place and the fix; the test file is the training file unless given."""
+    for name, content in files.items():
+        _write(tmp_path, name, content)
+    train = next(name for name in files if name.startswith("train"))
+    test = next((name for name in files if name.startswith("test")), train)
+    with pytest.raises(DataError) as error:
+        load(str(tmp_path / train), str(tmp_path / test), **options)
+    assert str(error.value).replace(str(tmp_path), "D") == message
+
+
+@pytest.mark.parametrize(
+    "name, content, start, end",
+    [
+        (
+            "train.csv",
+            b"u,y\n\xff\xfe,1\n",
+            "D/train.csv cannot be read as CSV (",
+            "): give a UTF-8 CSV file",
+        ),
+        (
+            "train.npz",
+            b"PK\x03\x04 broken",
+            "D/train.npz is not an NPZ archive (",
+            "): save it by numpy.savez",
+        ),
+        (
+            "train.safetensors",
+            b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}",
+            "D/train.safetensors is not a safetensors file (",
+            "): save it by safetensors.numpy.save_file",
+        ),
+        (
+            "train.pkl",
+            pickle.dumps([1]),
+            "D/train.pkl is a pickle, which bdl never loads: save it as CSV, NPZ or safetensors",
+            "",
+        ),
+    ],
+)
+def test_an_unreadable_file_is_one_line_with_the_readers_cause(tmp_path, name, content, start, end):
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(DataError) as error:
+        load(str(tmp_path / name), str(tmp_path / name))
+    text = str(error.value).replace(str(tmp_path), "D")
+    assert text.startswith(start) and text.endswith(end) and "\n" not in text
+
+
+def test_a_file_not_there_or_not_given_names_the_option(tmp_path):
+    with pytest.raises(DataError) as error:
+        load(str(tmp_path / "none.csv"), str(tmp_path / "none.csv"))
+    assert str(error.value) == (
+        f"{tmp_path / 'none.csv'} does not exist: give the path of a .csv, .npz or "
+        ".safetensors file"
+    )
+    for key, paths in (("train", ("", "b.csv")), ("test", ("a.csv", None))):
+        with pytest.raises(DataError) as error:
+            load(*paths)
+        assert str(error.value) == f"dataset.{key} is not set: give a file, dataset.{key}=FILE.csv"
+
+
+@pytest.mark.parametrize(
+    "csv_text, said",
+    [
+        (
+            "u,y\n1,3\n2,4\n",
+            "y holds numbers other than 0..K-1: read as regression "
+            "(dataset.task=classification says otherwise)",
+        ),
+        (
+            "u,y\n1,cat\n2,dog\n",
+            "y holds text labels: read as classification (dataset.task=regression says otherwise)",
+        ),
+        (
+            "u,y\n1,1\n2,0\n",
+            "y holds the integers 0..1 alone: read as classification "
+            "(dataset.task=regression says otherwise)",
+        ),
+        (
+            "u,y\n1,1\n2,1\n",
+            "y holds numbers other than 0..K-1: read as regression "
+            "(dataset.task=classification says otherwise)",
+        ),
+    ],
+)
+def test_an_inferred_task_is_said_with_the_option_that_overrides_it(
+    tmp_path, caplog, csv_text, said
+):
+    (tmp_path / "a.csv").write_text(csv_text)
+    with caplog.at_level("INFO", logger="bdl"):
+        load(str(tmp_path / "a.csv"), str(tmp_path / "a.csv"))
+    assert caplog.messages == [f"dataset=files: {tmp_path / 'a.csv'}'s {said}"]
+    caplog.clear()
+    with caplog.at_level("INFO", logger="bdl"):
+        load(
+            str(tmp_path / "a.csv"),
+            str(tmp_path / "a.csv"),
+            task="classification" if "text" in said else "regression",
+        )
+    assert caplog.messages == []  # a declared task is not inferred, nor said

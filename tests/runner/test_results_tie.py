@@ -46,7 +46,12 @@ def test_the_majority_class_everywhere_is_unsound():
     metrics = verdict(experiment, predictive)
     assert metrics["test_accuracy"] == metrics["trivial"]["test_accuracy"]  # a tie, exactly
     assert metrics["status"] == "unsound"
-    assert "no better than ignoring the inputs: test_accuracy" in metrics["error"]
+    accuracy = float((y == 3).double().mean())  # the majority class's share of the test set
+    assert metrics["error"] == (
+        f"the posterior predicts no better than ignoring the inputs: test_accuracy {accuracy:.4g} "
+        f"against the trivial predictor's {accuracy:.4g}, a gain in accuracy of 0 ± 0 per test "
+        "point, within 1 standard errors. Try another sampler, a smaller sampler.lr or more epochs"
+    )
 
 
 def test_a_gain_within_the_test_points_error_is_unsound_and_one_beyond_it_is_not():
@@ -77,5 +82,16 @@ def test_a_regression_that_predicts_the_training_mean_is_unsound():
     variance = torch.ones(100, dtype=torch.float64)
     flat = torch.stack([torch.full((100,), float(y[:300].mean())), variance], -1)
     fitted = torch.stack([2 * x[300:], 0.01 * variance], -1)
-    assert verdict(experiment, flat)["status"] == "unsound"
+    unsound = verdict(experiment, flat)
+    assert unsound["status"] == "unsound"
+    average = experiment.run.task.average()
+    average.update(flat)
+    gain, error = headline_gain(experiment, average.predictive())  # in the targets' own units
+    rmse = (unsound["test_rmse"], unsound["trivial"]["test_rmse"])
+    assert unsound["error"] == (
+        f"the posterior predicts no better than ignoring the inputs: test_rmse {rmse[0]:.4g} "
+        f"against the trivial predictor's {rmse[1]:.4g}, a gain in squared error of {gain:.3g} ± "
+        f"{error:.3g} per test point, within 1 standard errors. Try another sampler, a smaller "
+        "sampler.lr or more epochs"
+    )
     assert verdict(experiment, fitted)["status"] == "completed"

@@ -28,7 +28,7 @@ from bdl.composition.network import load_data
 from bdl.metrics import ClassificationAverage, RegressionAverage
 from bdl.runner import run as runner
 from bdl.runner.checkpoint import CheckpointError
-from bdl.runner.interrupts import Interrupted
+from bdl.runner.interrupts import Interrupted, resume_command
 from bdl.runner.loop import Loop
 from bdl.runner.sampling import Sampling
 from bdl.runner.stability import DivergedError
@@ -282,7 +282,7 @@ def test_a_kill_while_checkpointing_leaves_the_previous_checkpoint(uci_root, tmp
     ],
 )
 def test_sigterm_checkpoints_and_resumes_bitwise(
-    uci_root, tmp_path, monkeypatch, method, calls, stopped_at
+    uci_root, tmp_path, monkeypatch, caplog, method, calls, stopped_at
 ):
     cfg = config(uci_root, "checkpoint_every=100")  # only the signal's checkpoint
     runner.run(cfg, tmp_path / "whole")
@@ -300,12 +300,38 @@ def test_sigterm_checkpoints_and_resumes_bitwise(
     with pytest.raises(Interrupted) as stop:
         runner.run(cfg, tmp_path / "stopped")
     assert stop.value.exit_code == 128 + signal.SIGTERM
-    assert "resume=true" in str(stop.value) and "checkpoint" in str(stop.value)
-    status = json.loads((tmp_path / "stopped" / "metrics.json").read_text())
+    stopped = tmp_path / "stopped"
+    # the tiny set's 54 training rows hold 4 full minibatches of 12: 4 steps an epoch
+    where = f"epoch {stopped_at['epoch'] + 1} of 6"
+    where += f", after step {stopped_at['step']} of 4" if stopped_at["step"] else ""
+    assert str(stop.value) == (
+        f"SIGTERM: stopped in {where}; checkpoint {stopped / 'checkpoint.safetensors'}. Resume "
+        f"with: {resume_command(stopped)}"
+    )
+    status = json.loads((stopped / "metrics.json").read_text())
     assert status == {"status": "interrupted", **stopped_at, "signal": "SIGTERM"}
     monkeypatch.setattr(owner, method, real)
-    runner.run(config(uci_root, "checkpoint_every=100", "resume=true"), tmp_path / "stopped")
-    assert outputs(tmp_path / "stopped") == outputs(tmp_path / "whole")
+    with caplog.at_level("INFO", logger="bdl"):
+        metrics = runner.run(config(uci_root, "checkpoint_every=100", "resume=true"), stopped)
+    assert outputs(stopped) == outputs(tmp_path / "whole")
+    resumed = f"resuming at epoch {stopped_at['epoch'] + 1}, step {stopped_at['step']}"
+    said = [message for message in caplog.messages if message.startswith(("run dir", "resum"))]
+    assert said == [f"run directory: {stopped}", resumed, f"run directory: {stopped}"]
+    # the resumed run's verdict: its error, every warning, reason and note, each said once
+    # under its own heading (its 4 draws of one chain are too few to judge convergence)
+    resumed_messages = caplog.messages[caplog.messages.index(resumed) :]
+    assert metrics["reasons"] and metrics["notes"]
+    said_of_verdict = [
+        *(f"WARNING: {warning}" for warning in metrics["warnings"]),
+        *(f"NOT CONVERGED: {reason}" for reason in metrics["reasons"]),
+        *(f"note: {note}" for note in metrics["notes"]),
+    ]
+    if metrics["status"] == "unsound":  # 6 epochs at the UCI step: no better than the mean
+        kept = f"the 4 samples taken before are kept in {stopped / 'samples'}"
+        said_of_verdict.insert(0, f"NOT A RESULT: {metrics['error']}; {kept}")
+    assert [m for m in resumed_messages if m.startswith(("NOT ", "WARNING", "note"))] == (
+        said_of_verdict
+    )
 
 
 def test_a_directory_holding_a_run_is_refused_and_left_alone(uci_root, tmp_path):
@@ -514,8 +540,12 @@ def test_a_checkpoint_of_another_format_is_refused(tmp_path, offset, message):
 def test_a_diverged_chain_is_a_status_in_strict_json(uci_root, tmp_path):
     # burn_in=0: no epoch in which the step could back off (bdl.runner.stability)
     cfg = config(uci_root, "sampler=sgld", "sampler.lr=1e4", "burn_in=0")
-    with pytest.raises(DivergedError, match="diverged in epoch 1.*Lower sampler.lr"):
+    with pytest.raises(DivergedError) as error:
         runner.run(cfg, tmp_path)
+    assert str(error.value) == (
+        "the chain diverged in epoch 1 (its parameters or potential are not finite). Lower "
+        f"sampler.lr; the 0 samples taken before are kept in {tmp_path / 'samples'}"
+    )
     text = (tmp_path / "metrics.json").read_text()
     metrics = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
     assert metrics["status"] == "diverged" and metrics["diverged_epoch"] == 1

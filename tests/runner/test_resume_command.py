@@ -67,3 +67,35 @@ def test_a_plain_directory_is_printed_plainly(tmp_path):
     assert resume_command(Path("outputs/boston/sghmc/2026-11-27_08-00-00.1"), ["seed=1"]) == (
         "bdl-run seed=1 hydra.run.dir=outputs/boston/sghmc/2026-11-27_08-00-00.1 resume=true"
     )
+
+
+def test_under_torchrun_the_command_starts_as_many_ranks_as_ran(monkeypatch):
+    """One node: torchrun --standalone with the ranks per node; several: the node count and
+    "..." where the cluster's rendezvous options go."""
+    run = Path("outputs/run")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert resume_command(run, ["seed=1"]) == (
+        "torchrun --standalone --nproc_per_node=4 --no-python bdl-run seed=1 "
+        "hydra.run.dir=outputs/run resume=true"
+    )
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert resume_command(run, ["resume=false"]) == (
+        "torchrun --nnodes=4 ... --nproc_per_node=2 --no-python bdl-run hydra.run.dir=outputs/run "
+        "resume=true"
+    )
+
+
+def test_a_signal_before_sampling_began_leaves_nothing_to_resume():
+    import signal
+
+    from bdl.runner.interrupts import Interrupted, Signals
+
+    signals = Signals()
+    signals.check()  # nothing caught: nothing raised
+    signals.caught = signal.SIGTERM
+    with pytest.raises(Interrupted) as stop:
+        signals.check()
+    assert str(stop.value) == "SIGTERM before sampling began; nothing to resume"
+    assert stop.value.exit_code == 128 + signal.SIGTERM

@@ -68,3 +68,12 @@ def test_a_resumed_run_keeps_the_thread_count_of_its_checkpoint(tmp_path):
     assert torch.get_num_threads() == 3
     build_chains(config(root, "threads=2"))
     assert torch.get_num_threads() == 2
+
+
+def test_the_thread_count_is_said_with_its_setting(machine, caplog):
+    machine(8, 0.0)
+    with caplog.at_level("INFO", logger="bdl"):
+        threads.apply("auto", 10**6, torch.device("cpu"))
+        threads.apply(1, 10**6, torch.device("cpu"))
+    assert caplog.messages == ["8 CPU threads (threads=auto)", "1 CPU thread (threads=1)"]
+    assert torch.get_num_threads() == 1

@@ -92,12 +92,19 @@ def test_foreach_equals_loop(shapes):
 def test_needs_burn_in_and_noisy_gradients(quadratic):
     params = [torch.ones(2)]
     sampler = ConstantSGD(0.1)
-    with pytest.raises(ValueError, match="burn_in"):
+    with pytest.raises(ValueError) as error:
         sampler.step(sampler.init(params), quadratic(params))
+    assert str(error.value) == (
+        "csgd estimates the gradient noise during burn-in: set burn_in ≥ 1 epoch"
+    )
     state = sampler.init(params)
     sampler.step(state, quadratic(params), tune=True)  # one observation: no spread yet
-    with pytest.raises(ValueError, match="batch_size"):
+    with pytest.raises(ValueError) as error:
         sampler.step(state, quadratic(params))
+    assert str(error.value) == (
+        "csgd found no gradient noise during burn-in: it needs minibatch gradients (batch_size < "
+        "number of training points)"
+    )
 
 
 @pytest.mark.parametrize(

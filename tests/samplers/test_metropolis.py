@@ -55,3 +55,35 @@ def test_dual_averaging_is_hoffman_and_gelmans_recursion():
         log_x_avg = m**-0.75 * log_x + (1 - m**-0.75) * log_x_avg
         assert adaptation.multiplier(tune=True) == pytest.approx(math.exp(log_x), rel=1e-12)
         assert adaptation.multiplier(tune=False) == pytest.approx(math.exp(log_x_avg), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "inverse_mass, q_end, p_end",
+    [
+        # by hand, q ← q + ε M⁻¹ p then p ← p − ε q (U = ½ q²), ε = 0.1, twice:
+        # M⁻¹ = 2: q 1 → 1.1 → 1.178, p 0.5 → 0.39 → 0.2722;
+        # M⁻¹ = ½: q 2 → 1.95 → 1.89025, p -1 → -1.195 → -1.384025
+        ([2.0, 0.5], [1.178, 1.89025], [0.2722, -1.384025]),
+        # unit mass: q 1 → 1.05 → 1.0895, p 0.5 → 0.395 → 0.28605; q 2 → 1.9 → 1.781,
+        # p -1 → -1.19 → -1.3681
+        (None, [1.0895, 1.781], [0.28605, -1.3681]),
+    ],
+)
+def test_the_leapfrog_program_drifts_through_the_inverse_mass(inverse_mass, q_end, p_end):
+    from bdl.samplers.metropolis import leapfrog_program
+
+    def evaluate(q):
+        return 0.5 * sum(x.square().sum() for x in q), [x.clone() for x in q]
+
+    q = [torch.tensor([1.0, 2.0], dtype=torch.float64)]
+    p = [torch.tensor([0.5, -1.0], dtype=torch.float64)]
+    mass = None if inverse_mass is None else [torch.tensor(inverse_mass, dtype=torch.float64)]
+    step = torch.tensor(0.1, dtype=torch.float64)
+    positions, momenta, value, grads = leapfrog_program(
+        evaluate, q, p, evaluate(q), step, torch.tensor(2), mass
+    )
+    expected_q = torch.tensor(q_end, dtype=torch.float64)
+    torch.testing.assert_close(positions[0], expected_q)
+    torch.testing.assert_close(momenta[0], torch.tensor(p_end, dtype=torch.float64))
+    torch.testing.assert_close(value, 0.5 * expected_q.square().sum())
+    torch.testing.assert_close(grads[0], expected_q)

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from bdl import samplers
 from bdl.samplers import HMC, PSGLD, SGD, SGHMC, SGLD, ConstantSGD, NaiveSGHMC
 from bdl.samplers.bbb import BBB
 
@@ -217,5 +218,110 @@ def test_torch_optim_style_construction_names_the_contract(cls):
     model = torch.nn.Linear(2, 1)
     with pytest.raises(TypeError, match=r"sampler.init\(list\(model.parameters\(\)\)\)") as error:
         cls(model.parameters(), lr=0.1)
-    assert str(error.value).startswith(f"{cls.__name__} takes its hyperparameters only")
+    name = cls.__name__
+    assert str(error.value) == (
+        f"{name} takes its hyperparameters only, not the parameters (torch.optim's style): "
+        f"sampler = {name}(lr=...); state = sampler.init(list(model.parameters())); state = "
+        "sampler.step(state, closure) with closure() returning (U, grads of U)"
+    )
     assert cls(lr=0.1).lr == 0.1  # the contract's own construction is untouched
+
+
+def test_a_sampler_that_does_not_stack_chains_says_so():
+    with pytest.raises(ValueError) as error:
+        samplers.SWAG(0.1).for_chains([torch.Generator()])
+    assert str(error.value) == "SWAG does not declare vectorisable"
+
+
+#: Each sampler's hyperparameters out of range, and the line that refuses them: the key, its
+#: range (the paper's constraint) and the value given.
+OUT_OF_RANGE = [
+    (lambda: SGHMC(0.1, alpha=0), "sampler.alpha (friction) must be in (0, 1], got 0"),
+    (
+        lambda: SGHMC(0.1, burn_in_alpha=2),
+        "sampler.burn_in_alpha (friction) must be in (0, 1], got 2",
+    ),
+    (
+        lambda: SGHMC(0.1, grad_var=-1),
+        "sampler.grad_var must be a finite variance ≥ 0 or 'online', got -1",
+    ),
+    (
+        lambda: SGHMC(0.1, grad_var="sometimes"),
+        "sampler.grad_var must be a finite variance ≥ 0 or 'online', got sometimes",
+    ),
+    (
+        lambda: samplers.AdaptiveSGHMC(0.1, alpha=0),
+        "sampler.alpha (friction) must be in (0, 1], got 0",
+    ),
+    (
+        lambda: samplers.AdaptiveSGHMC(0.1, damping=0),
+        "sampler.damping must be positive and finite, got 0",
+    ),
+    (lambda: BBB(0.1, betas=(0.9, 1.0)), "sampler.betas must both be in [0, 1), got [0.9, 1.0]"),
+    (lambda: BBB(0.1, num_mc=0), "sampler.num_mc must be at least 1, got 0"),
+    (
+        lambda: BBB(0.1, kl_weighting="none"),
+        "sampler.kl_weighting must be one of uniform, blundell, got 'none'",
+    ),
+    (lambda: BBB(0.1, init_std=0), "sampler.init_std must be positive and finite, got 0"),
+    (lambda: BBB(0.1, num_samples=0), "sampler.num_samples must be at least 1, got 0"),
+    (
+        lambda: ConstantSGD(0.1, preconditioner="full"),
+        "sampler.preconditioner must be one of ('scalar', 'diagonal'), got 'full'",
+    ),
+    (lambda: ConstantSGD(0.1, variance_floor=0), "sampler.variance_floor must be in (0, 1], got 0"),
+    (
+        lambda: HMC(0.1, num_steps=None, trajectory_length=None),
+        "give exactly one of sampler.num_steps and sampler.trajectory_length (got None and "
+        "None): set the other to null",
+    ),
+    (lambda: HMC(0.1, num_steps=0), "sampler.num_steps must be ≥ 1, got 0"),
+    (
+        lambda: HMC(0.1, num_steps=None, trajectory_length=-1),
+        "sampler.trajectory_length must be positive and finite, got -1",
+    ),
+    (lambda: HMC(0.1, refresh=1), "sampler.refresh must be in [0, 1), got 1"),
+    (
+        lambda: samplers.Laplace(hessian_structure="dense"),
+        "sampler.hessian_structure must be one of diag, kron, full, got 'dense'",
+    ),
+    (
+        lambda: samplers.Laplace(subset_of_weights="some"),
+        "sampler.subset_of_weights must be one of all, last_layer, got 'some'",
+    ),
+    (lambda: samplers.Laplace(marglik_steps=0), "sampler.marglik_steps must be at least 1, got 0"),
+    (lambda: samplers.Laplace(num_samples=0), "sampler.num_samples must be at least 1, got 0"),
+    (lambda: samplers.MCDropout(0.1, p=1), "sampler.p (the dropout rate) must be in (0, 1), got 1"),
+    (
+        lambda: samplers.MCDropout(0.1, num_samples=0),
+        "sampler.num_samples must be 1 or more, got 0",
+    ),
+    (lambda: samplers.MALA(0.1, target_accept=1), "sampler.target_accept must be in (0, 1), got 1"),
+    (
+        lambda: HMC(0.1, divergence_threshold=0),
+        "sampler.divergence_threshold must be positive, got 0 (Stan's is 1000)",
+    ),
+    (lambda: NaiveSGHMC(0.1, resample_every=0), "sampler.resample_every must be ≥ 1, got 0"),
+    (lambda: PSGLD(0.1, beta=1), "sampler.beta must be in [0, 1), got 1"),
+    (lambda: PSGLD(0.1, damping=0), "sampler.damping must be positive and finite, got 0"),
+    (lambda: SGD(0.1, momentum=1), "sampler.momentum must be in [0, 1), got 1"),
+    (lambda: samplers.SGNHT(0.1, a=0), "sampler.a (the noise's friction) must be in (0, 1], got 0"),
+    (
+        lambda: samplers.SWAG(0.1, rank=1),
+        "sampler.rank (SWAG's K deviations) must be 2 or more, got 1",
+    ),
+    (
+        lambda: samplers.SWAG(0.1, collect_every=0),
+        "sampler.collect_every must be 1 step or more, got 0",
+    ),
+    (lambda: samplers.SWAG(0.1, num_samples=0), "sampler.num_samples must be 1 or more, got 0"),
+    (lambda: SGLD(0), "sampler.lr must be positive and finite, got 0"),
+    (lambda: SGLD(math.inf), "sampler.lr must be positive and finite, got inf"),
+]
+
+
+@pytest.mark.parametrize("make, line", OUT_OF_RANGE)
+def test_a_hyperparameter_out_of_range_is_one_line_naming_its_range_and_value(make, line):
+    with pytest.raises(ValueError) as error:
+        make()
+    assert str(error.value) == line

@@ -32,8 +32,12 @@ def test_wandb_online_without_an_account_is_refused_before_any_network(tmp_path,
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
     monkeypatch.setenv("NETRC", str(tmp_path / "none"))
     cfg = OmegaConf.create({"wandb": {"mode": "online", "project": "bdl", "entity": None}})
-    with pytest.raises(ConfigError, match="wandb login.*wandb.mode=offline"):
+    with pytest.raises(ConfigError) as error:
         start_wandb(cfg, tmp_path, None)
+    assert str(error.value) == (
+        "wandb.mode=online needs a W&B account: run `wandb login` (or set WANDB_API_KEY), or use "
+        "wandb.mode=offline (no account or network; `wandb sync` later)"
+    )
 
 
 def test_wandb_online_with_a_key_in_the_environment_starts(tmp_path, monkeypatch):
@@ -114,3 +118,37 @@ def test_an_offline_wandb_run_has_its_labels_and_the_metrics_real_names(tmp_path
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert json.loads(summary["status"]) == metrics["status"]
     assert json.loads(summary["rhat_max"]) == pytest.approx(metrics["rhat_max"])
+
+
+def test_a_directory_another_run_holds_is_refused_with_the_way_out(tmp_path):
+    """A second writer, a run already there without resume=true, and a completed run whose
+    checkpoint is gone: each refused in one line naming the option that gets past it."""
+    cfg = OmegaConf.create({"seed": 0})
+    first = RunDirectory(tmp_path)
+    first.claim(cfg, resume=False)
+    try:
+        with pytest.raises(ConfigError) as error:
+            RunDirectory(tmp_path).claim(cfg, resume=False)
+        assert str(error.value) == (
+            f"another bdl-run is writing into {tmp_path}: wait for it, or give this run its own "
+            "directory (hydra.run.dir=...)"
+        )
+    finally:
+        first.release()
+    (tmp_path / "checkpoint.safetensors").write_bytes(b"")
+    (tmp_path / "samples").mkdir()
+    (tmp_path / "samples" / "sample_00000.safetensors").write_bytes(b"")
+    with pytest.raises(ConfigError) as error:
+        RunDirectory(tmp_path).claim(cfg, resume=False)
+    assert str(error.value) == (
+        f"{tmp_path} already holds a run (checkpoint.safetensors, samples/): add resume=true to "
+        "continue it, or give this run a fresh directory (hydra.run.dir=...)"
+    )
+    (tmp_path / "checkpoint.safetensors").unlink()
+    RunDirectory(tmp_path).write_metrics({"status": "completed"})
+    with pytest.raises(ConfigError) as error:
+        RunDirectory(tmp_path).claim(cfg, resume=True)
+    assert str(error.value) == (
+        f"{tmp_path} holds a completed run whose checkpoint.safetensors is gone: there is nothing "
+        "to resume; give a new run a fresh directory (hydra.run.dir=...)"
+    )

@@ -433,3 +433,189 @@ def test_read_only_output_folder_is_named(tmp_path):
             SampleStore(folder / "samples")
     finally:
         folder.chmod(0o755)
+
+
+#: What every refused ``reference=`` says it accepts (the user's way out, in full).
+ACCEPTS = (
+    "`reference=` accepts a run directory containing predictive.safetensors, or a file: "
+    ".safetensors (tensor under key 'predictive'), .csv (numeric matrix, optional header row, "
+    "e.g. the NeurIPS BDL starter kit's probs.csv) or .npy (numeric array, no pickles)"
+)
+SAMPLING = "re-run the sampling, or point at the directory the samples were written to"
+DAMAGED = "delete it and its manifest entry or re-run"
+
+
+def _manifest(directory, text: str) -> None:
+    (directory / "manifest.json").write_text(text)
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (
+            lambda d: (d / "manifest.json").unlink(),
+            f"D/manifest.json is missing; no samples were recorded there ({SAMPLING})",
+        ),
+        (
+            lambda d: _manifest(d, '{"index": 0}'),
+            "D/manifest.json is not a sample manifest (expected a list of entries with 'index', "
+            f"'file' and 'sha256'); {SAMPLING}",
+        ),
+        (
+            lambda d: _manifest(d, '[{"index": 0, "file": "..", "sha256": "0"}]'),
+            f"D/manifest.json names an invalid sample file '..'; {SAMPLING}",
+        ),
+        (
+            lambda d: (d / "sample_00001.safetensors").unlink(),
+            f"sample file D/sample_00001.safetensors is missing; {DAMAGED}",
+        ),
+        (
+            lambda d: (d / "sample_00002.safetensors").write_bytes(
+                (d / "sample_00001.safetensors").read_bytes()
+            ),
+            f"sample file D/sample_00002.safetensors is corrupt or incomplete (sha256 mismatch); "
+            f"{DAMAGED}",
+        ),
+        (
+            lambda d: (d / "sample_00000.safetensors").write_bytes(b"\x10" + bytes(7) + b"{}"),
+            "sample file D/sample_00000.safetensors is corrupt or incomplete (not safetensors: a "
+            f"header of 16 bytes); {DAMAGED}",
+        ),
+        (
+            lambda d: (d / "sample_00000.safetensors").write_bytes(b"\x02" + bytes(7) + b"{}xy"),
+            "sample file D/sample_00000.safetensors is corrupt or incomplete (it holds 12 bytes "
+            f"where its header declares 10); {DAMAGED}",
+        ),
+    ],
+    ids=["no manifest", "not a list", "a file outside", "missing", "swapped", "header", "size"],
+)
+def test_a_damaged_store_is_one_line_naming_the_file_and_the_fix(store_dir, damage, message):
+    damage(store_dir)
+    with pytest.raises(StoreError) as err:
+        for _ in load_samples(store_dir):
+            pass
+    assert str(err.value).replace(str(store_dir), "D") == message
+
+
+def test_a_store_refuses_what_it_cannot_keep_by_name(tmp_path):
+    store = SampleStore(tmp_path / "samples")
+    with pytest.raises(ValueError) as err:
+        store.add(_params(0), file="x", epoch=1)
+    assert str(err.value) == "metadata keys ['file'] are reserved for the manifest"
+    with pytest.raises(TypeError) as err:
+        store.add(_params(0), thing={1, 2})
+    assert str(err.value).startswith("sample metadata must be JSON-serialisable: ")
+    with pytest.raises(TypeError) as err:
+        store.add({3: torch.ones(1)})
+    assert str(err.value) == "tensor names must be strings, got 3"
+    store.add({"w": torch.tensor([1.0, float("nan")])})
+    with pytest.raises(StoreError) as err:
+        list(load_samples(tmp_path / "samples"))
+    assert str(err.value) == (
+        f"sample file {tmp_path / 'samples' / 'sample_00000.safetensors'} holds non-finite "
+        f"weights (w): a chain that diverged wrote it; {DAMAGED}"
+    )
+    with pytest.raises(StoreError) as err:
+        store.truncate(3)
+    assert str(err.value) == (
+        f"{tmp_path / 'samples' / 'manifest.json'} lists 1 samples, fewer than the 3 its run's "
+        "checkpoint recorded: samples were removed since; restore it, or run it again from the "
+        "beginning: delete the run's checkpoint.safetensors (resume=true then starts over)"
+    )
+
+
+def _reference_file(folder, name: str, content) -> None:
+    path = folder / name
+    if isinstance(content, str):
+        path.write_text(content)
+    elif isinstance(content, np.ndarray):
+        np.save(path, content)
+    else:
+        save_file(content, str(path))
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("nope.csv", None, f"reference D/nope.csv does not exist; {ACCEPTS}"),
+        ("ref.pt", "x", f"reference D/ref.pt has unsupported suffix '.pt'; {ACCEPTS}"),
+        ("ref.csv", "\n\n", f"reference D/ref.csv is empty; {ACCEPTS}"),
+        ("ref.csv", "a,b\n", f"reference D/ref.csv has a header but no rows; {ACCEPTS}"),
+        (
+            "ref.safetensors",
+            {"logits": torch.zeros(2), "targets": torch.zeros(2)},
+            f"reference D/ref.safetensors has no 'predictive' tensor (keys: ['logits', "
+            f"'targets']); {ACCEPTS}",
+        ),
+        (
+            "ref.safetensors",
+            {"predictive": torch.ones(2, dtype=torch.bool)},
+            f"reference D/ref.safetensors holds a torch.bool tensor; {ACCEPTS}",
+        ),
+        ("ref.npy", np.array(["a", "b"]), f"reference D/ref.npy holds a <U1 array; {ACCEPTS}"),
+        (
+            "ref.npy",
+            np.array([[0.5, 0.5], [0.2, np.inf]]),
+            "reference D/ref.npy: row 1 (0-based) holds a NaN or infinite value; a reference must "
+            "be finite. Regenerate it or fix that row.",
+        ),
+        (
+            "ref.csv",
+            "a,b\n0.5,0.5\n-0.5,1.5\n",
+            "reference D/ref.csv: row 1 (0-based; line 3 of the file) has a negative entry (-0.5); "
+            "a reference matrix holds class probabilities (one row per test point). Point "
+            "reference= at a classification run or its probabilities.",
+        ),
+        (
+            "ref.npy",
+            np.array([[0.5, 0.5], [0.25, 0.5]]),
+            "reference D/ref.npy: row 1 (0-based) sums to 0.75, not 1 (tolerance 0.001); a "
+            "reference matrix holds class probabilities (one row per test point, e.g. a softmax "
+            "output, not logits). Point reference= at a classification run or normalise the rows.",
+        ),
+    ],
+)
+def test_a_refused_reference_says_what_reference_accepts(tmp_path, name, content, message):
+    if content is not None:
+        _reference_file(tmp_path, name, content)
+    with pytest.raises(StoreError) as err:
+        load_reference(tmp_path / name)
+    assert str(err.value).replace(str(tmp_path), "D") == message
+
+
+def test_a_reference_folder_without_a_predictive_or_unparsable_file_says_so(tmp_path):
+    with pytest.raises(StoreError) as err:
+        load_reference(tmp_path)
+    assert str(err.value) == f"{tmp_path} is a directory without predictive.safetensors; {ACCEPTS}"
+    (tmp_path / "bad.csv").write_text("a,b\n1,x\n")
+    with pytest.raises(StoreError) as err:
+        load_reference(tmp_path / "bad.csv")
+    text = str(err.value)
+    assert text.startswith(f"reference {tmp_path / 'bad.csv'} cannot be parsed (")
+    assert text.endswith(f"); {ACCEPTS}") and "\n" not in text
+
+
+def test_a_failed_write_says_what_is_left_and_the_way_out(tmp_path):
+    from bdl.storage.store import write_error
+
+    path = tmp_path / "run" / "manifest.json"
+    for code in (errno.ENOSPC, errno.EDQUOT):
+        error = write_error(path, OSError(code, os.strerror(code)))
+        assert str(error) == (
+            f"no space left on device writing {path} (the previous manifest.json, if any, is "
+            "intact); free space and resume"
+        )
+    error = write_error(path, OSError(errno.EROFS, "Read-only file system"))
+    assert str(error) == (
+        f"cannot write {path} (Read-only file system); make {tmp_path / 'run'} a writable folder "
+        "or choose another output directory (hydra.run.dir=...)"
+    )
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    with pytest.raises(StoreError) as refused:
+        SampleStore(blocker / "samples")
+    assert str(refused.value) == (
+        f"cannot create the folder {blocker / 'samples'} (Not a directory): a file may stand on "
+        "its path or its parent is read-only; choose another output directory "
+        "(hydra.run.dir=...) or remove the file in the way"
+    )
