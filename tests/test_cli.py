@@ -380,12 +380,13 @@ def test_an_output_folder_that_cannot_be_made_is_one_line_naming_the_option(
 def test_under_torchrun_a_sweep_is_refused_and_other_ranks_log_nothing(monkeypatch):
     from bdl import cli
 
-    with pytest.raises(SystemExit) as stop:
-        cli._torchrun_overrides(["-m", "seed=0,1"])
-    assert str(stop.value) == (
-        "bdl-run: error: a sweep (-m) under torchrun: run the sweep's jobs with a launcher "
-        "(hydra/launcher=slurm), each job its own torchrun"
-    )
+    for flag in ("-m", "--multirun"):  # Hydra's two spellings of a sweep
+        with pytest.raises(SystemExit) as stop:
+            cli._torchrun_overrides([flag, "seed=0,1"])
+        assert str(stop.value) == (
+            "bdl-run: error: a sweep (-m) under torchrun: run the sweep's jobs with a launcher "
+            "(hydra/launcher=slurm), each job its own torchrun"
+        )
     monkeypatch.setenv("RANK", "0")
     assert cli._torchrun_overrides(["seed=1"]) == ([], None)
     monkeypatch.setenv("RANK", "1")

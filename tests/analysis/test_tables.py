@@ -96,6 +96,9 @@ def test_target_grouping_without_hydra_choices(tmp_path):
         (-0.001, 0.04, "0.00 ± 0.04"),  # no "-0.00"
         (0.9, math.nan, "0.9"),  # a single run: the mean alone, four significant digits
         (10.0, 0.0, "10 ± 0"),
+        # identical runs: the mean at four significant digits, not rounded to an error of 0
+        (3.14159, 0.0, "3.142 ± 0"),
+        (2.5, 1.0, "2.5 ± 1.0"),  # an error of exactly 1 keeps its two digits
         (1.0, math.inf, "1 ± inf"),  # no decimal place to round an infinite error to
         (math.inf, 0.1, "inf ± 0.1"),
         (math.nan, math.nan, "n/a"),

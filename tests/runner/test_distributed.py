@@ -261,6 +261,27 @@ def test_nccl_on_a_gpu_machine_needs_device_cuda(monkeypatch):
         distributed.join("nccl", torch.device("cuda"))
 
 
+def test_a_gpu_rank_takes_the_gpu_of_its_local_rank(monkeypatch):
+    """Rank 3 of a node's four GPU processes (LOCAL_RANK 1 on the second node) sets, joins with
+    and keeps GPU 1: two ranks of one node never share a GPU."""
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    calls = []
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(("set", device)))
+    monkeypatch.setattr(
+        distributed.dist,
+        "init_process_group",
+        lambda backend, device_id: calls.append((backend, device_id)),
+    )
+    monkeypatch.setattr(distributed.dist, "get_rank", lambda: 3)
+    group = distributed.join("auto", torch.device("cuda"))
+    gpu = torch.device("cuda", 1)
+    assert calls == [("set", gpu), ("nccl", gpu)]
+    assert (group.rank, group.world_size, group.local_rank, group.device) == (3, 4, 1, gpu)
+
+
 def test_one_process_has_no_group(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     assert distributed.join("nccl", torch.device("cpu")) is None

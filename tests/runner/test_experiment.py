@@ -127,3 +127,29 @@ def test_a_start_from_another_run_must_hold_this_runs_parameters(tmp_path):
         f"init_from={tmp_path} has no parameters matching this run's layer.weight: point it at "
         "a run of the same model on the same dataset"
     )
+
+
+def test_a_full_batch_kernel_under_torchrun_gives_each_rank_its_share_of_the_chunks():
+    """The chunk size of a full-batch kernel is a memory bound: under two ranks it is at most
+    half the training set (455 Boston points: 227), so that each rank holds chunks, whatever
+    batch_size says (the UCI protocol's takes all); a smaller batch_size stays; one process
+    keeps the whole set; a minibatch sampler is refused under torchrun."""
+    from omegaconf import OmegaConf
+
+    from bdl.runner.distributed import Group
+    from bdl.samplers import HMC
+
+    two = Group(rank=0, world_size=2, local_rank=0, device=torch.device("cpu"))
+    hmc = HMC(1e-3)
+
+    def size(batch_size: int, group, sampler=hmc, num_train: int = 455) -> int:
+        return experiment._batch_size(
+            OmegaConf.create({"batch_size": batch_size}), group, sampler, num_train
+        )
+
+    assert size(100000, two) == 227
+    assert size(100000, Group(1, 3, 1, torch.device("cpu")), num_train=10) == 3
+    assert size(32, two) == 32
+    assert size(100000, None) == 455
+    with pytest.raises(ConfigError, match="^sampler SGLD does not run data-parallel"):
+        size(32, two, SGLD(1e-3))

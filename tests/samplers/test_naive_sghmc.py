@@ -76,3 +76,30 @@ def test_foreach_equals_loop(assert_foreach_matches_loop, quadratic, mh):
 def test_bad_hyperparameters_name_the_key(kwargs, key):
     with pytest.raises(ValueError, match=f"sampler.{key}"):
         NaiveSGHMC(**{"lr": 0.01, **kwargs})
+
+
+def test_the_metropolis_decisions_come_from_the_samplers_generator(quadratic):
+    """The same seed gives the same chain whatever else draws from torch's global generator
+    between its steps: the end-of-trajectory test draws its uniforms from the sampler's own
+    generator, as the momenta are drawn (a run's chains and a resumed run rely on it)."""
+
+    def chain(disturb: bool) -> tuple[torch.Tensor, list[bool]]:
+        params = [torch.tensor([1.0, -0.5, 0.3], dtype=torch.float64)]
+        sampler = NaiveSGHMC(
+            1.2, resample_every=2, mh=True, generator=torch.Generator().manual_seed(3)
+        )
+        state = sampler.init(params)
+        decisions = []
+        for step in range(60):
+            if disturb:
+                torch.manual_seed(step)
+            sampler.step(state, quadratic(params))
+            if "accepted" in state.info:
+                decisions.append(bool(state.info["accepted"]))
+        return params[0], decisions
+
+    quiet, decisions = chain(disturb=False)
+    disturbed, again = chain(disturb=True)
+    assert set(decisions) == {True, False}  # the uniform decides some of them
+    assert again == decisions
+    torch.testing.assert_close(disturbed, quiet, rtol=0, atol=0)
