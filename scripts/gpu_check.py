@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import importlib
 import json
 import os
 import re
@@ -68,10 +67,10 @@ MNIST = (
     "t10k-images-idx3-ubyte.gz",
     "t10k-labels-idx1-ubyte.gz",
 )
-#: The IDX datasets bundled, each as four archives named as MNIST's (folder: bdl's loader):
-#: MNIST, and Fashion-MNIST, which an MNIST run reads as its out-of-distribution inputs
-#: (``ood=fashion_mnist``, the default).
-IDX_FOLDERS = {"MNIST": "mnist", "FashionMNIST": "fashion_mnist"}
+#: The folders of the IDX datasets bundled (their loaders' ``SOURCE.folder``), each four archives
+#: named as MNIST's: MNIST, and Fashion-MNIST, which an MNIST run reads as its
+#: out-of-distribution inputs (``ood=fashion_mnist``, the default).
+IDX_FOLDERS = ("MNIST", "FashionMNIST")
 #: What travels to the device machine at most: the working tree and the carried folders together.
 LIMIT = 64 * 2**20
 #: The target: CPython 3.12 on x86-64 Linux (the device image's).
@@ -187,6 +186,8 @@ def make_bundle(bundle: Path, data: Path) -> None:
     """Write the bundle (see the module's docstring); the wheels at this environment's versions."""
     from importlib.metadata import PackageNotFoundError, version
 
+    from bdl.data import fashion_mnist, mnist
+
     wheels = bundle / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     try:
@@ -219,15 +220,14 @@ def make_bundle(bundle: Path, data: Path) -> None:
             )
         except subprocess.CalledProcessError:  # an sdist alone: build it, pure Python or refuse
             pip("wheel", "--quiet", "--no-deps", "-w", str(wheels), f"{name}=={pinned}")
-    for folder, loader in IDX_FOLDERS.items():
-        # the loader's own check: the archive's md5, or the decompressed original's
-        source = importlib.import_module(f"bdl.data.{loader}").SOURCE
-        raw = bundle / "data" / folder / "raw"
+    for source in (mnist.SOURCE, fashion_mnist.SOURCE):  # as IDX_FOLDERS lists them
+        raw = bundle / "data" / source.folder / "raw"
         raw.mkdir(parents=True, exist_ok=True)
         for name in MNIST:
-            archive = data / folder / "raw" / name
+            archive = data / source.folder / "raw" / name
             if not archive.is_file():
                 sys.exit(f"gpu-bundle: {archive} is missing: set BDL_DATA_DIR to the real data")
+            # the loader's own check: the archive's md5, or the decompressed original's
             if not source.verified(archive):
                 sys.exit(f"gpu-bundle: {archive} is not the original (md5 check failed)")
             shutil.copyfile(archive, raw / name)
