@@ -85,7 +85,12 @@ from unittest import mock
 #: every contender at its own default thread count instead of one (read before argparse runs:
 #: XLA reads its thread settings once, when JAX starts)
 DEFAULT_THREADS = "--default-threads" in sys.argv
-if not DEFAULT_THREADS:  # one thread, as torch's
+if not DEFAULT_THREADS:
+    # One core for the whole process, before JAX starts: XLA's flags below keep its arithmetic
+    # on one thread, but its runtime runs independent operations on a pool of its own (a
+    # vmapped HMC step used 1.5 CPU-seconds a second), which only the affinity confines, as
+    # JAX's maintainers advise (``taskset -c 0``); Inductor's compile workers inherit it.
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     os.environ["XLA_FLAGS"] = (
         os.environ.get("XLA_FLAGS", "")
         + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
@@ -136,6 +141,13 @@ BDL_YACHT = {
     "bdl 8 adapted": ["chains=8", "sampler.mass=diagonal", "sampler.adapt_length=true"],
     # twice the chains for one compilation of the trajectory
     "bdl 16 compiled": ["chains=16", "compile=true"],
+    # both: the learnt mass and length are tensors of the one compiled trajectory program
+    "bdl 16 adapted": [
+        "chains=16",
+        "compile=true",
+        "sampler.mass=diagonal",
+        "sampler.adapt_length=true",
+    ],
 }
 #: the chains of bdl's best setting, and of the peers that run many
 CHAINS = 16
@@ -148,15 +160,15 @@ BDL_THREADS = ["threads=auto"] if DEFAULT_THREADS else []
 class Settings:
     """Run lengths on yacht."""
 
-    epochs: int  # bdl's HMC iterations per chain (50 leapfrog steps each)
+    epochs: int  # bdl's HMC iterations per chain (50 leapfrog steps each), one draw each
     burn_in: int
     warmup: int  # the single NUTS chain's
     samples: int
     chains_warmup: int  # the peers' K chains', each (ChEES's and vectorised NUTS's)
 
 
-FULL = Settings(epochs=300, burn_in=100, warmup=500, samples=1000, chains_warmup=200)
-QUICK = Settings(epochs=80, burn_in=20, warmup=100, samples=100, chains_warmup=40)
+FULL = Settings(epochs=200, burn_in=100, warmup=500, samples=1000, chains_warmup=200)
+QUICK = Settings(epochs=50, burn_in=20, warmup=100, samples=100, chains_warmup=40)
 
 
 @dataclass(frozen=True)
@@ -486,8 +498,38 @@ def rates(summary: Summary, seconds: Seconds) -> list[float]:
     ]
 
 
-def yacht(rounds: int, settings: Settings) -> None:
-    common = [*YACHT, f"epochs={settings.epochs}", f"burn_in={settings.burn_in}", *BDL_THREADS]
+def start_libraries() -> None:
+    """Each library's once-a-process start, before any timed run, printed with its seconds:
+    JAX's CPU backend, and Inductor's modules and its probe of the CPU's vector instructions (a
+    small program compiled for each; Inductor keeps the probe's findings on disk, so that only
+    the first process on a machine pays it), by one small compiled function of each; every run
+    still compiles its own programs."""
+    start = Instant.now()
+    jax.block_until_ready(jax.jit(lambda x: x + 1)(jnp.ones(1)))
+    jax_seconds = Seconds.between(start, Instant.now())
+    start = Instant.now()
+    with fresh_cache():
+        torch.compile(lambda x: x + 1)(torch.ones(1))
+    torch._dynamo.reset()
+    torch_seconds = Seconds.between(start, Instant.now())
+    print(
+        f"before the timed runs: JAX's start {jax_seconds.wall:.1f} s ({jax_seconds.cpu:.1f} "
+        f"CPU-s), Inductor's start and vector probe {torch_seconds.wall:.1f} s "
+        f"({torch_seconds.cpu:.1f} CPU-s)"
+    )
+
+
+def yacht(rounds: int, settings: Settings, contenders: set[str] | None) -> None:
+    # every iteration after burn-in a draw, as the peers keep theirs; no figures, which the
+    # peers do not draw (a short run's summary.png is a second of its time)
+    common = [
+        *(override for override in YACHT if not override.startswith("thin=")),
+        "thin=1",
+        "figures=false",
+        f"epochs={settings.epochs}",
+        f"burn_in={settings.burn_in}",
+        *BDL_THREADS,
+    ]
     cfg = composed(common)
     check_posterior(cfg)
     data = load_data(cfg)
@@ -525,10 +567,12 @@ def yacht(rounds: int, settings: Settings) -> None:
     )
     # the references first, so that each run is compared with its round's as it ends
     names = [*REFERENCES, *(name for name in BDL_YACHT if name not in REFERENCES), *PEERS]
+    names = [name for name in names if contenders is None or name in contenders]
     # per contender, per round: the four rates of the whole run, then of the sampling after it
     measured: dict[str, list[list[float]]] = {name: [] for name in names}
     worst_z: dict[str, float] = {}
     skipped: set[str] = set()
+    start_libraries()
     with tempfile.TemporaryDirectory() as root:
         for round_ in range(rounds):
             reference: Summary | None = None
@@ -570,7 +614,7 @@ def yacht(rounds: int, settings: Settings) -> None:
         print(f"{'bdl / peer':<40}{''.join(f'{rate:>20}' for rate in RATES)}")
         for ours in BDL_YACHT:
             for theirs in PEERS:
-                if not measured[ours]:
+                if not (measured.get(ours) and measured.get(theirs)):
                     continue
                 pairs = list(zip(measured[ours], measured[theirs], strict=True))
                 ratios = [
@@ -579,6 +623,85 @@ def yacht(rounds: int, settings: Settings) -> None:
                 ]
                 print(f"{ours + ' / ' + theirs:<40}{''.join(f'{r:>20}' for r in ratios)}")
     print("max|z| over rounds: " + ", ".join(f"{name} {z:.2f}" for name, z in worst_z.items()))
+
+
+#: HMC iterations a round of the per-gradient comparison times, after one of warm-up
+GRADIENT_ITERATIONS = 20
+
+
+def gradient_cost(rounds: int) -> None:
+    """CPU and wall seconds per gradient of the yacht network in an HMC iteration of 16 stacked
+    chains: bdl's compiled trajectory (``chains=16 compile=true``, after burn-in, the iteration as
+    ``bdl-run`` runs it, no draw kept: momentum, trajectory, Metropolis test) against
+    BlackJAX's HMC kernel vmapped over as many chains on the same posterior (the NumPyro model's
+    log density), 50 leapfrog steps each, a jitted scan over the iterations; interleaved rounds."""
+    # no draw kept in the timed iterations (the first at the run's last epoch): its files and
+    # test predictions are not a gradient's cost
+    overrides = ["thin=300", "epochs=400", "burn_in=100", f"chains={CHAINS}", "compile=true"]
+    cfg = composed(
+        [*(override for override in YACHT if not override.startswith("thin=")), *overrides]
+    )
+    check_posterior(cfg)
+    posterior = Posterior(cfg, load_data(cfg))
+    with tempfile.TemporaryDirectory() as directory:
+        loop = sampling(cfg, Path(directory), start_epoch=cfg.burn_in)
+        steps = loop.experiment.sampler.num_steps
+        step_size = float(loop.experiment.sampler.lr / posterior.x.shape[0]) ** 0.5
+        model = initialize_model(
+            jax.random.split(jax.random.PRNGKey(0), CHAINS),
+            posterior.model,
+            model_args=(posterior.x, posterior.y),
+        )
+        unravel = ravel_pytree(jax.tree.map(lambda x: x[0], model.param_info.z))[1]
+        kernel = blackjax.hmc(
+            lambda position: -model.potential_fn(unravel(position)),
+            step_size=step_size,
+            inverse_mass_matrix=jnp.ones(len(ravel_pytree(model.param_info.z)[0]) // CHAINS),
+            num_integration_steps=steps,
+        )
+        states = jax.vmap(kernel.init)(jax.vmap(lambda z: ravel_pytree(z)[0])(model.param_info.z))
+
+        @jax.jit
+        def iterations(states, key):
+            def iteration(states, key):
+                return jax.vmap(kernel.step)(jax.random.split(key, CHAINS), states)[0], None
+
+            return jax.lax.scan(iteration, states, jax.random.split(key, GRADIENT_ITERATIONS))[0]
+
+        keys = iter(jax.random.split(jax.random.PRNGKey(1), rounds + 1))
+
+        def blackjax_round() -> None:
+            nonlocal states
+            states = jax.block_until_ready(iterations(states, next(keys)))
+
+        def bdl_round() -> None:
+            for _ in range(GRADIENT_ITERATIONS):
+                loop.step_epoch()
+
+        costs: dict[str, list[Seconds]] = {"bdl": [], "BlackJAX": []}
+        contenders = {"bdl": bdl_round, "BlackJAX": blackjax_round}
+        for round_ in range(rounds + 1):  # the first compiles each
+            for name, contender in contenders.items():
+                start = Instant.now()
+                contender()
+                if round_:
+                    costs[name].append(Seconds.between(start, Instant.now()))
+    gradients = GRADIENT_ITERATIONS * steps * CHAINS
+    print(
+        f"yacht, {CHAINS} stacked chains, HMC iterations of {steps} leapfrog steps: seconds per "
+        f"gradient of one chain, {GRADIENT_ITERATIONS} iterations a round, {rounds} rounds after "
+        f"a warm-up, {threads()}"
+    )
+    for name, seconds in costs.items():
+        cpu = statistics.median(s.cpu for s in seconds) / gradients * 1e6
+        wall = statistics.median(s.wall for s in seconds) / gradients * 1e6
+        print(f"{name:<10} {cpu:7.1f} µs CPU {wall:7.1f} µs wall (median)")
+    for clock in ("cpu", "wall"):
+        ratios = [
+            getattr(ours, clock) / getattr(theirs, clock)
+            for ours, theirs in zip(costs["bdl"], costs["BlackJAX"], strict=True)
+        ]
+        print(f"bdl / BlackJAX per gradient, {clock.upper()}: {spread(ratios)}  (goal <= 1.2)")
 
 
 class BlackJAXSGHMC:
@@ -722,8 +845,13 @@ def mnist(rounds: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--part", choices=["yacht", "mnist", "all"], default="all")
+    parser.add_argument("--part", choices=["yacht", "gradient", "mnist", "all"], default="all")
     parser.add_argument("--quick", action="store_true", help="short yacht runs, for a test")
+    parser.add_argument(
+        "--contenders",
+        help="the yacht contenders to run, comma-separated (default: all): "
+        + ", ".join([*BDL_YACHT, *PEERS]),
+    )
     parser.add_argument(
         "--default-threads",
         action="store_true",
@@ -736,7 +864,13 @@ def main() -> None:
     logging.getLogger("bdl").setLevel(logging.ERROR)
     with machine_load(os.cpu_count() if DEFAULT_THREADS else 1):
         if args.part in ("yacht", "all"):
-            yacht(args.rounds, QUICK if args.quick else FULL)
+            contenders = None if args.contenders is None else set(args.contenders.split(","))
+            unknown = (contenders or set()) - {*BDL_YACHT, *PEERS}
+            if unknown:
+                parser.error(f"unknown contenders: {', '.join(sorted(unknown))}")
+            yacht(args.rounds, QUICK if args.quick else FULL, contenders)
+        if args.part in ("gradient", "all"):
+            gradient_cost(args.rounds)
         if args.part in ("mnist", "all"):
             mnist(args.rounds)
 

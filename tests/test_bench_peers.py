@@ -24,11 +24,13 @@ ROW = r"([\w ]+?)\s+0\s+" + r"\s+".join([r"(-?\d+\.?\d*)"] * 12) + r"\s+(ref|\d+
 RATIOS = r"(bdl [\w ]+?) / ([\w ]+?)\s+" + r"\s+".join([SPREAD] * 4)
 
 
-def run_script(args: list[str], env: dict[str, str], prelude: str = "") -> str:
-    """stdout of the script run with ``args`` in a fresh interpreter (``prelude`` run first)."""
+def run_process(
+    args: list[str], env: dict[str, str], prelude: str = ""
+) -> subprocess.CompletedProcess:
+    """The script run with ``args`` in a fresh interpreter (``prelude`` run first)."""
     code = f"{prelude}import runpy, sys; sys.argv = {[str(SCRIPT), *args]!r}; "
     code += f"runpy.run_path({str(SCRIPT)!r}, run_name='__main__')"
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
@@ -36,8 +38,21 @@ def run_script(args: list[str], env: dict[str, str], prelude: str = "") -> str:
         cwd=SCRIPT.parent,
         timeout=600,
     )
+
+
+def run_script(args: list[str], env: dict[str, str], prelude: str = "") -> str:
+    """stdout of the script run with ``args``, which must succeed."""
+    result = run_process(args, env, prelude)
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+def test_an_unknown_contender_is_refused_by_name():
+    pytest.importorskip("numpyro")
+    pytest.importorskip("blackjax")
+    result = run_process(["--contenders", "bdl 16 compiled,ChEES"], {})
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == "bench_peers.py: error: unknown contenders: ChEES"
 
 
 def test_without_the_peers_one_line_names_the_extra():
@@ -59,7 +74,14 @@ def test_quick_run_prints_sane_ratios_and_agreeing_posteriors(data_dir):
     # no difference of means beyond what Monte Carlo error gives at 1 in 1000 over the points
     # (Bonferroni); the chains of one run are short, so their ESS is itself rough
     z_limit = norm.isf(0.001 / 2 / points)
-    bdl = {"bdl 1 chain", "bdl 8 chains", "bdl 8 compiled", "bdl 8 adapted", "bdl 16 compiled"}
+    bdl = {
+        "bdl 1 chain",
+        "bdl 8 chains",
+        "bdl 8 compiled",
+        "bdl 8 adapted",
+        "bdl 16 compiled",
+        "bdl 16 adapted",
+    }
     peers = {"NumPyro NUTS", "NumPyro NUTS x16", "ChEES x16", "ChEES diag x16"}
     rows = {}
     for line in stdout.splitlines():
@@ -94,6 +116,22 @@ def test_quick_run_prints_sane_ratios_and_agreeing_posteriors(data_dir):
         stdout,
         re.MULTILINE,
     )
+
+    # each library's start paid before the timed runs, and said
+    assert re.search(
+        r"^before the timed runs: JAX's start [\d.]+ s \([\d.]+ CPU-s\), Inductor's start and "
+        r"vector probe [\d.]+ s \([\d.]+ CPU-s\)$",
+        stdout,
+        re.MULTILINE,
+    )
+    # a gradient of 16 stacked chains: both libraries' cost in µs, and their ratio on each clock
+    costs = dict(re.findall(r"^(bdl|BlackJAX) +([\d.]+) µs CPU +[\d.]+ µs wall", stdout, re.M))
+    assert set(costs) == {"bdl", "BlackJAX"}
+    # yacht's network, 16 chains: tens of µs a chain's gradient on any CPU of the last decade
+    assert all(1 < float(cost) < 1000 for cost in costs.values()), costs
+    for clock in ("CPU", "WALL"):
+        ratio = re.search(rf"bdl / BlackJAX per gradient, {clock}: {SPREAD}", stdout)
+        assert 0.1 < float(ratio.group(1)) < 10
 
     epochs = re.findall(
         r"(bdl|bdl compiled|BlackJAX) SGHMC epoch:\s+[\d.]+ ms\s+/ bare (\d+\.\d+)", stdout

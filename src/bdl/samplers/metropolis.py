@@ -140,20 +140,21 @@ def leapfrog_program(
     the end point's positions, momenta, $U$ and gradient, as new tensors."""
     size = len(params)
 
-    def proceed(step: Tensor, *carried: Tensor) -> Tensor:
-        return step < count
+    def proceed(remaining: Tensor, *carried: Tensor) -> Tensor:
+        return remaining > 0
 
-    def leapfrog(step: Tensor, *carried: Tensor) -> tuple[Tensor, ...]:
+    def leapfrog(remaining: Tensor, *carried: Tensor) -> tuple[Tensor, ...]:
         q, p = list(carried[:size]), list(carried[size : 2 * size])
         velocities = p if inverse_mass is None else torch._foreach_mul(p, inverse_mass)
         q = torch._foreach_add(q, torch._foreach_mul(velocities, step_size))
         value, grads = evaluate(q)
         p = torch._foreach_sub(p, torch._foreach_mul(grads, step_size))
-        return (step + 1, *q, *p, value, *grads)
+        return (remaining - 1, *q, *p, value, *grads)
 
     value, grads = start
-    first = torch.zeros((), dtype=torch.long, device=count.device)
-    _, *carried = torch.while_loop(proceed, leapfrog, (first, *params, *momenta, value, *grads))
+    # counted down from ``count``, an input: a counter made inside the program would be one more
+    # kernel for Inductor to compile (half a second of every run's compilation on a CPU)
+    _, *carried = torch.while_loop(proceed, leapfrog, (count, *params, *momenta, value, *grads))
     return carried[:size], carried[size : 2 * size], carried[2 * size], carried[2 * size + 1 :]
 
 
