@@ -1,4 +1,4 @@
-"""Benchmark: bdl against its peers in JAX, run side by side in this one process at one thread.
+"""Benchmark: bdl against its peers in JAX, run side by side in this one process on one core.
 
 - **Yacht BNN against NumPyro's NUTS and BlackJAX's ChEES-HMC, each at its best.** The
   posterior is bdl's own at ``sampler=hmc dataset=yacht``: the network, Gaussian prior scale and
@@ -8,15 +8,18 @@
   tensors from bdl's loader; BlackJAX samples that model's log density on NumPyro's
   unconstrained space. bdl runs full-batch HMC as one chain, as 8 stacked chains, as 8 and as 16
   stacked chains whose trajectories run as one compiled program (``compile=true``), and as 8
-  stacked chains that learn a diagonal mass and the trajectory's length during burn-in
-  (``sampler.mass=diagonal sampler.adapt_length=true``). The peers: one chain of NumPyro's NUTS
+  eager and 16 compiled stacked chains that learn a diagonal mass and the trajectory's length
+  during burn-in (``sampler.mass=diagonal sampler.adapt_length=true``; compiled, the learnt mass
+  and length are inputs of the same program). Each keeps every iteration after burn-in
+  (``thin=1``) and draws no figures (``figures=false``), as the peers keep every draw and draw
+  none. The peers: one chain of NumPyro's NUTS
   (Hoffman & Gelman 2014; Phan et al. 2019); 16 chains of it vectorised as one program
   (``chain_method="vectorized"``); and 16 vmapped chains of BlackJAX's ChEES-HMC (Hoffman,
   Radul & Sountsov 2021: a jittered trajectory length shared by the chains, learnt by Adam on
   the ChEES criterion, the step size by dual averaging), with the identity mass and with the
   diagonal mass BlackJAX estimates from the ensemble over warm-up's second half
-  (``mass_matrix_estimation="diagonal"``). The 16-chain peers keep as many draws a chain after
-  their warm-up as bdl's chains keep after burn-in.
+  (``mass_matrix_estimation="diagonal"``). The 16-chain peers run as many iterations a chain
+  after their warm-up as bdl's chains after burn-in, each a draw.
 
   The figure is the ESS of the test predictive, arviz's bulk ESS of each test point's log
   predictive density over all draws, at the median test point and at the slowest, per second
@@ -26,14 +29,22 @@
   the sampling after warm-up alone, compilation excluded: bdl's from the end of burn-in (torch
   compiles in the first epoch), the peers' from the end of XLA's compilation of the sampling
   program (the longest compilation after warm-up, heard from JAX's monitoring events). Every run
-  pays its own compilation, as a fresh process on a new machine would: torch's graphs are
-  dropped and Inductor's on-disk cache starts empty before each bdl run; the peers compile for
-  each new run. The posteriors are compared point by point against a reference run, bdl's 16
+  pays its own compilation, as a fresh process would: torch's graphs are dropped and
+  Inductor's on-disk cache starts empty before each bdl run; the peers compile for each new
+  run. What each library does once a process (JAX's backend; Inductor's modules and its probe
+  of the CPU's vector instructions, several seconds that Inductor then keeps on disk for every
+  later process on the machine) is done before the first timed run and printed with its
+  seconds. The posteriors are compared point by point against a reference run, bdl's 16
   compiled chains (its 8 eager ones where torch.compile fails): the difference of the two
   posterior means of the network's output over its Monte Carlo standard error (each side's
   standard deviation over the root of its ESS of the mean), and the test RMSE and
   log-likelihood of each model average by bdl's metrics. Every bdl setting is set against every
   peer.
+- **A gradient of the yacht network** (``--part gradient``): CPU and wall seconds per gradient
+  of one chain in an HMC iteration of 16 stacked chains, 50 leapfrog steps: bdl's compiled
+  trajectory after burn-in (momentum, trajectory, Metropolis test; no draw kept) against
+  BlackJAX's HMC kernel vmapped over 16 chains on the same log density, a jitted scan over the
+  iterations.
 - **SGHMC on MNIST's MLP against BlackJAX's SGHMC** (Chen et al. 2014; Cabezas et al. 2024): an
   epoch of bdl's SGHMC (burn-in: steps only; eager and with ``compile=true``), of BlackJAX's SGHMC
   dynamics (its ``sgmcmc.diffusions.sghmc`` and ``sgmcmc.gradients.grad_estimator``, with bdl's step
@@ -42,29 +53,34 @@
   yardstick of both, on the same real MNIST tensors from bdl's loader, minibatch and steps.
 
 Rounds are interleaved (each contender in turn, round after round) so that machine noise hits
-all alike; ratios are printed as the median over rounds with the range (min-max). torch runs at
-one thread and XLA single-threaded (its flags set before JAX is imported). The run ends with the
+all alike; ratios are printed as the median over rounds with the range (min-max). The process
+is confined to one core before JAX starts (``os.sched_setaffinity``, as ``taskset -c 0``): XLA's
+flags keep its arithmetic on one thread, but its runtime runs independent operations on a pool
+of its own (a vmapped HMC step used 1.5 CPU-seconds a second without it), and only the affinity
+confines that pool, JAX's maintainers' own advice; torch runs at one thread, and Inductor's
+compile workers share the core. The run ends with the
 machine's load average before and after it and its wall and CPU seconds
 (``benchtools.machine_load``), and a warning when other work shared the machine: ratios taken
 under load are not evidence, and such a run is repeated on a quiet machine, not reported. The
 goals: bdl's best yacht setting >= 3x the ESS per second of BlackJAX's ChEES x16 (its better
 variant) and of NumPyro's vectorised NUTS x16 at the median test point and >= 2.5x at the
 slowest, warm-up and compilation included, by wall and by CPU time, posteriors agreeing within
-Monte Carlo error; bdl's SGHMC epoch <= BlackJAX's.
+Monte Carlo error; bdl's cost per gradient <= 1.2x BlackJAX's; bdl's SGHMC epoch <= BlackJAX's.
 
 Needs the ``peers`` extra (``pip install -e .[peers]``: JAX, NumPyro, BlackJAX) and the real
 data (BDL_DATA_DIR).
 
-    python scripts/bench_peers.py [--rounds 3] [--part {yacht,mnist,all}] [--quick]
-        [--default-threads]
+    python scripts/bench_peers.py [--rounds 3] [--part {yacht,gradient,mnist,all}] [--quick]
+        [--contenders NAME,NAME,...] [--default-threads]
 
-``--quick`` shortens the yacht runs (80 HMC iterations of which 20 burn-in, 30 draws a chain;
+``--contenders`` runs only the named yacht contenders (their names as printed).
+``--quick`` shortens the yacht runs (50 HMC iterations of which 20 burn-in, 30 draws a chain;
 one NUTS chain's 100 warm-up iterations and 100 draws; the 16-chain peers' 40 warm-up iterations
 and 30 draws a chain) for a test to run the whole script in a few minutes; its figures say that
 the script works, not how fast anything is.
 ``--default-threads`` runs every contender as a user would, at its own default thread count
-(bdl at ``threads=auto``, torch's and XLA's own elsewhere): run it beside other work to see
-which thrashes.
+and on every core (bdl at ``threads=auto``, torch's and XLA's own elsewhere): run it beside
+other work to see which thrashes.
 """
 
 from __future__ import annotations
@@ -474,7 +490,7 @@ def threads() -> str:
     """The thread counts the contenders run at, for the printed header."""
     if DEFAULT_THREADS:
         return f"default threads (bdl threads=auto; torch {torch.get_num_threads()}; XLA its own)"
-    return f"torch threads {torch.get_num_threads()}, XLA single-threaded"
+    return f"one core: torch threads {torch.get_num_threads()}, XLA single-threaded"
 
 
 #: the peers on yacht
