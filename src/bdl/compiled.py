@@ -35,6 +35,9 @@ FALLBACKS = {
 
 #: ``f(params, x, y) -> value`` (one value, or one per chain), differentiable in ``params``
 Function = Callable[[list[Tensor], Tensor, Tensor], Tensor]
+#: ``then(params, values, gradients, *args) -> (value, gradients)``: `Compiler.grad_and_value`'s
+#: finish, compiled with it
+Finish = Callable[..., Evaluation]
 
 
 class Compiler:
@@ -86,24 +89,46 @@ class Compiler:
         return call
 
     def grad_and_value(
-        self, key: Hashable, function: Function, params: list[Tensor], x: Tensor, y: Tensor
+        self,
+        key: Hashable,
+        function: Function,
+        params: list[Tensor],
+        x: Tensor,
+        y: Tensor,
+        then: Finish | None = None,
+        args: tuple[Any, ...] = (),
     ) -> tuple[list[Tensor], Tensor] | None:
         """The gradient of ``function``'s values summed, in ``params`` (detached values), and its
         values, detached, by the compiled ``torch.func.grad_and_value`` of ``function``, which
         ``torch.compile`` traces whole; None: compute them eagerly. The gradients can be added
-        to in place."""
+        to in place.
+
+        ``then(params, values, gradients, *args)``, where given, finishes the two in the same
+        compiled function and returns the ``(value, gradients)`` handed back (as gradients and
+        value): a step then pays one call of a compiled function, its guards' check and its
+        wrapper's Python, instead of two. It is built once under ``key``: what varies from call
+        to call comes in ``args``, never in what it captures."""
 
         def build() -> Callable:
             def summed(params: list[Tensor], x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
                 value = function(params, x, y)
                 return value.sum(), value.detach()
 
-            return grad_and_value(summed, has_aux=True)
+            differentiated = grad_and_value(summed, has_aux=True)
 
-        compiled = self.call(key, build, params, x, y)
+            def evaluation(params: list[Tensor], x: Tensor, y: Tensor, *args: Any) -> Any:
+                grads, (_, value) = differentiated(params, x, y)
+                if then is None:
+                    return grads, value
+                value, grads = then(params, value, list(grads), *args)
+                return grads, value
+
+            return evaluation
+
+        compiled = self.call(key, build, params, x, y, *args)
         if compiled is None:
             return None
-        grads, (_, value) = compiled
+        grads, value = compiled
         return writable_gradients(grads), value
 
     def program(
