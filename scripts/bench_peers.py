@@ -428,6 +428,30 @@ def nuts_yacht(posterior: Posterior, warmup: int, samples: int, chains: int, see
 CHEES_OPTIMISER = optax.adam(0.025, b1=0.0, b2=0.95)
 
 
+@dataclass
+class Flat:
+    """NumPyro's model of a `Posterior` in BlackJAX's form, for ``K`` chains: each chain's
+    position one flat vector of NumPyro's unconstrained space (ChEES's ensemble statistics take
+    them so), NumPyro's own start for each (uniform on (-2, 2) there), the log density at a
+    position and the model's sites there."""
+
+    starts: jax.Array  # (K, dimension)
+    log_density: Callable[[jax.Array], jax.Array]
+    constrained: Callable[[jax.Array], dict]
+
+    @classmethod
+    def of(cls, posterior: Posterior, chains: int, key: jax.Array) -> Flat:
+        model = initialize_model(
+            jax.random.split(key, chains), posterior.model, model_args=(posterior.x, posterior.y)
+        )
+        unravel = ravel_pytree(jax.tree.map(lambda x: x[0], model.param_info.z))[1]
+        return cls(
+            starts=jax.vmap(lambda z: ravel_pytree(z)[0])(model.param_info.z),
+            log_density=lambda position: -model.potential_fn(unravel(position)),
+            constrained=lambda position: model.postprocess_fn(unravel(position)),
+        )
+
+
 def chees_yacht(
     posterior: Posterior, warmup: int, samples: int, chains: int, seed: int, diagonal: bool
 ) -> Draws:
@@ -438,34 +462,23 @@ def chees_yacht(
     ``mass_matrix_estimation="diagonal"``) or the identity, then ``samples`` draws a chain."""
     start = Instant.now()
     init_key, warmup_key, sample_key = jax.random.split(jax.random.PRNGKey(seed), 3)
-    # NumPyro's own start for its chains: uniform on (-2, 2) in the unconstrained space
-    model = initialize_model(
-        jax.random.split(init_key, chains), posterior.model, model_args=(posterior.x, posterior.y)
-    )
-
-    # ChEES's ensemble statistics take each chain's position as one flat vector
-    starts = model.param_info.z
-    unravel = ravel_pytree(jax.tree.map(lambda x: x[0], starts))[1]
-
-    def log_density(position):
-        return -model.potential_fn(unravel(position))
-
+    flat = Flat.of(posterior, chains, init_key)
     adaptation = blackjax.chees_adaptation(
-        log_density,
+        flat.log_density,
         chains,
         mass_matrix_estimation="diagonal" if diagonal else None,
         adaptation_info_fn=get_filter_adapt_info_fn(),  # keeps no trace of warm-up
     )
     (states, parameters), _ = adaptation.run(
         warmup_key,
-        jax.vmap(lambda z: ravel_pytree(z)[0])(starts),
+        flat.starts,
         step_size=0.1,  # dual averaging's start
         optim=CHEES_OPTIMISER,
         num_steps=warmup,
     )
     jax.block_until_ready(states)
     warmed = Instant.now()
-    step = jax.vmap(blackjax.dhmc(log_density, **parameters).step)
+    step = jax.vmap(blackjax.dhmc(flat.log_density, **parameters).step)
 
     @jax.jit
     def sample(states, key):
@@ -477,7 +490,7 @@ def chees_yacht(
 
     positions = jax.block_until_ready(sample(states, sample_key))
     end = Instant.now()
-    constrained = jax.vmap(jax.vmap(lambda z: model.postprocess_fn(unravel(z))))(positions)
+    constrained = jax.vmap(jax.vmap(flat.constrained))(positions)
     predictions = posterior.predictions(jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), constrained))
     return Draws.timed(predictions, start, warmed, end)
 
@@ -663,19 +676,14 @@ def gradient_cost(rounds: int) -> None:
         loop = sampling(cfg, Path(directory), start_epoch=cfg.burn_in)
         steps = loop.experiment.sampler.num_steps
         step_size = float(loop.experiment.sampler.lr / posterior.x.shape[0]) ** 0.5
-        model = initialize_model(
-            jax.random.split(jax.random.PRNGKey(0), CHAINS),
-            posterior.model,
-            model_args=(posterior.x, posterior.y),
-        )
-        unravel = ravel_pytree(jax.tree.map(lambda x: x[0], model.param_info.z))[1]
+        flat = Flat.of(posterior, CHAINS, jax.random.PRNGKey(0))
         kernel = blackjax.hmc(
-            lambda position: -model.potential_fn(unravel(position)),
+            flat.log_density,
             step_size=step_size,
-            inverse_mass_matrix=jnp.ones(len(ravel_pytree(model.param_info.z)[0]) // CHAINS),
+            inverse_mass_matrix=jnp.ones(flat.starts.shape[1]),
             num_integration_steps=steps,
         )
-        states = jax.vmap(kernel.init)(jax.vmap(lambda z: ravel_pytree(z)[0])(model.param_info.z))
+        states = jax.vmap(kernel.init)(flat.starts)
 
         @jax.jit
         def iterations(states, key):

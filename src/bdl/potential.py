@@ -40,7 +40,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from bdl.closures import Closure, Evaluation, Program, writable_gradients
-from bdl.compiled import Compiler
+from bdl.compiled import Compiler, Finish
 from bdl.likelihoods import Likelihood
 from bdl.priors import Prior
 
@@ -315,29 +315,48 @@ class Potential:
         loop's against 0.87-0.88 as one (``scripts/bench_peers.py --part mnist``, one thread)."""
         scale = self._data_scale(x.shape[0] if data_dim is None else x.shape[1])
         if self._compiler is not None and self._closed_form_prior:
-
-            def then(
-                leaves: list[Tensor], log_lik: Tensor, grads: list[Tensor], *args: float
-            ) -> Evaluation:
-                scale, prior_weight = args
-                torch._foreach_mul_(grads, scale)
-                return self._prior_term(
-                    scale * log_lik, grads, prior_weight, leaves if stacked else None
-                )
-
-            function = functools.partial(
-                self._log_likelihood_at, stacked=stacked, data_dim=data_dim
-            )
-            leaves = [p.detach() for p in params]
-            key = ("minibatch", stacked, data_dim)
-            compiled = self._compiler.grad_and_value(
-                key, function, leaves, x, y, then, (scale, prior_weight)
+            finish = functools.partial(self._scaled_with_prior, stacked)
+            compiled = self._compiled_grad(
+                "minibatch", params, x, y, data_dim, stacked, finish, (scale, prior_weight)
             )
             if compiled is not None:
                 grads, value = compiled
                 return value, grads
         data_term, grads = self._log_likelihood_grad(params, x, y, scale, data_dim, stacked)
         return self._add_prior(data_term, grads, prior_weight, params if stacked else None)
+
+    def _scaled_with_prior(
+        self,
+        stacked: bool,
+        leaves: list[Tensor],
+        log_lik: Tensor,
+        grads: list[Tensor],
+        scale: float,
+        prior_weight: float,
+    ) -> Evaluation:
+        """`_minibatch_evaluation`'s finish, inside its compiled function: the data term scaled,
+        then the prior's added (`_prior_term`)."""
+        torch._foreach_mul_(grads, scale)
+        return self._prior_term(scale * log_lik, grads, prior_weight, leaves if stacked else None)
+
+    def _compiled_grad(
+        self,
+        name: str,
+        params: list[Tensor],
+        x: Tensor,
+        y: Tensor,
+        data_dim: int | None,
+        stacked: bool,
+        then: Finish | None = None,
+        args: tuple[float, ...] = (),
+    ) -> tuple[list[Tensor], Tensor] | None:
+        """The gradient of `_log_likelihood_at` at ``params``' values and its values, by the
+        compiled function ``name`` (`Compiler.grad_and_value`; ``then(leaves, values,
+        gradients, *args)`` finishing them in it); None: compute them eagerly."""
+        function = functools.partial(self._log_likelihood_at, stacked=stacked, data_dim=data_dim)
+        leaves = [p.detach() for p in params]
+        key = (name, stacked, data_dim)
+        return self._compiler.grad_and_value(key, function, leaves, x, y, then, args)
 
     def _chain_log_likelihood(
         self, leaves: list[Tensor], x: Tensor, y: Tensor, data_dim: int | None
@@ -390,11 +409,7 @@ class Potential:
         the same forward pass (`_log_likelihood_at`). Both come scaled in the parameters' dtype,
         as the full-data closures' float64 sums need; the gradients can be added to in place."""
         if self._compiler is not None:
-            leaves = [p.detach() for p in params]
-            function = functools.partial(
-                self._log_likelihood_at, stacked=stacked, data_dim=data_dim
-            )
-            compiled = self._compiler.grad_and_value((stacked, data_dim), function, leaves, x, y)
+            compiled = self._compiled_grad("data", params, x, y, data_dim, stacked)
             if compiled is not None:
                 grads, log_lik = compiled
                 torch._foreach_mul_(grads, scale)
