@@ -10,10 +10,10 @@
   stacked chains whose trajectories run as one compiled program (``compile=true``), and as 8
   eager and 16 compiled stacked chains that learn a diagonal mass and the trajectory's length
   during burn-in (``sampler.mass=diagonal sampler.adapt_length=true``; compiled, the learnt mass
-  and length are inputs of the same program), and as 16 compiled chains that learn the length
-  alone (``sampler.adapt_length=true``, the identity mass). Each keeps every iteration after burn-in
-  (``thin=1``) and draws no figures (``figures=false``), as the peers keep every draw and draw
-  none. The peers: one chain of NumPyro's NUTS
+  and length are inputs of the same program), and as 16 compiled chains that learn the mass
+  alone (50 leapfrog steps) and the length alone (the identity mass). Each keeps every iteration
+  after burn-in (``thin=1``) and draws no figures (``figures=false``), as the peers keep every
+  draw and draw none. The peers: one chain of NumPyro's NUTS
   (Hoffman & Gelman 2014; Phan et al. 2019); 16 chains of it vectorised as one program
   (``chain_method="vectorized"``); and 16 vmapped chains of BlackJAX's ChEES-HMC (Hoffman,
   Radul & Sountsov 2021: a jittered trajectory length shared by the chains, learnt by Adam on
@@ -165,9 +165,10 @@ BDL_YACHT = {
         "sampler.mass=diagonal",
         "sampler.adapt_length=true",
     ],
-    # the length alone, as BlackJAX's identity-mass ChEES: on yacht's posterior a learnt diagonal
-    # mass slows the parameters the predictive hinges on most (the noise precision, the output
-    # bias: the step in units of their posterior scale falls from 0.02-0.03 to 0.006)
+    # each alone: on yacht's posterior a learnt diagonal mass slows the parameters the predictive
+    # hinges on most (the noise precision, the output bias: the step in units of their posterior
+    # scale falls from 0.015-0.03 to 0.006), and the length alone is BlackJAX's identity-mass ChEES
+    "bdl 16 mass": ["chains=16", "compile=true", "sampler.mass=diagonal"],
     "bdl 16 length": ["chains=16", "compile=true", "sampler.adapt_length=true"],
 }
 #: the chains of bdl's best setting, and of the peers that run many

@@ -81,6 +81,7 @@ def test_quick_run_prints_sane_ratios_and_agreeing_posteriors(data_dir):
         "bdl 8 adapted",
         "bdl 16 compiled",
         "bdl 16 adapted",
+        "bdl 16 mass",
         "bdl 16 length",
     }
     peers = {"NumPyro NUTS", "NumPyro NUTS x16", "ChEES x16", "ChEES diag x16"}
