@@ -11,7 +11,9 @@
   eager and 16 compiled stacked chains that learn a diagonal mass and the trajectory's length
   during burn-in (``sampler.mass=diagonal sampler.adapt_length=true``; compiled, the learnt mass
   and length are inputs of the same program), and as 16 compiled chains that learn the mass
-  alone (50 leapfrog steps) and the length alone (the identity mass). Each keeps every iteration
+  alone (50 leapfrog steps) and the length alone (the identity mass), and that learn the
+  diagonal mass that minimises the Fisher divergence (``sampler.mass=fisher``; Seyboldt, Carlson
+  & Carpenter 2026) alone and with the length. Each keeps every iteration
   after burn-in (``thin=1``) and draws no figures (``figures=false``), as the peers keep every
   draw and draw none. The peers: one chain of NumPyro's NUTS
   (Hoffman & Gelman 2014; Phan et al. 2019); 16 chains of it vectorised as one program
@@ -170,7 +172,25 @@ BDL_YACHT = {
     # scale falls from 0.015-0.03 to 0.006), and the length alone is BlackJAX's identity-mass ChEES
     "bdl 16 mass": ["chains=16", "compile=true", "sampler.mass=diagonal"],
     "bdl 16 length": ["chains=16", "compile=true", "sampler.adapt_length=true"],
+    # the diagonal that minimises the Fisher divergence (Seyboldt, Carlson & Carpenter 2026)
+    # instead of the variances, alone and with the length
+    "bdl 16 fisher": ["chains=16", "compile=true", "sampler.mass=fisher"],
+    "bdl 16 fisher adapted": [
+        "chains=16",
+        "compile=true",
+        "sampler.mass=fisher",
+        "sampler.adapt_length=true",
+    ],
 }
+#: the fixed-length kernel that bdl's adaptive settings are set against: does adaptation pay?
+FIXED = "bdl 16 compiled"
+ADAPTIVE = [
+    "bdl 16 adapted",
+    "bdl 16 mass",
+    "bdl 16 length",
+    "bdl 16 fisher",
+    "bdl 16 fisher adapted",
+]
 #: the chains of bdl's best setting, and of the peers that run many
 CHAINS = 16
 MNIST = ["dataset=mnist", "sampler=sghmc", "device=cpu"]
@@ -649,15 +669,28 @@ def yacht(rounds: int, settings: Settings, contenders: set[str] | None) -> None:
         print(f"{'bdl / peer':<40}{''.join(f'{rate:>20}' for rate in RATES)}")
         for ours in BDL_YACHT:
             for theirs in PEERS:
-                if not (measured.get(ours) and measured.get(theirs)):
-                    continue
-                pairs = list(zip(measured[ours], measured[theirs], strict=True))
-                ratios = [
-                    spread([a[offset + k] / b[offset + k] for a, b in pairs])
-                    for k in range(len(RATES))
-                ]
-                print(f"{ours + ' / ' + theirs:<40}{''.join(f'{r:>20}' for r in ratios)}")
+                print_ratios(measured, ours, theirs, offset)
+        print(f"bdl's adaptive settings / its fixed-length kernel ({FIXED}), {phase}")
+        for ours in ADAPTIVE:
+            print_ratios(measured, ours, FIXED, offset, "fixed")
     print("max|z| over rounds: " + ", ".join(f"{name} {z:.2f}" for name, z in worst_z.items()))
+
+
+def print_ratios(
+    measured: dict[str, list[list[float]]],
+    ours: str,
+    theirs: str,
+    offset: int,
+    label: str | None = None,
+) -> None:
+    """The row ``ours / theirs`` (``label`` for ``theirs``) of the rates from ``offset`` on
+    (the whole run's, or after warm-up's), each a median (min-max) over the rounds; none where
+    either did not run."""
+    if not (measured.get(ours) and measured.get(theirs)):
+        return
+    pairs = list(zip(measured[ours], measured[theirs], strict=True))
+    ratios = [spread([a[offset + k] / b[offset + k] for a, b in pairs]) for k in range(len(RATES))]
+    print(f"{ours + ' / ' + (label or theirs):<40}{''.join(f'{r:>20}' for r in ratios)}")
 
 
 #: HMC iterations a round of the per-gradient comparison times, after one of warm-up

@@ -83,7 +83,10 @@ def test_quick_run_prints_sane_ratios_and_agreeing_posteriors(data_dir):
         "bdl 16 adapted",
         "bdl 16 mass",
         "bdl 16 length",
+        "bdl 16 fisher",
+        "bdl 16 fisher adapted",
     }
+    adaptive = {name for name in bdl if name.startswith("bdl 16 ") and name != "bdl 16 compiled"}
     peers = {"NumPyro NUTS", "NumPyro NUTS x16", "ChEES x16", "ChEES diag x16"}
     rows = {}
     for line in stdout.splitlines():
@@ -107,7 +110,9 @@ def test_quick_run_prints_sane_ratios_and_agreeing_posteriors(data_dir):
             match = re.fullmatch(RATIOS, line)
             if match:
                 ratios[match.group(1), match.group(2)] = [float(v) for v in match.groups()[2:]]
-        assert set(ratios) == {(ours, theirs) for ours in bdl for theirs in peers}
+        # and each of bdl's adaptive settings against its fixed-length kernel
+        expected = {(ours, theirs) for ours in bdl for theirs in peers}
+        assert set(ratios) == expected | {(ours, "fixed") for ours in adaptive}
         for pair, values in ratios.items():
             assert all(math.isfinite(r) and r > 0 for r in values), pair
             for median, least, most in zip(values[::3], values[1::3], values[2::3], strict=True):

@@ -32,6 +32,34 @@ def test_the_variance_is_all_chains_draws_pooled_and_shrunk():
     assert not buffers["window_mean"][0].any() and not buffers["window_m2"][0].any()
 
 
+def test_the_fisher_estimate_is_the_root_of_the_draws_variance_over_the_gradients():
+    """Pooled over the chains as the variance is, unshrunk (Seyboldt, Carlson & Carpenter 2026)."""
+    generator = torch.Generator().manual_seed(0)
+    draws = torch.randn(9, 3, 4, dtype=torch.float64, generator=generator) * 2
+    grads = torch.randn(9, 3, 4, dtype=torch.float64, generator=generator) + draws / 3
+    buffers = init_buffers([draws[0]], "fisher")
+    for n, (draw, grad) in enumerate(zip(draws, grads, strict=True), start=1):
+        add_draw(buffers, [draw], n, [grad])
+    close_window(buffers, draws=9, chain_dims=1)
+    expected = (draws.reshape(-1, 4).var(0) / grads.reshape(-1, 4).var(0)).sqrt()
+    for chain in buffers["inverse_mass"][0]:
+        torch.testing.assert_close(chain, expected)
+    assert not any(buffers[name][0].any() for name in buffers if name.startswith("window"))
+
+
+def test_on_independent_gaussians_the_fisher_estimate_is_the_variance_exactly():
+    """∇U = θ/σ² on N(0, diag σ²): the gradients' sample variance is the draws' over σ⁴
+    whatever the draws, so the estimate is σ² to rounding, where the variance is only within its
+    Monte Carlo error."""
+    sigma = torch.logspace(-2, 2, 5, dtype=torch.float64)
+    draws = torch.randn(30, 2, 5, dtype=torch.float64) * sigma + 1.0  # off-centre: no matter
+    buffers = init_buffers([draws[0]], "fisher")
+    for n, draw in enumerate(draws, start=1):
+        add_draw(buffers, [draw], n, [(draw - 1.0) / sigma**2])
+    close_window(buffers, draws=30, chain_dims=1)
+    torch.testing.assert_close(buffers["inverse_mass"][0], sigma.square().expand(2, 5))
+
+
 def anisotropic(params, sigma):
     def closure():
         theta = params[0]
@@ -60,15 +88,16 @@ def lag_one_correlation(draws):
     return ((centred[1:] * centred[:-1]).mean() / centred.square().mean()).item()
 
 
+@pytest.mark.parametrize("estimate", ["diagonal", "fisher"])
 @pytest.mark.parametrize("foreach", [True, False])
-def test_the_learnt_mass_fits_the_posterior_and_mixes_its_widest_direction(foreach):
+def test_the_learnt_mass_fits_the_posterior_and_mixes_its_widest_direction(foreach, estimate):
     """64 chains on N(0, diag σ²), σ from 0.1 to 10 (a condition number of 10⁴): the pooled
     mass is σ² within its Monte Carlo error (the last window holds 64 × 100 draws, a few
     percent), and the widest direction, which unit-mass HMC at the step the narrowest allows
     barely moves along (lag-one correlation 0.99), mixes (0.1)."""
     sigma = torch.logspace(-1, 1, 6, dtype=torch.float64)
     results = {}
-    for mass in ("unit", "diagonal"):
+    for mass in ("unit", estimate):
         params = [torch.zeros(64, 6, dtype=torch.float64)]
         sampler = HMC(
             0.01, 10, mass=mass, foreach=foreach, generator=torch.Generator().manual_seed(1)
@@ -91,7 +120,7 @@ def test_the_learnt_mass_fits_the_posterior_and_mixes_its_widest_direction(forea
         assert torch.equal(before, after)  # frozen once burn-in is over
     ratio = state.buffers["inverse_mass"][0] / sigma**2
     torch.testing.assert_close(ratio, torch.ones(64, 6).double(), rtol=0, atol=0.12)
-    assert results["unit"] > 0.9 and results["diagonal"] < 0.4
+    assert results["unit"] > 0.9 and results[estimate] < 0.4
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -122,5 +151,5 @@ def test_a_burn_in_too_short_for_the_windows_is_refused():
         "sampler.mass=diagonal learns the mass from burn-in, and 10 iterations are too few "
         "(Stan's least is 20): raise burn_in or set sampler.mass=unit"
     )
-    with pytest.raises(ValueError, match="sampler.mass must be one of unit, diagonal"):
+    with pytest.raises(ValueError, match="sampler.mass must be one of unit, diagonal, fisher"):
         HMC(0.01, 5, mass="dense")

@@ -15,8 +15,9 @@ Bühler, §3.3.4. Each iteration
 
 With ``mass="diagonal"`` the kinetic energy is $K(p) = \tfrac12 p^\top M^{-1} p$ with a
 diagonal $M^{-1}$ learnt from the chain's draws during burn-in in Stan's windows
-(`bdl.samplers.mass`) and frozen before the first kept sample: the momentum is drawn from
-$\mathcal N(0, M)$ and the drift is $q \leftarrow q + \epsilon M^{-1} p$. With
+(`bdl.samplers.mass`) and frozen before the first kept sample (``mass="fisher"``: from the
+draws and the potential's gradients at them, Seyboldt, Carlson & Carpenter 2026): the momentum
+is drawn from $\mathcal N(0, M)$ and the drift is $q \leftarrow q + \epsilon M^{-1} p$. With
 ``adapt_length=True`` each iteration integrates for a jittered time $u_n T$ and $T$
 is learnt across stacked chains during burn-in by ChEES (`bdl.samplers.chees`; Hoffman,
 Radul & Sountsov 2021), starting from ``trajectory_length`` (or ``num_steps`` times the first
@@ -57,7 +58,7 @@ from bdl.samplers.metropolis import (
     select_,
 )
 
-MASSES = ("unit", "diagonal")
+MASSES = ("unit", *windowed.ESTIMATES)
 
 
 @dataclass
@@ -76,8 +77,9 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
         refresh: $\\alpha \\in [0, 1)$ of the partial momentum refresh (0: resample).
         adapt: dual-averaging adaptation of $\\epsilon$ during burn-in.
         target_accept: the acceptance rate the adaptation aims at.
-        mass: ``"unit"`` ($M = I$) or ``"diagonal"``, learnt during burn-in; the runner
-            says how long burn-in is through `plan_burn_in`.
+        mass: ``"unit"`` ($M = I$), or ``"diagonal"`` (the draws' variances) or ``"fisher"``
+            (their ratio to the gradients', rooted), learnt during burn-in; the runner says how
+            long burn-in is through `plan_burn_in`.
         adapt_length: learn the jittered trajectory's length $T$ across stacked chains
             during burn-in (ChEES), from ``trajectory_length`` or ``num_steps`` $\\epsilon$.
         divergence_threshold: $\\Delta_{\\max}$: a trajectory whose energy error
@@ -134,8 +136,8 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
         self.windows = windowed.slow_windows(steps)
         if not self.windows:
             raise ValueError(
-                f"sampler.mass=diagonal learns the mass from burn-in, and {steps} iterations are "
-                f"too few (Stan's least is {windowed.SHORTEST_BURN_IN}): raise burn_in or set "
+                f"sampler.mass={self.mass} learns the mass from burn-in, and {steps} iterations "
+                f"are too few (Stan's least is {windowed.SHORTEST_BURN_IN}): raise burn_in or set "
                 "sampler.mass=unit"
             )
 
@@ -143,8 +145,8 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
         base = super().init(params)
         state = HMCState(params=base.params, adaptation=base.adaptation)
         state.buffers["momentum"] = [torch.zeros_like(p) for p in params]
-        if self.mass == "diagonal":
-            state.buffers.update(windowed.init_buffers(params))
+        if self.mass != "unit":
+            state.buffers.update(windowed.init_buffers(params, self.mass))
         return state
 
     def _leapfrog_steps(self, state: HMCState, epsilon: float, tune: bool) -> int:
@@ -285,7 +287,7 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
         for start, end in self.windows:
             if start <= index < end:
                 windows.draws += 1
-                windowed.add_draw(state.buffers, state.params, windows.draws)
+                windowed.add_draw(state.buffers, state.params, windows.draws, state.current[1])
                 if index + 1 == end:
                     inverse_mass = state.buffers["inverse_mass"]
                     before = [v.clone() for v in inverse_mass] if self.adapt_length else None
