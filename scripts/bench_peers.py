@@ -167,9 +167,9 @@ BDL_YACHT = {
         "sampler.mass=diagonal",
         "sampler.adapt_length=true",
     ],
-    # each alone: on yacht's posterior a learnt diagonal mass slows the parameters the predictive
-    # hinges on most (the noise precision, the output bias: the step in units of their posterior
-    # scale falls from 0.015-0.03 to 0.006), and the length alone is BlackJAX's identity-mass ChEES
+    # each alone: on yacht's posterior the variances' mass slows the parameters the predictive
+    # hinges on most (the noise precision, the output bias: the smallest variances, to which the
+    # unit mass gave the largest steps), and the length alone is BlackJAX's identity-mass ChEES
     "bdl 16 mass": ["chains=16", "compile=true", "sampler.mass=diagonal"],
     "bdl 16 length": ["chains=16", "compile=true", "sampler.adapt_length=true"],
     # the diagonal that minimises the Fisher divergence (Seyboldt, Carlson & Carpenter 2026)

@@ -433,6 +433,8 @@ def test_a_run_of_several_chains_resumes_bitwise(uci_root, tmp_path, monkeypatch
             "epochs=28",
             "burn_in=22",
         ],
+        # the gradients' window too
+        ["sampler=hmc", "sampler.num_steps=3", "sampler.mass=fisher", "epochs=28", "burn_in=22"],
     ],
 )
 def test_stacked_chains_resume_bitwise(uci_root, tmp_path, monkeypatch, sampler):
