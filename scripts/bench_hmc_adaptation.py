@@ -1,12 +1,14 @@
 """Benchmark: what HMC's burn-in adaptation buys, per gradient and per second, side by side.
 
-Four kernels on one posterior, each run with ``--chains`` chains stacked, for seeds 0, 1, ...
+Six kernels on one posterior, each run with ``--chains`` chains stacked, for seeds 0, 1, ...
 interleaved (seed 0 of every variant, then seed 1, ...), so that machine noise hits them alike:
 
 - ``fixed``: unit mass, ``num_steps`` leapfrog steps (the default ``sampler=hmc``);
 - ``mass``: ``sampler.mass=diagonal``, Stan's windowed diagonal mass;
 - ``length``: ``sampler.adapt_length=true``, ChEES's jittered trajectory length;
-- ``both``: the two together.
+- ``both``: the two together;
+- ``fisher`` and ``fisher both``: ``sampler.mass=fisher``, the diagonal that minimises the
+  Fisher divergence (Seyboldt, Carlson & Carpenter 2026), alone and with the length.
 
 The figures of merit are the bulk ESS of the test predictive's log density (median and minimum
 over test points, `bdl.diagnostics`) per thousand full-data gradients and per second of the
@@ -33,6 +35,8 @@ VARIANTS = {
     "mass": ["sampler.mass=diagonal"],
     "length": ["sampler.adapt_length=true"],
     "both": ["sampler.mass=diagonal", "sampler.adapt_length=true"],
+    "fisher": ["sampler.mass=fisher"],
+    "fisher both": ["sampler.mass=fisher", "sampler.adapt_length=true"],
 }
 HARD_POSTERIOR = ["prior.scale=1", "likelihood.noise_std=0.1"]
 

@@ -82,12 +82,16 @@ def test_a_change_of_mass_keeps_the_dominant_directions_period():
     """T learnt under M⁻¹ = I on scales σ up to 10 sits at ≈ 2.25·σ_max; once M⁻¹ = σ², the
     whitened target's optimum is ≈ 2.25: T is divided by σ_max's factor, ~10."""
     sigma2 = torch.tensor([0.01, 1.0, 100.0], dtype=torch.float64)
-    length = ChEES(log_length=math.log(22.5))
+    length = ChEES(
+        log_length=math.log(22.5), log_length_avg=math.log(20.0), squared_gradient=0.3, updates=7
+    )
     length.remeasure([torch.ones(3, dtype=torch.float64)], [sigma2])
     cubes, squares = (sigma2**3).sum(), (sigma2**2).sum()
     assert math.exp(length.log_length) == pytest.approx(22.5 / math.sqrt(cubes / squares))
     assert math.exp(length.log_length) == pytest.approx(2.25, rel=0.01)
-    assert (length.updates, length.squared_gradient) == (0, 0.0)
+    # the average moves with it, by the same factor, and its weights go on
+    assert math.exp(length.log_length_avg) == pytest.approx(20.0 / math.sqrt(cubes / squares))
+    assert (length.updates, length.squared_gradient) == (7, 0.3)
 
 
 def test_one_chain_is_refused_with_the_fix():
