@@ -10,16 +10,15 @@
   stacked chains whose trajectories run as one compiled program (``compile=true``), and as 8
   eager and 16 compiled stacked chains that learn a diagonal mass and the trajectory's length
   during burn-in (``sampler.mass=diagonal sampler.adapt_length=true``; compiled, the learnt mass
-  and length are inputs of the same program), and as 16 compiled chains that learn the mass
-  alone (50 leapfrog steps) and the length alone (the identity mass), and that learn the
-  diagonal mass that minimises the Fisher divergence (``sampler.mass=fisher``; Seyboldt, Carlson
-  & Carpenter 2026) alone and with the length. Each keeps every iteration
-  after burn-in (``thin=1``) and draws no figures (``figures=false``), as the peers keep every
-  draw and draw none. The peers: one chain of NumPyro's NUTS
-  (Hoffman & Gelman 2014; Phan et al. 2019); 16 chains of it vectorised as one program
-  (``chain_method="vectorized"``); and 16 vmapped chains of BlackJAX's ChEES-HMC (Hoffman,
-  Radul & Sountsov 2021: a jittered trajectory length shared by the chains, learnt by Adam on
-  the ChEES criterion, the step size by dual averaging), with the identity mass and with the
+  and length are inputs of the same program); and, each of 16 compiled chains, the mass alone
+  (50 leapfrog steps), the length alone (the identity mass), and the diagonal mass that
+  minimises the Fisher divergence (``sampler.mass=fisher``; Seyboldt, Carlson & Carpenter 2026)
+  alone and with the length. Each keeps every iteration after burn-in (``thin=1``) and draws no
+  figures (``figures=false``), as the peers keep every draw and draw none. The peers: one chain
+  of NumPyro's NUTS (Hoffman & Gelman 2014; Phan et al. 2019); 16 chains of it vectorised as
+  one program (``chain_method="vectorized"``); and 16 vmapped chains of BlackJAX's ChEES-HMC
+  (Hoffman, Radul & Sountsov 2021: a jittered trajectory length shared by the chains, learnt by
+  Adam on the ChEES criterion, the step size by dual averaging), with the identity mass and the
   diagonal mass BlackJAX estimates from the ensemble over warm-up's second half
   (``mass_matrix_estimation="diagonal"``). The 16-chain peers run as many iterations a chain
   after their warm-up as bdl's chains after burn-in, each a draw.

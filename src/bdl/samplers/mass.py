@@ -28,10 +28,10 @@ that the identity moved several times faster slow down. ``fisher`` sets
 $M^{-1}_{ii} = (\hat\sigma^2_{q_i} / \hat\sigma^2_{g_i})^{1/2}$, the draws' variance over
 that of the potential's gradient $g = \nabla U$ at them, the diagonal that minimises the sample
 Fisher divergence from the rescaled target to a standard normal (Seyboldt, Carlson & Carpenter
-2026): exact, as the variance is, on a Gaussian with independent coordinates
-($\sigma^2_g = 1/\sigma^2_q$), and between the variance and the inverse curvature where the two
-disagree. It needs no shrinkage; ratios beyond $10^{\pm 20}$ (a parameter the potential
-ignores) are clipped.
+2026). On a Gaussian with independent coordinates it is the variance, to rounding whatever the
+draws ($\hat\sigma^2_g = \hat\sigma^2_q / \sigma^4$); where the two disagree it lies between
+the variance and the inverse curvature. It needs no shrinkage; ratios beyond $10^{\pm 20}$
+(a parameter the potential ignores) are clipped.
 
 A burn-in shorter than 150 iterations is split as Stan splits it, 15% / 75% / 10%, in one slow
 window; under 20 iterations the mass stays the identity. Chains stacked as one (a potential with
