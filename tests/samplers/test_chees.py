@@ -82,16 +82,52 @@ def test_a_change_of_mass_keeps_the_dominant_directions_period():
     """T learnt under M⁻¹ = I on scales σ up to 10 sits at ≈ 2.25·σ_max; once M⁻¹ = σ², the
     whitened target's optimum is ≈ 2.25: T is divided by σ_max's factor, ~10."""
     sigma2 = torch.tensor([0.01, 1.0, 100.0], dtype=torch.float64)
-    length = ChEES(
-        log_length=math.log(22.5), log_length_avg=math.log(20.0), squared_gradient=0.3, updates=7
+    factor = math.sqrt((sigma2**3).sum() / (sigma2**2).sum())
+    for restart in (True, False):
+        length = ChEES(
+            log_length=math.log(22.5),
+            log_length_avg=math.log(20.0),
+            squared_gradient=0.3,
+            updates=7,
+        )
+        length.remeasure([torch.ones(3, dtype=torch.float64)], [sigma2], restart=restart)
+        assert math.exp(length.log_length) == pytest.approx(22.5 / factor)
+        assert math.exp(length.log_length) == pytest.approx(2.25, rel=0.01)
+        if restart:  # time enough left in burn-in: a new average, a new gradient scale
+            assert (length.updates, length.squared_gradient) == (0, 0.0)
+        else:  # the average moves with T, by the same factor, and its weights go on
+            assert math.exp(length.log_length_avg) == pytest.approx(20.0 / factor)
+            assert (length.updates, length.squared_gradient) == (7, 0.3)
+
+
+@pytest.mark.parametrize(("burn_in", "restarted"), [(100, False), (300, True)])
+def test_the_length_average_restarts_at_a_new_mass_only_with_time_left_to_average(
+    burn_in, restarted
+):
+    """Stan's terminal interval (50 iterations) left after the last window: a new average, as
+    the step size's restart; the 10 a burn-in of 100 leaves: the average carried."""
+    sigma = torch.tensor([0.1, 1.0, 10.0], dtype=torch.float64)
+    params = [torch.randn(8, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))]
+
+    def closure():
+        return 0.5 * (params[0] / sigma).square().sum(-1), [params[0] / sigma**2]
+
+    sampler = HMC(
+        0.01,
+        None,
+        trajectory_length=1.0,
+        mass="diagonal",
+        adapt_length=True,
+        generator=torch.Generator().manual_seed(1),
     )
-    length.remeasure([torch.ones(3, dtype=torch.float64)], [sigma2])
-    cubes, squares = (sigma2**3).sum(), (sigma2**2).sum()
-    assert math.exp(length.log_length) == pytest.approx(22.5 / math.sqrt(cubes / squares))
-    assert math.exp(length.log_length) == pytest.approx(2.25, rel=0.01)
-    # the average moves with it, by the same factor, and its weights go on
-    assert math.exp(length.log_length_avg) == pytest.approx(20.0 / math.sqrt(cubes / squares))
-    assert (length.updates, length.squared_gradient) == (7, 0.3)
+    sampler.plan_burn_in(burn_in)
+    state = sampler.init(params)
+    last_window_end = sampler.windows[-1][1]
+    assert burn_in - last_window_end == (50 if restarted else 10)
+    for _ in range(last_window_end):
+        sampler.step(state, closure, tune=True)
+    # the last window closed after this iteration's update of T
+    assert state.length.updates == (0 if restarted else last_window_end)
 
 
 def test_one_chain_is_refused_with_the_fix():

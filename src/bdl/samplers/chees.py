@@ -84,9 +84,12 @@ class ChEES:
         weight = self.updates**-0.5
         self.log_length_avg = weight * self.log_length + (1 - weight) * self.log_length_avg
 
-    def remeasure(self, old_inverse_mass: list[Tensor], inverse_mass: list[Tensor]) -> None:
-        r"""Carry $T$ and its running average over a change of the mass matrix, which
-        changes what a unit of time means.
+    def remeasure(
+        self, old_inverse_mass: list[Tensor], inverse_mass: list[Tensor], restart: bool
+    ) -> None:
+        r"""Carry $T$ over a change of the mass matrix, which changes what a unit of time
+        means; ``restart``: restart its running average and the gradient's scale, else carry the
+        average too.
 
         Under $M^{-1} = v$ a direction of variance $\sigma_i^2$ turns with period
         $\propto \sigma_i / \sqrt{v_i}$; with $\sigma_i^2 \approx v_i'$, the new
@@ -94,11 +97,15 @@ class ChEES:
         criterion is dominated by the directions of largest $\mathbb E\lVert x\rVert^4$,
         weight $r_i^2$ under the old metric, so $T$ is divided by
         $(\sum r_i^3 / \sum r_i^2)^{1/2}$, the dominant directions' factor; a posterior
-        whose scales span $10^2$ then keeps its $T$ at the optimum found before. The average
-        moves by the same factor rather than restarting: Stan's last window closes 10-50
-        iterations before the end of burn-in, and an average of so few jittered iterates froze
-        lengths that left the slowest test point of yacht's posterior at a third of the ESS
-        (174 against 520 at seed 2 of `scripts/bench_peers.py`'s ``bdl 16 fisher adapted``).
+        whose scales span $10^2$ then keeps its $T$ at the optimum found before.
+
+        The average restarts, as the step size's adaptation does, where burn-in has Stan's
+        terminal interval left to average over; after a shorter one's last window it moves by
+        the same factor instead. An average of the 10 jittered iterates a burn-in of 100 leaves
+        froze lengths that cost yacht's slowest test point two thirds of its ESS (174 against
+        520, seed 2 of `scripts/bench_peers.py`'s ``bdl 16 fisher adapted``); with 50 left, on
+        the hard posterior of `scripts/bench_hmc_adaptation.py`, restarting gave the slowest
+        point twice the ESS per gradient of carrying (1.32 against 0.63 per thousand, seeds 0-2).
         """
         ratios = [
             a.double() / b.double() for a, b in zip(inverse_mass, old_inverse_mass, strict=True)
@@ -107,7 +114,10 @@ class ChEES:
         squares = sum(r.square().sum() for r in ratios)
         shift = 0.5 * math.log((cubes / squares).item())  # one synchronisation
         self.log_length -= shift
-        self.log_length_avg -= shift
+        if restart:
+            self.log_length_avg, self.squared_gradient, self.updates = 0.0, 0.0, 0
+        else:
+            self.log_length_avg -= shift
 
 
 def gradient(

@@ -293,10 +293,9 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
                     before = [v.clone() for v in inverse_mass] if self.adapt_length else None
                     windowed.close_window(state.buffers, windows.draws, chain_dims)
                     windows.draws = 0
-                    settling = self.burn_in - end  # iterations left for the step size
-                    state.adaptation = state.adaptation.restarted(
-                        explore=settling >= windowed.TERM_BUFFER
-                    )
+                    # iterations left for the step size and the length to settle
+                    settled = self.burn_in - end >= windowed.TERM_BUFFER
+                    state.adaptation = state.adaptation.restarted(explore=settled)
                     if before is not None:
-                        state.length.remeasure(before, inverse_mass)
+                        state.length.remeasure(before, inverse_mass, restart=settled)
                 return
