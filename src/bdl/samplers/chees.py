@@ -105,7 +105,8 @@ class ChEES:
         froze lengths that cost yacht's slowest test point two thirds of its ESS (174 against
         520, seed 2 of `scripts/bench_peers.py`'s ``bdl 16 fisher adapted``); with 50 left, on
         the hard posterior of `scripts/bench_hmc_adaptation.py`, restarting gave the slowest
-        point twice the ESS per gradient of carrying (1.32 against 0.63 per thousand, seeds 0-2).
+        point twice the ESS per gradient of carrying (1.32 against 0.63 per thousand with the
+        variances' mass, seeds 0-2).
         """
         ratios = [
             a.double() / b.double() for a, b in zip(inverse_mass, old_inverse_mass, strict=True)
