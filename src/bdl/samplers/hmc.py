@@ -293,9 +293,9 @@ class HMC(LeapfrogUpdate, MetropolisSampler):
                     before = [v.clone() for v in inverse_mass] if self.adapt_length else None
                     windowed.close_window(state.buffers, windows.draws, chain_dims)
                     windows.draws = 0
-                    # iterations left for the step size and the length to settle
-                    settled = self.burn_in - end >= windowed.TERM_BUFFER
-                    state.adaptation = state.adaptation.restarted(explore=settled)
+                    # Stan's terminal interval left for the step size and the length to settle
+                    time_to_settle = self.burn_in - end >= windowed.TERM_BUFFER
+                    state.adaptation = state.adaptation.restarted(explore=time_to_settle)
                     if before is not None:
-                        state.length.remeasure(before, inverse_mass, restart=settled)
+                        state.length.remeasure(before, inverse_mass, restart=time_to_settle)
                 return
