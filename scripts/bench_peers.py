@@ -183,13 +183,8 @@ BDL_YACHT = {
 }
 #: the fixed-length kernel that bdl's adaptive settings are set against: does adaptation pay?
 FIXED = "bdl 16 compiled"
-ADAPTIVE = [
-    "bdl 16 adapted",
-    "bdl 16 mass",
-    "bdl 16 length",
-    "bdl 16 fisher",
-    "bdl 16 fisher adapted",
-]
+#: the settings that learn a mass or a length over the same 16 compiled chains
+ADAPTIVE = [name for name in BDL_YACHT if name.startswith("bdl 16 ") and name != FIXED]
 #: the chains of bdl's best setting, and of the peers that run many
 CHAINS = 16
 MNIST = ["dataset=mnist", "sampler=sghmc", "device=cpu"]
