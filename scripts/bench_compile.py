@@ -5,7 +5,9 @@ alternating, so that machine noise hits both alike. Each run's first epoch, whic
 compile, is timed apart ("first"), from Inductor's on-disk cache as this machine holds it
 (``--fresh-cache``: an empty one, as on a new machine), and left out of the medians. Where the
 training set is one chunk (the default, yacht's), ``compile=true`` runs HMC's trajectories as one
-program (``bdl.samplers.metropolis.leapfrog_program``).
+program (``bdl.samplers.metropolis.leapfrog_program``); for SGLD and SGHMC, ``compile=true`` runs
+each epoch as one program (`bdl.runner.steppers`), timed here also against its steps taken one by
+one, each a call of the compiled gradient ("steps").
 
     python scripts/bench_compile.py [--chains 1 8] [--rounds 5] [--dataset yacht|boston|mnist]
         [--sampler hmc|sghmc|sghmc_uci] [--fresh-cache]
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import torch
 from bench_chains import DATASETS, SAMPLERS
-from benchtools import alternating_medians, composed, sampling, timed
+from benchtools import alternating_medians, composed, one_by_one, sampling, timed
 from torch._inductor.utils import fresh_cache
 
 
@@ -41,25 +43,33 @@ def main() -> None:
     print(f"{args.dataset}, {args.sampler}, seconds per epoch (median of {args.rounds})")
     print(
         f"{'K':>3} {'eager':>9} {'compiled':>9} {'compiled/eager':>15} {'first, eager':>13} "
-        f"{'first, compiled':>16}"
+        f"{'first, compiled':>16} {'steps':>9} {'compiled/steps':>15}"
     )
     with tempfile.TemporaryDirectory() as directory:
         for chains in args.chains:
-            eager, compiled = (
+            eager, compiled, steps = (
                 sampling(
                     composed([*base, f"chains={chains}", f"compile={flag}"]),
-                    Path(directory) / f"{chains}_{flag}",
+                    Path(directory) / f"{chains}_{name}",
                 )
-                for flag in ("false", "true")
+                for name, flag in (("eager", "false"), ("compiled", "true"), ("steps", "true"))
             )
+            # an epoch as one program where the sampler has one; else no column of steps
+            programs = compiled.steppers[0].program is not None
+            contenders = [eager.step_epoch, compiled.step_epoch]
+            if programs:
+                contenders.append(one_by_one(steps).step_epoch)
             torch._dynamo.reset()  # this run's compile is its own, not an earlier run's
             with fresh_cache() if args.fresh_cache else contextlib.nullcontext():
-                first = [timed(eager.step_epoch), timed(compiled.step_epoch)]
-            seconds = alternating_medians([eager.step_epoch, compiled.step_epoch], args.rounds)
-            print(
+                first = [timed(contender) for contender in contenders]
+            seconds = alternating_medians(contenders, args.rounds)
+            line = (
                 f"{chains:>3} {seconds[0]:>9.4f} {seconds[1]:>9.4f} "
                 f"{seconds[1] / seconds[0]:>15.3f} {first[0]:>13.2f} {first[1]:>16.2f}"
             )
+            if programs:
+                line += f" {seconds[2]:>9.4f} {seconds[1] / seconds[2]:>15.3f}"
+            print(line)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,8 @@
   BlackJAX's HMC kernel vmapped over 16 chains on the same log density, a jitted scan over the
   iterations.
 - **SGHMC on MNIST's MLP against BlackJAX's SGHMC** (Chen et al. 2014; Cabezas et al. 2024): an
-  epoch of bdl's SGHMC (burn-in: steps only; eager and with ``compile=true``), of BlackJAX's SGHMC
+  epoch of bdl's SGHMC (burn-in: steps only; eager, with ``compile=true``, which runs the epoch as
+  one compiled program, and with ``compile=true``'s steps taken one by one), of BlackJAX's SGHMC
   dynamics (its ``sgmcmc.diffusions.sghmc`` and ``sgmcmc.gradients.grad_estimator``, with bdl's step
   size and friction mapped onto its parameterisation, momentum kept across the epoch, one jitted
   scan over the epoch's minibatches) and of the bare PyTorch SGD-with-momentum loop that is the
@@ -137,6 +138,7 @@ from benchtools import (  # noqa: E402
     composed,
     cpu_seconds,
     machine_load,
+    one_by_one,
     sampling,
 )
 from omegaconf import DictConfig  # noqa: E402
@@ -856,11 +858,19 @@ def mnist(rounds: int) -> None:
         loop = sampling(cfg, Path(directory) / "sghmc")  # burn-in: steps only
         compiled_cfg = composed([*MNIST, *BDL_THREADS, "compile=true"])
         compiled = sampling(compiled_cfg, Path(directory) / "compiled")
+        steps = one_by_one(sampling(compiled_cfg, Path(directory) / "steps"))
         sghmc = loop.experiment
         blackjax = BlackJAXSGHMC(cfg, sghmc)
         # the warm-up epoch of each holds torch.compile's compilation
-        bare, ours, ours_compiled, theirs = alternating_times(
-            [bare_sgd_epoch(sghmc), loop.step_epoch, compiled.step_epoch, blackjax], rounds
+        bare, ours, ours_steps, ours_compiled, theirs = alternating_times(
+            [
+                bare_sgd_epoch(sghmc),
+                loop.step_epoch,
+                steps.step_epoch,
+                compiled.step_epoch,
+                blackjax,
+            ],
+            rounds,
         )
         torch_products, xla_products = alternating_times(first_layer_products(sghmc), rounds)
         with torch.no_grad():
@@ -875,6 +885,7 @@ def mnist(rounds: int) -> None:
     print(f"bare PyTorch SGD-momentum epoch: {statistics.median(bare) * 1e3:8.1f} ms (median)")
     contenders = (
         ("bdl SGHMC", ours),
+        ("bdl compiled steps SGHMC", ours_steps),
         ("bdl compiled SGHMC", ours_compiled),
         ("BlackJAX SGHMC", theirs),
     )
@@ -884,7 +895,11 @@ def mnist(rounds: int) -> None:
             f"{name + ' epoch:':<32} {statistics.median(times) * 1e3:8.1f} ms   / bare "
             f"{spread(ratios)}"
         )
-    for name, times in (("bdl", ours), ("bdl compile=true", ours_compiled)):
+    for name, times in (
+        ("bdl", ours),
+        ("bdl compiled steps", ours_steps),
+        ("bdl compile=true", ours_compiled),
+    ):
         ratios = [o / t for o, t in zip(times, theirs, strict=True)]
         print(f"{name} / BlackJAX epoch: {spread(ratios)}  (goal <= 1)")
     ratios = [t / x for t, x in zip(torch_products, xla_products, strict=True)]

@@ -41,6 +41,15 @@ def sampling(cfg: DictConfig, directory: Path, start_epoch: int = 0) -> Sampling
     return Sampling(experiments, loops, output, resumable_config(cfg), Signals())
 
 
+def one_by_one(loop: Sampling) -> Sampling:
+    """``loop`` with its minibatch steps taken one by one, each a call of the compiled gradient,
+    instead of an epoch as one compiled program (``compile=true``'s steps before the programs,
+    `bdl.runner.steppers`)."""
+    for stepper in loop.steppers:
+        stepper.program = None
+    return loop
+
+
 def bare_model(experiment: Experiment) -> nn.Module:
     """A freshly initialised network of the run's architecture, for the bare PyTorch loops."""
     model = copy.deepcopy(experiment.potential.model)

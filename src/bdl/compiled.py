@@ -3,11 +3,12 @@
 `bdl.potential.Potential` scales and sums; a `Compiler` runs what it hands over compiled: the
 data term's gradient (``torch.func.grad_and_value`` of the forward pass, one fused function per
 input shape, which removes most of a small network's per-operation cost), the prior's term, and a
-sampler's whole program on the full-data potential (`bdl.closures.Program`: HMC's trajectory as
-one compiled loop). Each function is compiled at its first call under its key (``torch.compile``
-then keys it on its input shapes too). Without a working compiler (Inductor needs a C++ compiler on
-the CPU) the first call warns once and everything goes on eagerly; a program that Dynamo cannot
-trace whole is given up after one warning, while the rest stays compiled.
+sampler's whole program (`bdl.closures.Program`: HMC's trajectory on the full-data potential, or
+an epoch of minibatch steps, as one compiled loop). Each function is compiled at its first call
+under its key (``torch.compile`` then keys it on its input shapes too). Without a working
+compiler (Inductor needs a C++ compiler on the CPU) the first call warns once and everything goes
+on eagerly; a program that Dynamo cannot trace whole is given up after one warning, while the rest
+stays compiled.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ log = logging.getLogger("bdl")
 FALLBACKS = {
     True: "compile=true: torch.compile failed (%s); computing gradients eagerly. Install a C++ "
     "compiler (g++) for Inductor on the CPU, or set compile=false",
-    False: "compile=true: the sampler's trajectory does not compile as one program (%s); its "
-    "steps are computed one by one",
+    False: "compile=true: the sampler's steps do not compile as one program (%s); they are "
+    "computed one by one",
 }
 
 #: ``f(params, x, y) -> value`` (one value, or one per chain), differentiable in ``params``
@@ -134,26 +135,28 @@ class Compiler:
     def program(
         self,
         key: Hashable,
-        potential: Callable[[list[Tensor], Tensor, Tensor], tuple[Tensor, Tensor]],
+        potential: Callable[..., tuple[Tensor, Tensor]],
         x: Tensor,
         y: Tensor,
+        *example: Any,
     ) -> Program:
         """The `Program` of a closure on the training set ``(x, y)`` whose potential at values
-        ``q`` is ``potential(q, x, y) -> (U summed over the chains, U of each chain)``: a
-        sampler's ``fn`` run as one compiled program, its ``evaluate(q)`` the gradient of the
-        first by ``torch.func`` and the second, a pure function that ``torch.compile`` traces
-        into ``fn``. The potential keeps constants of each layout from its first use (the
-        priors do), which a traced loop's body may not do: that first use is an eager
-        evaluation, before the program is compiled."""
+        ``q`` is ``potential(q, x, y, *at) -> (U summed over the chains, U of each chain)``: a
+        sampler's ``fn`` run as one compiled program, its ``evaluate(q, *at)`` the gradient of
+        the first by ``torch.func`` and the second, a pure function that ``torch.compile`` traces
+        into ``fn``. ``at`` says where in the data the potential is taken (a minibatch's
+        indices); the full-data potential takes none. The potential keeps constants of each
+        layout from its first use (the priors do), which a traced loop's body may not do: that
+        first use is an eager evaluation at ``example``, before the program is compiled."""
 
-        def evaluate(values: list[Tensor], x: Tensor, y: Tensor) -> Evaluation:
-            grads, value = torch.func.grad(potential, has_aux=True)(list(values), x, y)
+        def evaluate(values: list[Tensor], *at: Any, x: Tensor, y: Tensor) -> Evaluation:
+            grads, value = torch.func.grad(potential, has_aux=True)(list(values), x, y, *at)
             return value, grads
 
         def run(fn: Callable, params: list[Tensor], *args: Any) -> Any:
             def build() -> Callable:
                 with torch.no_grad():
-                    potential(list(params), x, y)
+                    potential(list(params), x, y, *example)
 
                 def program(x: Tensor, y: Tensor, *args: Any) -> Any:
                     return fn(functools.partial(evaluate, x=x, y=y), *args)

@@ -31,15 +31,31 @@ class StandardNormal:
         self._buffer = Buffer()
 
     def like(self, tensors: list[Tensor], generator: Generator) -> list[Tensor]:
-        if not isinstance(generator, list):
-            self._buffer.flat(tensors).normal_(generator=generator)
-            return self._buffer.like(tensors)
-        # one row per chain, laid out as that chain's own flat draw
-        rows = self._buffer.flat(tensors).view(len(generator), -1)
-        for row, chain_generator in zip(rows, generator, strict=True):
-            row.normal_(generator=chain_generator)
-        per_chain = [t.numel() // len(generator) for t in tensors]
-        return [z.view_as(t) for z, t in zip(rows.split(per_chain, dim=1), tensors, strict=True)]
+        flat = self._buffer.flat(tensors)
+        fill_normal(flat, generator)
+        return split_like(flat, tensors, len(generator) if isinstance(generator, list) else None)
+
+
+def fill_normal(flat: Tensor, generator: Generator) -> None:
+    """Fill ``flat``, one draw for every number of a list of tensors, from ``generator`` as
+    `StandardNormal.like` does: for the generators of ``K`` stacked chains, one row per chain,
+    laid out as that chain's own flat draw."""
+    if not isinstance(generator, list):
+        flat.normal_(generator=generator)
+        return
+    for row, chain_generator in zip(flat.view(len(generator), -1), generator, strict=True):
+        row.normal_(generator=chain_generator)
+
+
+def split_like(flat: Tensor, tensors: list[Tensor], chains: int | None) -> list[Tensor]:
+    """Views of ``flat``, filled by `fill_normal`, shaped like ``tensors``: for ``chains``
+    stacked chains (None: one chain), each chain's row split into its part of each tensor."""
+    if chains is None:
+        parts = flat.split([t.numel() for t in tensors])
+        return [z.view_as(t) for z, t in zip(parts, tensors, strict=True)]
+    rows = flat.view(chains, -1)
+    per_chain = [t.numel() // chains for t in tensors]
+    return [z.view_as(t) for z, t in zip(rows.split(per_chain, dim=1), tensors, strict=True)]
 
 
 def uniform(shape: torch.Size, generator: Generator, device: torch.device) -> Tensor:

@@ -248,18 +248,66 @@ class Potential:
         potential = functools.partial(self._potential_at, stacked=stacked)
         return self._compiler.program(("program", stacked), potential, x, y)
 
-    def _potential_at(
-        self, values: list[Tensor], x: Tensor, y: Tensor, stacked: bool
+    def minibatch_program(
+        self, x: Tensor, y: Tensor, chains: int | None = None, shared: bool = False
+    ) -> Program | None:
+        """With ``compile``, the `Program` of minibatch steps on the training set ``(x, y)``:
+        its ``evaluate(q, index, prior_weight)`` is `closure`'s ``U_T`` and gradient on the
+        minibatch of rows ``index`` at values ``q`` (for ``chains`` stacked chains, a row of
+        ``index`` per chain, or one row ``shared`` by all), so that a sampler runs an epoch of
+        steps, the gathers included, without Python between them. None where the potential
+        cannot be traced whole (a prior not in closed form, a potential summed over processes)."""
+        if self._compiler is None or not self._compiler.programs or self.reduce is not None:
+            return None
+        if not self._closed_form_prior:
+            return None
+        stacked = chains is not None
+        potential = functools.partial(self._minibatch_at, stacked=stacked, shared=shared)
+        rows = (chains, 1) if stacked and not shared else (1,)
+        example = (torch.zeros(rows, dtype=torch.long, device=x.device), 1.0)
+        return self._compiler.program(("minibatches", stacked, shared), potential, x, y, *example)
+
+    def _minibatch_at(
+        self,
+        values: list[Tensor],
+        x: Tensor,
+        y: Tensor,
+        index: Tensor,
+        prior_weight: Tensor | float,
+        stacked: bool,
+        shared: bool,
     ) -> tuple[Tensor, Tensor]:
-        """``U_T`` on the whole training set ``(x, y)`` at the values ``values``, aligned with
-        `params` (stacked chains, a value each, where ``stacked``), as a pure function for
-        `_program`: summed over the chains, to be differentiated, and each chain's in
-        float64."""
+        """`_potential_at` on the rows ``index`` of ``(x, y)``, weighted as `closure` weighs a
+        minibatch, as a pure function for `minibatch_program`."""
+        rows = index.reshape(-1)
+        x = x.index_select(0, rows).unflatten(0, index.shape)
+        y = y.index_select(0, rows).unflatten(0, index.shape)
+        data_dim = 0 if stacked and not shared else None
+        data_weight = self.num_data / index.shape[-1]
+        return self._potential_at(values, x, y, stacked, data_dim, data_weight, prior_weight)
+
+    def _potential_at(
+        self,
+        values: list[Tensor],
+        x: Tensor,
+        y: Tensor,
+        stacked: bool,
+        data_dim: int | None = None,
+        data_weight: float = 1.0,
+        prior_weight: Tensor | float = 1.0,
+    ) -> tuple[Tensor, Tensor]:
+        """``U_T`` on ``(x, y)`` at the values ``values``, aligned with `params` (stacked
+        chains, a value each, where ``stacked``; ``data_dim`` as in `_chain_log_likelihood`),
+        the log-likelihood weighted by ``data_weight`` (``N / n`` for a minibatch, 1 for the
+        whole training set) and the prior by ``prior_weight``, as a pure function for the
+        programs (`_program`, `minibatch_program`): summed over the chains, to be
+        differentiated, and each chain's in float64."""
         model = dict(zip(self.model_params, values, strict=False))  # the model's come first
-        log_lik = self._log_likelihood_at(values, x, y, stacked)
+        log_lik = data_weight * self._log_likelihood_at(values, x, y, stacked, data_dim)
         log_prior = (self.prior.chain_log_prob if stacked else self.prior.log_prob)(model)
         if self._samples_likelihood:
             log_prior = log_prior + self.likelihood.log_prior_grad(values[len(model) :])[0]
+        log_prior = prior_weight * log_prior
         value = -(log_lik.double() + log_prior.double()) / self.temperature
         return (-(log_lik + log_prior) / self.temperature).sum(), value
 

@@ -27,6 +27,7 @@ from bdl.composition.config import ConfigError
 from bdl.composition.network import load_data
 from bdl.metrics import ClassificationAverage, RegressionAverage
 from bdl.runner import run as runner
+from bdl.runner import steppers
 from bdl.runner.checkpoint import CheckpointError
 from bdl.runner.interrupts import Interrupted, resume_command
 from bdl.runner.loop import Loop
@@ -332,6 +333,37 @@ def test_sigterm_checkpoints_and_resumes_bitwise(
     assert [m for m in resumed_messages if m.startswith(("NOT ", "WARNING", "note"))] == (
         said_of_verdict
     )
+
+
+@pytest.mark.parametrize("chains", [1, 2])
+def test_a_compiled_epoch_stopped_between_its_programs_resumes_bitwise(
+    uci_root, tmp_path, monkeypatch, compiler, chains
+):
+    """With ``compile=true`` an epoch of SGHMC runs as programs of a span of steps each (here
+    three, then the one left of the tiny set's four); a signal is heard between them, and the run
+    stopped there resumes to the run not stopped, bit for bit."""
+    numel = 3 * 8 + 8 + 8 + 1 + 1  # the tiny MLP's weights and biases, and the noise precision
+    monkeypatch.setattr(steppers, "PROGRAM_DRAWS", 3 * numel * chains)
+    overrides = ["compile=true", f"chains={chains}", "checkpoint_every=100"]
+    runner.run(config(uci_root, *overrides), tmp_path / "whole")
+    real = steppers.Stepper.advance
+    spans = []
+
+    def signalled(self, *args, **kwargs):
+        if len(spans) == 4:  # the first span of epoch 3
+            signal.raise_signal(signal.SIGTERM)
+        spans.append(real(self, *args, **kwargs))
+        return spans[-1]
+
+    monkeypatch.setattr(steppers.Stepper, "advance", signalled)
+    with pytest.raises(Interrupted):
+        runner.run(config(uci_root, *overrides), tmp_path / "stopped")
+    assert spans == [3, 1, 3, 1, 3]  # the epochs' steps were the programs'
+    status = json.loads((tmp_path / "stopped" / "metrics.json").read_text())
+    assert (status["epoch"], status["step"]) == (2, 3)
+    monkeypatch.setattr(steppers.Stepper, "advance", real)
+    runner.run(config(uci_root, *overrides, "resume=true"), tmp_path / "stopped")
+    assert outputs(tmp_path / "stopped") == outputs(tmp_path / "whole")
 
 
 def test_a_directory_holding_a_run_is_refused_and_left_alone(uci_root, tmp_path):

@@ -144,10 +144,18 @@ def test_stacked_chains_follow_the_single_chain_runs(uci_root, tmp_path, name):
                 )
 
 
-#: compile=true's cases: a minibatch sampler, HMC on chunks (its gradient compiled), and HMC on
-#: the training set in one chunk (its trajectory compiled as one program)
+#: compile=true's cases: minibatch samplers, whose epochs are compiled as one program (with a
+#: cyclical schedule's changing step and steps without noise; an online noise estimate, made step
+#: by step in burn-in, then read by the program; minibatches shared by the chains), HMC on chunks
+#: (its gradient compiled), and HMC on the training set in one chunk (its trajectory compiled as
+#: one program)
 COMPILED = {
     "sgld": STACKED["sgld"],
+    "sgld cyclical schedule": [*STACKED["sgld"], "schedule=cyclical"],
+    "sghmc online noise estimate, shared minibatches": [
+        *STACKED["sghmc online noise estimate"],
+        "shared_minibatches=true",
+    ],
     "hmc": STACKED["hmc"],
     "hmc one chunk": [*STACKED["hmc"], "batch_size=100000"],
 }

@@ -156,18 +156,19 @@ class Sampling:
         exp, position = stepper.experiment, stepper.loops[0]
         epoch, scale = position.epoch, position.step_scale
         stepper.begin_epoch()
-        for i in range(position.step, exp.run.steps_per_epoch):
+        first, end = epoch * exp.run.steps_per_epoch, exp.run.steps_per_epoch
+
+        def setting(i: int) -> tuple[float, bool]:
+            return exp.run.schedule(first + i) * scale, not exp.run.schedule.explores(first + i)
+
+        i = position.step
+        while i < end:
             if self._stop_requested():
                 stepper.sync()
                 return False
-            t = epoch * exp.run.steps_per_epoch + i
-            stepper.step(
-                i,
-                lr_scale=exp.run.schedule(t) * scale,
-                noise=not exp.run.schedule.explores(t),
-                tune=epoch < exp.run.burn_in,
-            )
-            if (t + 1) % exp.run.gibbs_every == 0 and exp.potential.has_gibbs_step:
+            # one step, or a span of them as one program (never where a Gibbs step comes between)
+            i += stepper.advance(i, end, setting, tune=epoch < exp.run.burn_in)
+            if (first + i) % exp.run.gibbs_every == 0 and exp.potential.has_gibbs_step:
                 stepper.gibbs_step()
         stepper.sync()
         if self._stop_requested():

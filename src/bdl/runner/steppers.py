@@ -35,6 +35,15 @@ initial network and noise. The chains' minibatch noise is then one sequence, eva
 chain's own position; what that buys, a stacked step that gathers one minibatch and reads it
 once for all chains' products, is measured by ``scripts/bench_chains.py``.
 
+**An epoch as one program.** With ``compile=true``, a sampler that declares ``epoch_program``
+(SGLD, SGHMC) takes its minibatch steps as one compiled program (`Stepper.advance`,
+`bdl.samplers.base.minibatch_program`): the gathers, the forward and backward passes and the
+updates of a span of steps run in one ``torch.while_loop``, without Python between them. The span's
+noise is drawn before it, step by step and chain by chain from the same generators as the steps
+taken one by one draw it, and its minibatch orders are the epoch's; a signal is heard between spans
+(an epoch of MNIST's MLP is one span, `PROGRAM_DRAWS`), and a stop between spans resumes bitwise.
+Where the program cannot be compiled, the steps are taken one by one.
+
 Each chain's network keeps its own parameter objects, which become views of the stacked tensors
 (``param.data = stacked[k]``), and each chain's loop state is pointed at its slice of the stacked
 sampler state (`Stepper.sync`): evaluation, sample stores, checkpoints and resume read
@@ -44,19 +53,31 @@ and write every chain exactly as in a run whose chains are stepped in turn.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
-from bdl.closures import Closure
+from bdl.closures import Closure, Program
 from bdl.data.augment import random_crop_flip
+from bdl.noise import fill_normal
 from bdl.runner.experiment import Experiment
 from bdl.runner.loop import Loop
-from bdl.samplers.base import Cached, Sampler, SamplerState, cached
+from bdl.samplers.base import Cached, Sampler, SamplerState, cached, minibatch_program
 
 log = logging.getLogger("bdl")
+
+#: Standard normal numbers drawn ahead of one program of minibatch steps (32 MiB in float32):
+#: an epoch of MNIST's 784-100-10 network (79 510 weights, 100 steps) is one program, a larger
+#: network's epoch several, between which a signal is heard.
+PROGRAM_DRAWS = 2**23
+
+#: ``setting(s) -> (lr_scale, noise)``: the schedule's step-size multiplier of step ``s`` of the
+#: epoch and whether it injects noise
+Setting = Callable[[int], tuple[float, bool]]
 
 
 def steppers(experiments: list[Experiment], loops: list[Loop]) -> list[Stepper]:
@@ -102,6 +123,20 @@ class Stepper(ABC):
         self.experiment = experiments[0]  # the first chain, whose run settings all share
         self.sampler, self.state = sampler, state
         self._reset_tallies()
+        run, potential = self.experiment.run, self.experiment.potential
+        self.program: Program | None = None
+        if sampler.declaration.epoch_program and not run.augment and not potential.has_gibbs_step:
+            self.program = self.minibatch_program()
+        generator = sampler.generator
+        self._chains = len(generator) if isinstance(generator, list) else None
+        # built once: the function is the compiled program's key
+        self._program_fn = functools.partial(
+            minibatch_program, update=sampler.update_values, chains=self._chains
+        )
+        numel = sum(p.numel() for p in state.params)
+        #: the steps of one program: the epoch's, or as many as `PROGRAM_DRAWS` numbers draw for
+        self._span = max(1, min(run.steps_per_epoch, PROGRAM_DRAWS // max(numel, 1)))
+        self._draws: Tensor | None = None
 
     def begin_epoch(self) -> None:
         """Draw each chain's minibatch order for its epoch, unless it has one: a stop caught
@@ -118,20 +153,98 @@ class Stepper(ABC):
     def closure(self, step: int) -> Closure:
         """The closure of step ``step`` of the epoch, for every chain the stepper moves."""
 
+    @abstractmethod
+    def minibatch_program(self) -> Program | None:
+        """The potential's `Program` of minibatch steps for the chains the stepper moves
+        (`bdl.potential.Potential.minibatch_program`), or None without ``compile``."""
+
+    @abstractmethod
+    def indices(self, step: int, count: int) -> Tensor:
+        """The minibatches' rows of steps ``step`` to ``step + count`` of the epoch, one row of
+        the result a step's (for stacked chains, the chains' rows of it)."""
+
+    def advance(self, step: int, end: int, setting: Setting, tune: bool) -> int:
+        """Step ``step`` of the epoch in every chain, or, where the run's steps compile as one
+        program, steps ``step`` onwards up to ``end`` (the module's docstring); returns how many
+        steps it took."""
+        if self.program is not None:
+            count = min(end - step, self._span)
+            if self._run_program(step, count, setting, tune):
+                return count
+        self.step(step, *setting(step), tune)
+        return 1
+
     def step(self, step: int, lr_scale: float, noise: bool, tune: bool) -> None:
         """Step ``step`` of the epoch in every chain; its potentials and Metropolis decisions
         are tallied, and handed to the chains' loops by `sync`."""
         self.state = self.sampler.step(self.state, self.closure(step), lr_scale, noise, tune)
         info = self.state.info
-        potentials = info["potential"].reshape(-1)  # one per chain
-        self._potentials.append(potentials)
+        self._tally(info["potential"].reshape(1, -1))  # one per chain
         if "accepted" in info:  # this step made a Metropolis test in every chain
             self._accepted = self._accepted + info["accepted"].double().reshape(-1)
             self._divergent = self._divergent + info["diverging"].double().reshape(-1)
             self._tests += 1
-        self._steps += 1
+
+    @torch.no_grad()
+    def _run_program(self, step: int, count: int, setting: Setting, tune: bool) -> bool:
+        """Steps ``step`` to ``step + count`` as one program; False, with nothing drawn or
+        moved, where this span must be stepped one by one (its sampler watches its gradients
+        while tuning, or the program failed to compile)."""
+        sampler, state, span = self.sampler, self.state, self._span
+        sampler.tuning = tune
+        settings = [setting(s) for s in range(step, step + count)]
+        rows = [sampler.coefficients(sampler.lr * lr_scale) for lr_scale, _ in settings]
+        if rows[0] is None:
+            return False
+        like = state.params[0]
+        if self._draws is None:
+            numel = sum(p.numel() for p in state.params)
+            self._draws = torch.empty(span, numel, dtype=like.dtype, device=like.device)
+        generators = [g for g in self._generators() if g is not None]
+        before = [g.get_state() for g in generators]
+        for draws, (_, noise) in zip(self._draws, settings, strict=False):
+            if noise:
+                fill_normal(draws, sampler.generator)
+            else:
+                draws.zero_()
+        pad = span - count
+        table = torch.tensor(rows + rows[-1:] * pad, dtype=like.dtype, device=like.device)
+        steps_per_epoch = self.experiment.run.steps_per_epoch
+        weights = [sampler.prior_weight(s, steps_per_epoch) for s in range(step, step + count)]
+        weights = torch.tensor(weights + [0.0] * pad, dtype=like.dtype, device=like.device)
+        indices = self.indices(step, count)
+        indices = torch.cat([indices, indices[:1].expand(pad, *indices.shape[1:])])
+        shape = (span,) if self._chains is None else (span, self._chains)
+        potentials = torch.zeros(shape, dtype=like.dtype, device=like.device)
+        # two tensors: inputs that share memory would alias the loop's carried counter
+        start, stop = (torch.tensor(s, device=like.device) for s in (0, count))
+        inputs = (state.buffers, start, stop, indices, weights, table, self._draws, potentials)
+        result = self.program(self._program_fn, state.params, *inputs)
+        if result is None:  # not compiled: the steps are taken one by one, with the same draws
+            for generator, saved in zip(generators, before, strict=True):
+                generator.set_state(saved)
+            self.program = None
+            return False
+        params, buffers, potentials = result
+        torch._foreach_copy_(state.params, params)
+        for name, values in buffers.items():
+            torch._foreach_copy_(state.buffers[name], values)
+        state.step += count
+        state.grad_evals += count
+        state.info["potential"] = potentials[count - 1]
+        self._tally(potentials[:count].reshape(count, -1))
+        return True
+
+    def _generators(self) -> list[torch.Generator | None]:
+        generator = self.sampler.generator
+        return generator if isinstance(generator, list) else [generator]
+
+    def _tally(self, potentials: Tensor) -> None:
+        """Tally the potentials of steps just taken: one row per step, one value per chain."""
+        self._potentials.extend(potentials.unbind(0))
+        self._steps += len(potentials)
         if self.loops[0].initial_potential is None:  # once a run: the divergence yardstick
-            for loop, value in zip(self.loops, potentials.tolist(), strict=True):
+            for loop, value in zip(self.loops, potentials[0].tolist(), strict=True):
                 loop.initial_potential = value
 
     def gibbs_step(self) -> None:
@@ -179,6 +292,14 @@ class ChainStepper(Stepper):
         if exp.run.augment:
             x = random_crop_flip(x, exp.generators["data"])
         return exp.potential.closure(x, y, self.sampler.prior_weight(step, exp.run.steps_per_epoch))
+
+    def minibatch_program(self) -> Program | None:
+        run = self.experiment.run
+        return self.experiment.potential.minibatch_program(run.x_train, run.y_train)
+
+    def indices(self, step: int, count: int) -> Tensor:
+        n = self.experiment.run.batch_size
+        return self.loops[0].order[step * n : (step + count) * n].view(count, n)
 
     def sync(self) -> None:
         self.loops[0].sampler = self.state
@@ -244,6 +365,20 @@ class StackedStepper(Stepper):
         x = first.run.x_train.index_select(0, index.flatten()).unflatten(0, index.shape)
         y = first.run.y_train.index_select(0, index.flatten()).unflatten(0, index.shape)
         return potential.chain_closure(self.params, x, y, prior_weight)
+
+    def minibatch_program(self) -> Program | None:
+        run = self.experiment.run
+        return self.experiment.potential.minibatch_program(
+            run.x_train, run.y_train, len(self.loops), shared=run.shared_minibatches
+        )
+
+    def indices(self, step: int, count: int) -> Tensor:
+        """With ``shared_minibatches``, the first chain's rows, which every chain takes."""
+        n = self.experiment.run.batch_size
+        span = self.orders[:, step * n : (step + count) * n]
+        if self.experiment.run.shared_minibatches:
+            return span[0].view(count, n)
+        return span.unflatten(1, (count, n)).transpose(0, 1)
 
     def sync(self) -> None:
         """Also point each chain's loop state at its slice of the stacked state (buffers a step

@@ -58,8 +58,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from bdl.closures import Closure
-from bdl.noise import Generator, StandardNormal
+from bdl.closures import Closure, Evaluation
+from bdl.noise import Generator, StandardNormal, split_like
 from bdl.potential import Potential
 
 #: The training set in order, in chunks: ``batches()`` yields ``(x, y)`` pairs covering all N.
@@ -115,6 +115,10 @@ class Declaration:
             burn-in when the potential climbs (`bdl.runner.stability`).
         needs_trained_start: it expands the posterior around a trained network, given by
             ``init_from`` (Laplace).
+        epoch_program: its minibatch update is also a pure function of tensors
+            (`Sampler.coefficients`, `Sampler.update_values`), so that with ``compile=true``
+            the runner takes an epoch of its steps as one compiled program (`minibatch_program`).
+            Such a sampler gathers nothing after its steps (`Sampler.after_step`).
     """
 
     step_unit: str
@@ -124,12 +128,15 @@ class Declaration:
     minibatch_noise: bool = False
     backs_off: bool = False
     needs_trained_start: bool = False
+    epoch_program: bool = False
 
     def __post_init__(self) -> None:
         if self.step_unit not in STEP_UNITS:
             raise ValueError(f"step_unit must be one of {STEP_UNITS}, got {self.step_unit!r}")
         if self.full_batch and self.minibatch_noise:
             raise ValueError("a full-batch kernel has no minibatch noise to sample with")
+        if self.full_batch and self.epoch_program:
+            raise ValueError("a full-batch kernel takes one step an epoch: no minibatch program")
 
 
 @dataclass
@@ -287,7 +294,96 @@ class Sampler(ABC):
         self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
     ) -> None: ...
 
+    def coefficients(self, step_size: float) -> list[float] | None:
+        """The scalars of one step of `update_values` at ``step_size``, for a sampler that
+        declares ``epoch_program``; None where this step must be taken by `step` (a kernel that
+        watches its gradients while tuning)."""
+        raise NotImplementedError(f"{type(self).__name__} does not declare epoch_program")
+
+    def update_values(
+        self,
+        params: list[Tensor],
+        buffers: dict[str, list[Tensor]],
+        grads: list[Tensor],
+        coefficients: Tensor,
+        draws: list[Tensor],
+    ) -> tuple[list[Tensor], dict[str, list[Tensor]]]:
+        """`_update_foreach` as a pure function that ``torch.compile`` traces into an epoch's
+        program (`minibatch_program`): the new parameters and buffers from ``params``,
+        ``buffers`` and the gradients ``grads``, with the step's `coefficients` as a 1-d tensor
+        and its standard normal ``draws`` shaped like ``params`` (zeros where the step injects
+        no noise). Returns new tensors, or a buffer it leaves as it was."""
+        raise NotImplementedError(f"{type(self).__name__} does not declare epoch_program")
+
     def gaussian_like(self, tensors: list[Tensor]) -> list[Tensor]:
         """Standard normal draws shaped like ``tensors`` from the sampler's generator
         (`bdl.noise.StandardNormal`: one draw, overwritten by the next call)."""
         return self._normal.like(tensors, self.generator)
+
+
+#: `Sampler.update_values`: ``(params, buffers, grads, coefficients, draws) -> (params, buffers)``
+PureUpdate = Callable[
+    [list[Tensor], dict[str, list[Tensor]], list[Tensor], Tensor, list[Tensor]],
+    tuple[list[Tensor], dict[str, list[Tensor]]],
+]
+
+
+def minibatch_program(
+    evaluate: Callable[[list[Tensor], Tensor, Tensor], Evaluation],
+    params: list[Tensor],
+    buffers: dict[str, list[Tensor]],
+    start: Tensor,
+    stop: Tensor,
+    indices: Tensor,
+    prior_weights: Tensor,
+    coefficients: Tensor,
+    draws: Tensor,
+    potentials: Tensor,
+    *,
+    update: PureUpdate,
+    chains: int | None,
+) -> tuple[list[Tensor], dict[str, list[Tensor]], Tensor]:
+    """The minibatch steps of the rows ``start`` to ``stop`` of the inputs, each
+    ``evaluate(θ, indices[s], prior_weights[s])`` (the potential and its gradient on the
+    minibatch of rows ``indices[s]``, `bdl.potential.Potential.minibatch_program`) and then
+    ``update`` with ``coefficients[s]`` and ``draws[s]`` (laid out as `bdl.noise.fill_normal`
+    draws for ``chains`` stacked chains, None: one), as one program for ``torch.compile``, its
+    loop a ``torch.while_loop``: an epoch of SGLD or SGHMC without Python between its steps.
+    The inputs have a fixed number of rows, of which ``start`` to ``stop`` (0-dim tensors) are
+    used, so that an epoch's last, shorter span reuses the compiled program. Returns the
+    parameters and buffers after the last step, as new tensors, and ``potentials`` with row
+    ``s`` the ``U`` of step ``s``."""
+    size, names = len(params), list(buffers)
+
+    def proceed(step: Tensor, *carried: Tensor) -> Tensor:
+        return step < stop
+
+    def minibatch_step(step: Tensor, potentials: Tensor, *carried: Tensor) -> tuple[Tensor, ...]:
+        row = step.reshape(1)  # rows are taken by index_select: an index by item() breaks the trace
+        params = list(carried[:size])
+        buffers = {
+            name: list(carried[size * (j + 1) : size * (j + 2)]) for j, name in enumerate(names)
+        }
+        index, prior_weight = indices.index_select(0, row)[0], prior_weights.index_select(0, row)
+        value, grads = evaluate(params, index, prior_weight[0])
+        shaped = split_like(draws.index_select(0, row).reshape(-1), params, chains)
+        new_params, new_buffers = update(
+            params, buffers, grads, coefficients.index_select(0, row)[0], shaped
+        )
+        # a loop's body may not hand back its input: a buffer the update left is copied
+        kept = [
+            b.clone() if any(b is old for old in buffers[name]) else b
+            for name in names
+            for b in new_buffers[name]
+        ]
+        potentials = potentials.index_copy(0, row, value.to(potentials.dtype).unsqueeze(0))
+        return (step + 1, potentials, *new_params, *kept)
+
+    # the counter starts from ``start``, an input: one made inside the program would be one more
+    # kernel for Inductor to compile (`bdl.samplers.metropolis.leapfrog_program`)
+    carried = (start, potentials, *params, *(b for name in names for b in buffers[name]))
+    _, potentials, *carried = torch.while_loop(proceed, minibatch_step, carried)
+    new_buffers = {
+        name: list(carried[size * (j + 1) : size * (j + 2)]) for j, name in enumerate(names)
+    }
+    return list(carried[:size]), new_buffers, potentials

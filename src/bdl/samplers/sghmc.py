@@ -52,7 +52,9 @@ from bdl.samplers.gradient_noise import observing
 class SGHMC(Sampler):
     """SGHMC with learning rate ``lr`` ($\\eta$) and friction ``alpha`` ($\\alpha$)."""
 
-    declaration = Declaration(step_unit="per datum", vectorisable=True, backs_off=True)
+    declaration = Declaration(
+        step_unit="per datum", vectorisable=True, backs_off=True, epoch_program=True
+    )
 
     def __init__(
         self,
@@ -120,6 +122,33 @@ class SGHMC(Sampler):
             else:
                 torch._foreach_addcmul_(v, self.gaussian_like(v), std)
         torch._foreach_add_(state.params, v)
+
+    def coefficients(self, step_size: float) -> list[float] | None:
+        if self.tuning and self.online:  # the gradients are watched step by step
+            return None
+        friction = self._friction
+        return [1 - friction, step_size, self._noise_std(step_size), friction]
+
+    def update_values(
+        self,
+        params: list[Tensor],
+        buffers: dict[str, list[Tensor]],
+        grads: list[Tensor],
+        coefficients: Tensor,
+        draws: list[Tensor],
+    ) -> tuple[list[Tensor], dict[str, list[Tensor]]]:
+        decay, eta, noise_std, friction = coefficients.unbind()
+        v = torch._foreach_mul(buffers["momentum"], decay)
+        v = torch._foreach_sub(v, torch._foreach_mul(grads, eta))
+        if self.online and "grad_var" in buffers:  # elementwise, as `_online_noise_std`
+            # per tensor: a foreach sum with a tensor's value is read out of it, which a program
+            # may not do
+            variances = buffers["grad_var"]
+            std = [(friction - 0.5 * eta * V).clamp(min=0).mul(2 * eta).sqrt() for V in variances]
+            v = torch._foreach_add(v, torch._foreach_mul(draws, std))
+        else:
+            v = torch._foreach_add(v, torch._foreach_mul(draws, noise_std))
+        return torch._foreach_add(params, v), {**buffers, "momentum": v}
 
     def _update_loop(
         self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool

@@ -25,7 +25,9 @@ from bdl.samplers.base import Declaration, Sampler, SamplerState
 class SGLD(Sampler):
     """SGLD with step size ``lr`` ($\\epsilon$)."""
 
-    declaration = Declaration(step_unit="per datum", vectorisable=True, backs_off=True)
+    declaration = Declaration(
+        step_unit="per datum", vectorisable=True, backs_off=True, epoch_program=True
+    )
 
     def _update_foreach(
         self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
@@ -34,6 +36,21 @@ class SGLD(Sampler):
         if noise:
             draws = self.gaussian_like(state.params)
             torch._foreach_add_(state.params, draws, alpha=math.sqrt(step_size))
+
+    def coefficients(self, step_size: float) -> list[float]:
+        return [step_size / 2, math.sqrt(step_size)]
+
+    def update_values(
+        self,
+        params: list[Tensor],
+        buffers: dict[str, list[Tensor]],
+        grads: list[Tensor],
+        coefficients: Tensor,
+        draws: list[Tensor],
+    ) -> tuple[list[Tensor], dict[str, list[Tensor]]]:
+        half_step, noise_std = coefficients[0], coefficients[1]
+        moved = torch._foreach_sub(params, torch._foreach_mul(grads, half_step))
+        return torch._foreach_add(moved, torch._foreach_mul(draws, noise_std)), buffers
 
     def _update_loop(
         self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
