@@ -190,18 +190,42 @@ class Stepper(ABC):
         """Steps ``step`` to ``step + count`` as one program; False, with nothing drawn or
         moved, where this span must be stepped one by one (its sampler watches its gradients
         while tuning, or the program failed to compile)."""
-        sampler, state, span = self.sampler, self.state, self._span
+        sampler, state = self.sampler, self.state
         sampler.tuning = tune
         settings = [setting(s) for s in range(step, step + count)]
         rows = [sampler.coefficients(sampler.lr * lr_scale) for lr_scale, _ in settings]
         if rows[0] is None:
             return False
-        like = state.params[0]
-        if self._draws is None:
-            numel = sum(p.numel() for p in state.params)
-            self._draws = torch.empty(span, numel, dtype=like.dtype, device=like.device)
         generators = [g for g in self._generators() if g is not None]
         before = [g.get_state() for g in generators]
+        inputs = self._program_inputs(step, settings, rows)
+        result = self.program(self._program_fn, state.params, state.buffers, *inputs)
+        if result is None:  # not compiled: the steps are taken one by one, with the same draws
+            for generator, saved in zip(generators, before, strict=True):
+                generator.set_state(saved)
+            self.program = None
+            return False
+        params, buffers, potentials = result
+        torch._foreach_copy_(state.params, params)
+        for name, values in buffers.items():
+            torch._foreach_copy_(state.buffers[name], values)
+        state.step += count
+        state.grad_evals += count
+        state.info["potential"] = potentials[count - 1]
+        self._tally(potentials[:count].reshape(count, -1))
+        return True
+
+    def _program_inputs(
+        self, step: int, settings: list[tuple[float, bool]], rows: list[list[float]]
+    ) -> tuple[Tensor, ...]:
+        """`minibatch_program`'s inputs after the state for the steps from ``step`` with the
+        ``settings`` and the sampler's coefficients ``rows``, each of the span's rows (the last
+        ones unused where fewer steps remain); the steps' noise drawn into the kept buffer."""
+        sampler, span, count = self.sampler, self._span, len(settings)
+        like = self.state.params[0]
+        if self._draws is None:
+            numel = sum(p.numel() for p in self.state.params)
+            self._draws = torch.empty(span, numel, dtype=like.dtype, device=like.device)
         for draws, (_, noise) in zip(self._draws, settings, strict=False):
             if noise:
                 fill_normal(draws, sampler.generator)
@@ -218,22 +242,7 @@ class Stepper(ABC):
         potentials = torch.zeros(shape, dtype=like.dtype, device=like.device)
         # two tensors: inputs that share memory would alias the loop's carried counter
         start, stop = (torch.tensor(s, device=like.device) for s in (0, count))
-        inputs = (state.buffers, start, stop, indices, weights, table, self._draws, potentials)
-        result = self.program(self._program_fn, state.params, *inputs)
-        if result is None:  # not compiled: the steps are taken one by one, with the same draws
-            for generator, saved in zip(generators, before, strict=True):
-                generator.set_state(saved)
-            self.program = None
-            return False
-        params, buffers, potentials = result
-        torch._foreach_copy_(state.params, params)
-        for name, values in buffers.items():
-            torch._foreach_copy_(state.buffers[name], values)
-        state.step += count
-        state.grad_evals += count
-        state.info["potential"] = potentials[count - 1]
-        self._tally(potentials[:count].reshape(count, -1))
-        return True
+        return start, stop, indices, weights, table, self._draws, potentials
 
     def _generators(self) -> list[torch.Generator | None]:
         generator = self.sampler.generator
