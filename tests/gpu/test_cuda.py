@@ -202,9 +202,20 @@ def test_chain_k_is_the_single_chain_run_seeded_seed_plus_k(uci_root, tmp_path, 
     steppers.test_chain_k_is_the_single_chain_run_seeded_seed_plus_k(uci_root, tmp_path, name)
 
 
-@pytest.mark.parametrize("name", ["hmc one chunk"])  # HMC's trajectory as one program
+# HMC's trajectory as one program, and an SG-MCMC epoch as one
+@pytest.mark.parametrize(
+    "name", ["hmc one chunk", "sgld", "sghmc online noise estimate, shared minibatches"]
+)
 def test_compiled_runs_follow_the_eager_ones(uci_root, tmp_path, name, compiler):
     steppers.test_compiled_runs_follow_the_eager_ones(uci_root, tmp_path, name, compiler)
+
+
+def test_a_compiled_epoch_stopped_between_its_programs_resumes_bitwise(
+    uci_root, tmp_path, monkeypatch, compiler
+):
+    resume.test_a_compiled_epoch_stopped_between_its_programs_resumes_bitwise(
+        uci_root, tmp_path, monkeypatch, compiler, chains=2
+    )
 
 
 @pytest.mark.parametrize(
