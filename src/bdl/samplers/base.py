@@ -355,15 +355,17 @@ def minibatch_program(
     ``s`` the ``U`` of step ``s``."""
     size, names = len(params), list(buffers)
 
+    def unflattened(carried: list[Tensor]) -> tuple[list[Tensor], dict[str, list[Tensor]]]:
+        """The parameters and the buffers, by name, of the loop's flat carried tensors."""
+        named = {name: carried[size * (j + 1) : size * (j + 2)] for j, name in enumerate(names)}
+        return carried[:size], named
+
     def proceed(step: Tensor, *carried: Tensor) -> Tensor:
         return step < stop
 
     def minibatch_step(step: Tensor, potentials: Tensor, *carried: Tensor) -> tuple[Tensor, ...]:
         row = step.reshape(1)  # rows are taken by index_select: an index by item() breaks the trace
-        params = list(carried[:size])
-        buffers = {
-            name: list(carried[size * (j + 1) : size * (j + 2)]) for j, name in enumerate(names)
-        }
+        params, buffers = unflattened(list(carried))
         index, prior_weight = indices.index_select(0, row)[0], prior_weights.index_select(0, row)
         value, grads = evaluate(params, index, prior_weight[0])
         shaped = split_like(draws.index_select(0, row).reshape(-1), params, chains)
@@ -383,7 +385,5 @@ def minibatch_program(
     # kernel for Inductor to compile (`bdl.samplers.metropolis.leapfrog_program`)
     carried = (start, potentials, *params, *(b for name in names for b in buffers[name]))
     _, potentials, *carried = torch.while_loop(proceed, minibatch_step, carried)
-    new_buffers = {
-        name: list(carried[size * (j + 1) : size * (j + 2)]) for j, name in enumerate(names)
-    }
-    return list(carried[:size]), new_buffers, potentials
+    params, buffers = unflattened(carried)
+    return params, buffers, potentials

@@ -143,8 +143,10 @@ class SGHMC(Sampler):
         if self.online and "grad_var" in buffers:  # elementwise, as `_online_noise_std`
             # per tensor: a foreach sum with a tensor's value is read out of it, which a program
             # may not do
-            variances = buffers["grad_var"]
-            std = [(friction - 0.5 * eta * V).clamp(min=0).mul(2 * eta).sqrt() for V in variances]
+            std = [
+                (friction - 0.5 * eta * variance).clamp(min=0).mul(2 * eta).sqrt()
+                for variance in buffers["grad_var"]
+            ]
             v = torch._foreach_add(v, torch._foreach_mul(draws, std))
         else:
             v = torch._foreach_add(v, torch._foreach_mul(draws, noise_std))
