@@ -1,8 +1,8 @@
 """An epoch as one program (`bdl.samplers.base.minibatch_program`): for every sampler that
-declares ``epoch_program``, the program's steps, run here without compiling them (``while_loop``
-then runs its body in Python), are the sampler's own steps by `Sampler.step` on the same
-minibatches and noise, for one chain and for stacked chains, with noise switched off and on and
-with its burn-in settings."""
+declares ``epoch_program``, the program's steps, run here without Inductor (outside
+``torch.compile`` a ``while_loop`` is traced by Dynamo and run eagerly), are the sampler's own
+steps by `Sampler.step` on the same minibatches and noise, for one chain and for stacked
+chains, with noise switched off and on and with its burn-in settings."""
 
 import functools
 
