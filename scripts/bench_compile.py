@@ -5,9 +5,9 @@ alternating, so that machine noise hits both alike. Each run's first epoch, whic
 compile, is timed apart ("first"), from Inductor's on-disk cache as this machine holds it
 (``--fresh-cache``: an empty one, as on a new machine), and left out of the medians. Where the
 training set is one chunk (the default, yacht's), ``compile=true`` runs HMC's trajectories as one
-program (``bdl.samplers.metropolis.leapfrog_program``); for SGLD and SGHMC, ``compile=true`` runs
-each epoch as one program (`bdl.runner.steppers`), timed here also against its steps taken one by
-one, each a call of the compiled gradient ("steps").
+program (``bdl.samplers.metropolis.leapfrog_program``); for SGLD, SGHMC and SGD,
+``compile=true`` runs each epoch as one program (`bdl.runner.steppers`), timed here also against
+its steps taken one by one, each a call of the compiled gradient ("steps").
 
     python scripts/bench_compile.py [--chains 1 8] [--rounds 5] [--dataset yacht|boston|mnist]
         [--sampler hmc|sghmc|sghmc_uci] [--fresh-cache]

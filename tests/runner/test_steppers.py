@@ -146,7 +146,8 @@ def test_stacked_chains_follow_the_single_chain_runs(uci_root, tmp_path, name):
 
 #: compile=true's cases: minibatch samplers, whose epochs are compiled as one program (with a
 #: cyclical schedule's changing step and steps without noise; an online noise estimate, made step
-#: by step in burn-in, then read by the program; minibatches shared by the chains), HMC on chunks
+#: by step in burn-in, then read by the program; minibatches shared by the chains; SGD, which
+#: draws no noise), HMC on chunks
 #: (its gradient compiled), and HMC on the training set in one chunk (its trajectory compiled as
 #: one program)
 COMPILED = {
@@ -156,6 +157,7 @@ COMPILED = {
         *STACKED["sghmc online noise estimate"],
         "shared_minibatches=true",
     ],
+    "sgd_momentum": STACKED["sgd_momentum"],
     "hmc": STACKED["hmc"],
     "hmc one chunk": [*STACKED["hmc"], "batch_size=100000"],
 }

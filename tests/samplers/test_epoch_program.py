@@ -77,7 +77,7 @@ def program_steps(sampler, params, state, indices, tune, chains):
     draws = torch.zeros(STEPS + 2, numel)  # two rows more than used: a padded span, and zeros
     # where a step injects no noise
     for row, (_, noise) in zip(draws, SETTINGS, strict=False):
-        if noise:
+        if noise and sampler.declaration.injects_noise:
             fill_normal(row, sampler.generator)
     padded = torch.cat([indices, indices[:2]])
     table = torch.tensor(rows + rows[:2])

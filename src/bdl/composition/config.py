@@ -104,8 +104,8 @@ class RunConfig:
     # else the free cores: bdl.runner.threads) or a number
     threads: Any = "auto"
     # differentiate the data term by torch.compile (bdl.potential.Potential), and run HMC's whole
-    # trajectory as one compiled program where the training set is one chunk, an SGLD or SGHMC
-    # epoch as one (bdl.runner.steppers): a small network's step several times faster after a
+    # trajectory as one compiled program where the training set is one chunk, an SGLD, SGHMC or
+    # SGD epoch as one (bdl.runner.steppers): a small network's step several times faster after a
     # compile of seconds, gradients equal to float rounding
     compile: bool = False
     epochs: int = 800

@@ -36,7 +36,7 @@ chain's own position; what that buys, a stacked step that gathers one minibatch 
 once for all chains' products, is measured by ``scripts/bench_chains.py``.
 
 **An epoch as one program.** With ``compile=true``, a sampler that declares ``epoch_program``
-(SGLD, SGHMC) takes its minibatch steps as one compiled program (`Stepper.advance`,
+(SGLD, SGHMC, SGD) takes its minibatch steps as one compiled program (`Stepper.advance`,
 `bdl.samplers.base.minibatch_program`): the gathers, the forward and backward passes and the
 updates of a span of steps run in one ``torch.while_loop``, without Python between them. The span's
 noise is drawn before it, step by step and chain by chain from the same generators as the steps
@@ -226,8 +226,9 @@ class Stepper(ABC):
         if self._draws is None:
             numel = sum(p.numel() for p in self.state.params)
             self._draws = torch.empty(span, numel, dtype=like.dtype, device=like.device)
+        injects_noise = sampler.declaration.injects_noise  # else it draws nothing (SGD)
         for draws, (_, noise) in zip(self._draws, settings, strict=False):
-            if noise:
+            if noise and injects_noise:
                 fill_normal(draws, sampler.generator)
             else:
                 draws.zero_()

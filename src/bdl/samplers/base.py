@@ -348,7 +348,7 @@ def minibatch_program(
     minibatch of rows ``indices[s]``, `bdl.potential.Potential.minibatch_program`) and then
     ``update`` with ``coefficients[s]`` and ``draws[s]`` (laid out as `bdl.noise.fill_normal`
     draws for ``chains`` stacked chains, None: one), as one program for ``torch.compile``, its
-    loop a ``torch.while_loop``: an epoch of SGLD or SGHMC without Python between its steps.
+    loop a ``torch.while_loop``: an epoch of SGLD, SGHMC or SGD without Python between its steps.
     The inputs have a fixed number of rows, of which ``start`` to ``stop`` (0-dim tensors) are
     used, so that an epoch's last, shorter span reuses the compiled program. Returns the
     parameters and buffers after the last step, as new tensors, and ``potentials`` with row

@@ -19,7 +19,11 @@ class SGD(SGHMC):
     """SGD with learning rate ``lr`` and heavy-ball ``momentum`` in ``[0, 1)``."""
 
     declaration = Declaration(
-        step_unit="per datum", injects_noise=False, vectorisable=True, backs_off=True
+        step_unit="per datum",
+        injects_noise=False,
+        vectorisable=True,
+        backs_off=True,
+        epoch_program=True,
     )
 
     def __init__(
