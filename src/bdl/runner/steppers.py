@@ -133,9 +133,9 @@ class Stepper(ABC):
         self._program_fn = functools.partial(
             minibatch_program, update=sampler.update_values, chains=self._chains
         )
-        numel = sum(p.numel() for p in state.params)
+        self._numel = sum(p.numel() for p in state.params)
         #: the steps of one program: the epoch's, or as many as `PROGRAM_DRAWS` numbers draw for
-        self._span = max(1, min(run.steps_per_epoch, PROGRAM_DRAWS // max(numel, 1)))
+        self._span = max(1, min(run.steps_per_epoch, PROGRAM_DRAWS // max(self._numel, 1)))
         self._draws: Tensor | None = None
 
     def begin_epoch(self) -> None:
@@ -224,8 +224,7 @@ class Stepper(ABC):
         sampler, span, count = self.sampler, self._span, len(settings)
         like = self.state.params[0]
         if self._draws is None:
-            numel = sum(p.numel() for p in self.state.params)
-            self._draws = torch.empty(span, numel, dtype=like.dtype, device=like.device)
+            self._draws = torch.empty(span, self._numel, dtype=like.dtype, device=like.device)
         injects_noise = sampler.declaration.injects_noise  # else it draws nothing (SGD)
         for draws, (_, noise) in zip(self._draws, settings, strict=False):
             if noise and injects_noise:
@@ -294,10 +293,10 @@ class ChainStepper(Stepper):
         super().__init__([experiment], [loop], [chain], experiment.sampler, loop.sampler)
 
     def closure(self, step: int) -> Closure:
-        exp, loop = self.experiment, self.loops[0]
+        exp = self.experiment
         if self.sampler.declaration.full_batch:
             return exp.potential.full_closure(exp.run.train_chunks)
-        index = loop.order[step * exp.run.batch_size : (step + 1) * exp.run.batch_size]
+        index = self.indices(step, 1)[0]
         x, y = exp.run.x_train.index_select(0, index), exp.run.y_train.index_select(0, index)
         if exp.run.augment:
             x = random_crop_flip(x, exp.generators["data"])
@@ -362,16 +361,14 @@ class StackedStepper(Stepper):
         potential = first.potential
         if self.sampler.declaration.full_batch:
             return potential.chain_full_closure(self.params, first.run.train_chunks)
-        batch = slice(step * first.run.batch_size, (step + 1) * first.run.batch_size)
         prior_weight = self.sampler.prior_weight(step, first.run.steps_per_epoch)
+        index = self.indices(step, 1)[0]
         if first.run.shared_minibatches:  # every row of orders is the same: gather it once
-            index = self.orders[0, batch]
             x, y = (
                 first.run.x_train.index_select(0, index),
                 first.run.y_train.index_select(0, index),
             )
             return potential.chain_closure(self.params, x, y, prior_weight, shared=True)
-        index = self.orders[:, batch]
         x = first.run.x_train.index_select(0, index.flatten()).unflatten(0, index.shape)
         y = first.run.y_train.index_select(0, index.flatten()).unflatten(0, index.shape)
         return potential.chain_closure(self.params, x, y, prior_weight)

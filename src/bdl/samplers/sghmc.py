@@ -127,6 +127,7 @@ class SGHMC(Sampler):
         if self.tuning and self.online:  # the gradients are watched step by step
             return None
         friction = self._friction
+        # 1 - α apart from α: rounded from double, as the foreach update's decay is
         return [1 - friction, step_size, self._noise_std(step_size), friction]
 
     def update_values(
