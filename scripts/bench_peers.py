@@ -35,9 +35,10 @@
   Inductor's on-disk cache starts empty before each bdl run; the peers compile for each new
   run. What each library does once a process (JAX's backend; Inductor's modules and its probe
   of the CPU's vector instructions, several seconds that Inductor then keeps on disk for every
-  later process on the machine) is done before the first timed run and printed with its
-  seconds. The posteriors are compared point by point against a reference run, bdl's 16
-  compiled chains (its 8 eager ones where torch.compile fails): the difference of the two
+  later process on the machine; arviz's import, a second that bdl's first run paid alone) is
+  done before the first timed run and printed with its seconds. The posteriors are compared
+  point by point against a reference run, bdl's 16 compiled chains (its 8 eager ones where
+  torch.compile fails): the difference of the two
   posterior means of the network's output over its Monte Carlo standard error (each side's
   standard deviation over the root of its ESS of the mean), and the test RMSE and
   log-likelihood of each model average by bdl's metrics. Every bdl setting is set against every
@@ -74,9 +75,14 @@ Needs the ``peers`` extra (``pip install -e .[peers]``: JAX, NumPyro, BlackJAX) 
 data (BDL_DATA_DIR).
 
     python scripts/bench_peers.py [--rounds 3] [--part {yacht,gradient,mnist,all}] [--quick]
-        [--contenders NAME,NAME,...] [--default-threads]
+        [--contenders NAME,NAME,...] [--burn-in N] [--default-threads]
 
-``--contenders`` runs only the named yacht contenders (their names as printed).
+``--contenders`` runs only the named yacht contenders (their names as printed). Round ``r``
+seeds every contender with ``r``; bdl's draws are the same in every run of a commit, so only the
+seconds differ from run to run, and a ratio at the slowest test point, which moves several-fold
+from seed to seed, needs many rounds (ten, not three) to be told apart from its seeds' luck.
+``--burn-in`` sets bdl's burn-in iterations (as many draws after it): its chains need fewer than
+the peers' 200 warm-up iterations.
 ``--quick`` shortens the yacht runs (50 HMC iterations of which 20 burn-in, 30 draws a chain;
 one NUTS chain's 100 warm-up iterations and 100 draws; the 16-chain peers' 40 warm-up iterations
 and 30 draws a chain) for a test to run the whole script in a few minutes; its figures say that
@@ -89,6 +95,7 @@ other work to see which thrashes.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import math
 import os
@@ -553,8 +560,9 @@ def start_libraries() -> None:
     """Each library's once-a-process start, before any timed run, printed with its seconds:
     JAX's CPU backend, and Inductor's modules and its probe of the CPU's vector instructions (a
     small program compiled for each; Inductor keeps the probe's findings on disk, so that only
-    the first process on a machine pays it), by one small compiled function of each; every run
-    still compiles its own programs."""
+    the first process on a machine pays it), by one small compiled function of each, and the
+    import of arviz, whose ESS and R-hat a bdl run reports as it ends (the peers' draws are
+    summarised by it after their timing); every run still compiles its own programs."""
     start = Instant.now()
     jax.block_until_ready(jax.jit(lambda x: x + 1)(jnp.ones(1)))
     jax_seconds = Seconds.between(start, Instant.now())
@@ -563,10 +571,14 @@ def start_libraries() -> None:
         torch.compile(lambda x: x + 1)(torch.ones(1))
     torch._dynamo.reset()
     torch_seconds = Seconds.between(start, Instant.now())
+    start = Instant.now()
+    diagnostics.ess(np.random.default_rng(0).normal(size=(2, 50, 1)))
+    arviz_seconds = Seconds.between(start, Instant.now())
     print(
         f"before the timed runs: JAX's start {jax_seconds.wall:.1f} s ({jax_seconds.cpu:.1f} "
         f"CPU-s), Inductor's start and vector probe {torch_seconds.wall:.1f} s "
-        f"({torch_seconds.cpu:.1f} CPU-s)"
+        f"({torch_seconds.cpu:.1f} CPU-s), arviz's import {arviz_seconds.wall:.1f} s "
+        f"({arviz_seconds.cpu:.1f} CPU-s)"
     )
 
 
@@ -925,6 +937,12 @@ def main() -> None:
         + ", ".join([*BDL_YACHT, *PEERS]),
     )
     parser.add_argument(
+        "--burn-in",
+        type=int,
+        help="bdl's burn-in iterations on yacht (default 100, with --quick 20); as many draws "
+        "after it; the peers' warm-up is unchanged",
+    )
+    parser.add_argument(
         "--default-threads",
         action="store_true",
         help="each contender at its default thread count (bdl: threads=auto), not one thread",
@@ -940,7 +958,13 @@ def main() -> None:
             unknown = (contenders or set()) - {*BDL_YACHT, *PEERS}
             if unknown:
                 parser.error(f"unknown contenders: {', '.join(sorted(unknown))}")
-            yacht(args.rounds, QUICK if args.quick else FULL, contenders)
+            settings = QUICK if args.quick else FULL
+            if args.burn_in is not None:  # as many draws after it
+                draws = settings.epochs - settings.burn_in
+                settings = dataclasses.replace(
+                    settings, burn_in=args.burn_in, epochs=args.burn_in + draws
+                )
+            yacht(args.rounds, settings, contenders)
         if args.part in ("gradient", "all"):
             gradient_cost(args.rounds)
         if args.part in ("mnist", "all"):
