@@ -64,6 +64,21 @@ def test_without_the_peers_one_line_names_the_extra():
 
 
 @pytest.mark.slow
+def test_burn_in_sets_bdls_and_keeps_its_draws(data_dir):
+    pytest.importorskip("numpyro")
+    pytest.importorskip("blackjax")
+    args = ["--quick", "--rounds", "1", "--part", "yacht", "--burn-in", "25"]
+    stdout = run_script([*args, "--contenders", "bdl 16 compiled"], {"BDL_DATA_DIR": str(data_dir)})
+
+    header = stdout.splitlines()[0]
+    # 25 burn-in iterations, then --quick's 30 draws a chain, as many as the peers keep
+    assert "epochs=55 burn_in=25 " in header and "30 draws a chain" in header
+    rows = [re.fullmatch(ROW, line) for line in stdout.splitlines()]
+    (row,) = [match for match in rows if match]
+    assert row.group(1) == "bdl 16 compiled"
+
+
+@pytest.mark.slow
 def test_quick_run_prints_sane_ratios_and_agreeing_posteriors(data_dir):
     pytest.importorskip("numpyro")
     pytest.importorskip("blackjax")
@@ -127,7 +142,7 @@ def test_quick_run_prints_sane_ratios_and_agreeing_posteriors(data_dir):
     # each library's start paid before the timed runs, and said
     assert re.search(
         r"^before the timed runs: JAX's start [\d.]+ s \([\d.]+ CPU-s\), Inductor's start and "
-        r"vector probe [\d.]+ s \([\d.]+ CPU-s\)$",
+        r"vector probe [\d.]+ s \([\d.]+ CPU-s\), arviz's import [\d.]+ s \([\d.]+ CPU-s\)$",
         stdout,
         re.MULTILINE,
     )
