@@ -38,11 +38,10 @@
   later process on the machine; arviz's import, a second that bdl's first run paid alone) is
   done before the first timed run and printed with its seconds. The posteriors are compared
   point by point against a reference run, bdl's 16 compiled chains (its 8 eager ones where
-  torch.compile fails): the difference of the two
-  posterior means of the network's output over its Monte Carlo standard error (each side's
-  standard deviation over the root of its ESS of the mean), and the test RMSE and
-  log-likelihood of each model average by bdl's metrics. Every bdl setting is set against every
-  peer.
+  torch.compile fails): the difference of the two posterior means of the network's output over
+  its Monte Carlo standard error (each side's standard deviation over the root of its ESS of the
+  mean), and the test RMSE and log-likelihood of each model average by bdl's metrics. Every bdl
+  setting is set against every peer.
 - **A gradient of the yacht network** (``--part gradient``): CPU and wall seconds per gradient
   of one chain in an HMC iteration of 16 stacked chains, 50 leapfrog steps: bdl's compiled
   trajectory after burn-in (momentum, trajectory, Metropolis test; no draw kept) against
@@ -959,6 +958,8 @@ def main() -> None:
             if unknown:
                 parser.error(f"unknown contenders: {', '.join(sorted(unknown))}")
             settings = QUICK if args.quick else FULL
+            if args.burn_in is not None and args.burn_in < 0:
+                parser.error(f"--burn-in must be 0 or more iterations, not {args.burn_in}")
             if args.burn_in is not None:  # as many draws after it
                 draws = settings.epochs - settings.burn_in
                 settings = dataclasses.replace(

@@ -55,6 +55,16 @@ def test_an_unknown_contender_is_refused_by_name():
     assert result.stderr.splitlines()[-1] == "bench_peers.py: error: unknown contenders: ChEES"
 
 
+def test_a_negative_burn_in_is_refused_in_one_line():
+    pytest.importorskip("numpyro")
+    pytest.importorskip("blackjax")
+    result = run_process(["--part", "yacht", "--burn-in", "-3"], {})
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        "bench_peers.py: error: --burn-in must be 0 or more iterations, not -3"
+    )
+
+
 def test_without_the_peers_one_line_names_the_extra():
     # a module set to None in sys.modules cannot be imported: the extra is absent
     stdout = run_script(["--quick"], {}, prelude="import sys; sys.modules['numpyro'] = None; ")
