@@ -958,9 +958,9 @@ def main() -> None:
             if unknown:
                 parser.error(f"unknown contenders: {', '.join(sorted(unknown))}")
             settings = QUICK if args.quick else FULL
-            if args.burn_in is not None and args.burn_in < 0:
-                parser.error(f"--burn-in must be 0 or more iterations, not {args.burn_in}")
             if args.burn_in is not None:  # as many draws after it
+                if args.burn_in < 0:
+                    parser.error(f"--burn-in must be 0 or more iterations, not {args.burn_in}")
                 draws = settings.epochs - settings.burn_in
                 settings = dataclasses.replace(
                     settings, burn_in=args.burn_in, epochs=args.burn_in + draws

@@ -192,10 +192,10 @@ class Stepper(ABC):
         while tuning, or the program failed to compile)."""
         sampler, state = self.sampler, self.state
         sampler.tuning = tune
-        if sampler.coefficients(sampler.lr) is None:
-            return False
         settings = [setting(s) for s in range(step, step + count)]
         rows = [sampler.coefficients(sampler.lr * lr_scale) for lr_scale, _ in settings]
+        if rows[0] is None:  # the same for every step of the span: it hangs on tuning alone
+            return False
         generators = [g for g in self._generators() if g is not None]
         before = [g.get_state() for g in generators]
         inputs = self._program_inputs(step, settings, rows)
