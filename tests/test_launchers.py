@@ -88,6 +88,54 @@ def test_submitit_local_runs_a_job(env, tmp_path):
     assert list(sweep.glob(".submitit/*/*_log.out"))  # run by submitit, not in this process
 
 
+@pytest.mark.slow
+def test_a_slurm_sweep_runs_its_jobs_and_bdl_report_tables_them(env, tmp_path, monkeypatch):
+    """``bdl-run -m hydra/launcher=slurm ...`` from the command line, submitit's local executor
+    standing in for SLURM (no cluster here): bdl's launcher is built by Hydra, each job runs in
+    its own process and completes, and ``bdl-report`` makes the sweep's table."""
+    import submitit
+
+    real = submitit.AutoExecutor
+    clusters = []
+
+    def local(folder, cluster=None, **kwargs):
+        clusters.append(cluster)
+        return real(folder, cluster="local", **kwargs)
+
+    monkeypatch.setattr(submitit, "AutoExecutor", local)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    sweep = tmp_path / "sweep"
+    argv = ["-m", "hydra/launcher=slurm", "sampler=sghmc", "dataset=yacht", "seed=0,1"]
+    argv += ["epochs=40", "burn_in=20", "thin=1", f"hydra.sweep.dir={sweep}"]
+    monkeypatch.setattr("sys.argv", ["bdl-run", *argv])
+    cli.main()
+    assert clusters == ["slurm"]  # what SLURM would have been asked
+    assert sorted(statuses(sweep).values()) == ["completed", "completed"]
+    assert len(list(sweep.glob(".submitit/*/*_0_log.out"))) == 2  # one process per job
+
+    report = bdl(str(sweep), env=env, cwd=tmp_path, module="bdl.analysis.report")
+    assert report.returncode == 0, report.stderr
+    table = [line for line in report.stdout.splitlines() if line.startswith("|")]
+    assert table[2].split("|")[1].strip() == "2"  # n_runs: both jobs in one row
+
+
+@pytest.mark.parametrize("name", ["slurm", "joblib", "submitit_local"])
+def test_hydra_builds_bdl_s_launchers(name):
+    """What Hydra does with ``hydra/launcher=NAME`` before any job: build the launcher its config
+    names, which it does only from the ``hydra_plugins`` package."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.launcher import Launcher
+
+    with initialize_config_module("bdl.conf", version_base="1.3"):
+        cfg = compose("config", [f"hydra/launcher={name}"], return_hydra_config=True)
+    launcher = Plugins.instance()._instantiate(cfg.hydra.launcher)
+    assert isinstance(launcher, Launcher)
+    assert type(launcher).__module__ + "." + type(launcher).__name__ == cfg.hydra.launcher._target_
+
+
 def test_the_slurm_config_composes(env, tmp_path):
     result = bdl(
         "hydra/launcher=slurm",
@@ -102,7 +150,7 @@ def test_the_slurm_config_composes(env, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     for line in [
-        "_target_: bdl.launchers.SlurmLauncher",
+        "_target_: hydra_plugins.bdl_launcher.SlurmLauncher",
         "partition: gpu",
         "gpus_per_node: 1",
         "cpus_per_task: 4",
@@ -120,7 +168,7 @@ def test_a_requeued_slurm_job_resumes_from_its_checkpoint(tmp_path):
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
-    from bdl.launchers import SlurmLauncher
+    from hydra_plugins.bdl_launcher import SlurmLauncher
 
     with initialize_config_module("bdl.conf", version_base="1.3"):
         cfg = compose("config", ["hydra/launcher=slurm"], return_hydra_config=True)
