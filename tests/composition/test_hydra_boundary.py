@@ -54,6 +54,8 @@ def preset(folder: Path, group: str, name: str, text: str) -> None:
     path.write_text("# @package _global_\n" + text)
 
 
+#: A sweep that, were it not refused, would end in seconds.
+TINY_SWEEP = ["dataset=yacht", "epochs=2", "burn_in=1", "thin=1", "seed=0,1"]
 CALLBACK = "hydra:\n  callbacks:\n    evil:\n      _target_: payload53.Marker\n"
 
 
@@ -155,17 +157,144 @@ def test_a_primary_config_cannot_make_hydra_import_a_package(monkeypatch, folder
     )
     line = bdl_run(monkeypatch, folder, "-cp", str(folder / "mine"), "-cn", "main")
     assert line == (
-        f"bdl-run: error: {primary}: hydra.searchpath names pkg://payload_package.conf, whose "
-        "package Hydra would import (running its code) to read its configs: add configs with "
-        "--config-dir DIR"
+        f"bdl-run: error: {primary}: hydra.searchpath names pkg://payload_package.conf, a search "
+        "path that is not bdl's nor an installed plugin's (Hydra would import a package's code "
+        "to read its configs): add configs with --config-dir DIR"
     )
     assert not (folder / "marker").exists()
 
 
-def test_an_environment_variable_that_loads_code_is_refused(monkeypatch, folder):
-    preset(folder, "experiment", "evil", "hydra:\n  job:\n    env_set:\n      LD_PRELOAD: ./x.so\n")
+def test_a_search_path_on_the_command_line_imports_nothing(monkeypatch, folder):
+    (folder / "payload_package" / "conf").mkdir(parents=True)
+    (folder / "payload_package" / "__init__.py").write_text("import payload53\npayload53.Marker()\n")
+    (folder / "payload_package" / "conf" / "__init__.py").write_text("")
+    for override in (
+        "hydra.searchpath=[pkg://payload_package.conf]",
+        "+hydra.searchpath=[pkg://payload_package.conf]",
+        "++hydra.searchpath=[file://presets]",
+    ):
+        line = bdl_run(monkeypatch, folder, override)
+        assert line == (
+            f"bdl-run: error: {override} is refused: a search path adds configs from elsewhere, "
+            "and Hydra imports a pkg:// one's package (running its code); add configs with "
+            "--config-dir DIR"
+        )
+    assert not (folder / "marker").exists()
+    import payload_package  # noqa: F401  (the payload is real)
+
+    assert (folder / "marker").read_text() == SECRET
+
+
+EVIL_SCRIPT = "#!/bin/sh\necho \"$BDL_TEST_SECRET\" > \"$BDL_TEST_MARKER\"\nexec c++ \"$@\"\n"
+
+
+@pytest.mark.parametrize(
+    "variable", ["CXX", "CC", "LD_PRELOAD", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"]
+)
+def test_a_preset_s_environment_runs_no_compiler_of_its_own(monkeypatch, folder, variable):
+    """``env_set: {CXX: ./evil.sh}`` with ``compile=true``: torch's compiler would run the
+    preset's script."""
+    script = folder / "evil.sh"
+    script.write_text(EVIL_SCRIPT)
+    script.chmod(0o755)
+    preset(
+        folder,
+        "experiment",
+        "evil",
+        f"compile: true\nhydra:\n  job:\n    env_set:\n      {variable}: {script}\n",
+    )
+    line = bdl_run(monkeypatch, folder, "-cd", "presets", "experiment=evil", "epochs=2")
+    assert line.startswith(f"bdl-run: error: hydra.job.env_set.{variable} is refused: a config")
+    assert "set it in the shell that runs bdl-run" in line and len(line.splitlines()) == 1
+    assert not (folder / "marker").exists() and not (folder / "run").exists()
+
+
+def victim(folder: Path, name: str = "victim.sh") -> tuple[Path, bytes]:
+    path = folder / "home" / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(b"# a file of the user's own\n")
+    return path, path.read_bytes()
+
+
+def test_a_preset_s_logging_writes_nothing_anywhere(monkeypatch, folder):
+    """A file handler to the user's shell start-up file, with a formatter whose lines are shell
+    commands: each logged line would append one to it."""
+    bashrc, before = victim(folder, ".bashrc")
+    text = (
+        "hydra:\n  job_logging:\n    formatters:\n      simple:\n"
+        f"        format: 'touch {folder / 'marker'} # %(message)s'\n"
+        f"    handlers:\n      file:\n        filename: {bashrc}\n"
+    )
+    preset(folder, "experiment", "evil", text)
+    import logging.config
+
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.to_container(OmegaConf.create(text).hydra.job_logging)
+    config = {"version": 1, **config, "root": {"handlers": ["file"], "level": "INFO"}}
+    config["handlers"]["file"] |= {"class": "logging.FileHandler", "formatter": "simple"}
     line = bdl_run(monkeypatch, folder, "-cd", "presets", "experiment=evil")
-    assert line.startswith("bdl-run: error: hydra.job.env_set.LD_PRELOAD makes a later process")
+    assert line.startswith("bdl-run: error: hydra.job_logging.formatters.simple.format=touch ")
+    assert "is refused: configures logging" in line and len(line.splitlines()) == 1
+    assert bashrc.read_bytes() == before and not (folder / "run").exists()
+    try:  # the payload is real: Python's logging, so configured, appends the shell line
+        logging.config.dictConfig(config)
+        logging.getLogger().info("x")
+        assert bashrc.read_bytes().startswith(before + f"touch {folder / 'marker'}".encode())
+    finally:
+        logging.config.dictConfig({"version": 1, "incremental": False})
+        for handler in logging.getLogger().handlers[:]:
+            handler.close()
+            logging.getLogger().removeHandler(handler)
+
+
+def test_a_preset_s_output_subdir_overwrites_no_config(monkeypatch, folder):
+    config, before = victim(folder, "config.yaml")
+    preset(folder, "experiment", "evil", f"hydra:\n  output_subdir: {config.parent}\n")
+    line = bdl_run(monkeypatch, folder, "-cd", "presets", "experiment=evil", "epochs=2")
+    assert line.startswith(f"bdl-run: error: hydra.output_subdir={config.parent} is refused")
+    assert config.read_bytes() == before and not (folder / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "text, refused",
+    [
+        # a bdl target is still not a callback: Hydra would call it
+        (
+            "hydra:\n  callbacks:\n    mine:\n      _target_: bdl.cli.SweepFailures\n",
+            "hydra.callbacks.mine._target_=bdl.cli.SweepFailures is refused",
+        ),
+        # submitit's setup lines run in the job's shell script
+        (
+            "defaults:\n  - override /hydra/launcher: slurm\nhydra:\n  launcher:\n"
+            "    setup: ['touch MARKER']\n",
+            "hydra.launcher.setup=['touch MARKER'] is refused: holds shell lines",
+        ),
+        (
+            "defaults:\n  - override /hydra/launcher: slurm\nhydra:\n  launcher:\n"
+            "    additional_parameters:\n      output: VICTIM\n",
+            "hydra.launcher.additional_parameters.output=VICTIM is refused",
+        ),
+        # the log file's name, and Hydra's record of the command line (the jobs' directories)
+        ("hydra:\n  job:\n    name: ../../VICTIM\n", "hydra.job.name=../../VICTIM is refused"),
+        (
+            "hydra:\n  overrides:\n    task: [dataset.root=/x]\n",
+            "hydra.overrides is refused",
+        ),
+        ("hydra:\n  sweep:\n    dir: VICTIM\n", "hydra.sweep.dir=VICTIM is refused"),
+        ("hydra:\n  job:\n    env_copy: [BDL_TEST_SECRET]\n", "hydra.job.env_copy"),
+    ],
+)
+def test_a_preset_sets_nothing_in_hydra_outside_the_list(monkeypatch, folder, text, refused):
+    target, before = victim(folder)
+    text = text.replace("MARKER", str(folder / "marker")).replace("VICTIM", str(target))
+    preset(folder, "experiment", "evil", text)
+    refused = refused.replace("MARKER", str(folder / "marker")).replace("VICTIM", str(target))
+    line = bdl_run(monkeypatch, folder, "-m", "-cd", "presets", "experiment=evil", *TINY_SWEEP)
+    assert line.startswith(f"bdl-run: error: {refused}"), line
+    assert len(line.splitlines()) == 1
+    assert not (folder / "marker").exists() and target.read_bytes() == before
+    assert not (folder / "multirun").exists()
 
 
 def test_a_run_directory_is_never_a_config(monkeypatch, folder):

@@ -35,7 +35,6 @@ from bdl.errors import ConfigError
 
 __all__ = [
     "allowed_targets",
-    "check_hydra_node",
     "check_targets",
     "inert",
     "instantiate",
@@ -146,81 +145,6 @@ def inert(raw: Any, as_written: bool = False) -> Any:
             return None if default.group(1) in ("null", "") else default.group(1)
         return raw.replace("${", "\\${")  # OmegaConf's escape: a literal "${"
     return raw
-
-
-#: The launchers and sweepers of Hydra and of the plugins bdl ships configs for (bdl's
-#: ``launchers`` extra): what ``hydra.launcher`` and ``hydra.sweeper`` may name besides bdl's own.
-HYDRA_PLUGINS = frozenset(
-    {
-        "hydra._internal.core_plugins.basic_launcher.BasicLauncher",
-        "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
-        "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",
-        "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher",
-        "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher",
-    }
-)
-#: What Python's ``logging.config.dictConfig`` may build from ``hydra.job_logging`` and
-#: ``hydra.hydra_logging``: its ``class`` and ``()`` keys import and call anything, its
-#: ``ext://`` values import anything.
-LOGGING_CLASSES = frozenset(
-    {"logging.StreamHandler", "logging.FileHandler", "logging.NullHandler", "logging.Formatter"}
-)
-LOGGING_STREAMS = frozenset({"ext://sys.stdout", "ext://sys.stderr"})
-#: Environment variables that make a later process (a launcher's worker, torch.compile's
-#: compiler) load code: ``hydra.job.env_set`` may not set them.
-_LOADING_VARIABLES = re.compile(r"(LD_|DYLD_|PYTHON|PERL5|RUBY|NODE_).*|PATH|BASH_ENV|ENV")
-
-
-def check_hydra_node(hydra: Any) -> None:
-    """Refuse, before Hydra builds any of it, a composed ``hydra`` node (as a mapping,
-    unresolved) that would import or call what is not bdl's: a callback that is not one of
-    bdl's targets, a launcher or sweeper that is neither bdl's nor one of `HYDRA_PLUGINS`,
-    a logging handler, formatter or filter that is not one of `LOGGING_CLASSES`, a stream
-    that is not stdout or stderr, an environment variable that loads code in a later process.
-    """
-    hydra = OmegaConf.to_container(hydra, resolve=False) if isinstance(hydra, DictConfig) else hydra
-    rest = dict(hydra)
-    for name in ("launcher", "sweeper"):
-        node = hydra.get(name)
-        if isinstance(node, dict) and node.get("_target_") in HYDRA_PLUGINS:
-            rest[name] = {k: v for k, v in node.items() if k != "_target_"}
-    for path, spec in targets_in(rest):
-        target = spec["_target_"]
-        if not isinstance(target, str) or target not in allowed_targets():
-            raise ConfigError(
-                f"hydra.{path}._target_={target} is not one of bdl's own targets nor a "
-                "launcher or sweeper bdl ships a config for: Hydra would import and call it; "
-                "remove it from the config or preset that sets it"
-            )
-    for name in ("job_logging", "hydra_logging"):
-        _check_logging(hydra.get(name), f"hydra.{name}")
-    env_set = (hydra.get("job") or {}).get("env_set") or {}
-    for variable in env_set:
-        if _LOADING_VARIABLES.fullmatch(str(variable)):
-            raise ConfigError(
-                f"hydra.job.env_set.{variable} makes a later process load code from where it "
-                "says: set it in the shell that runs bdl-run, not in a config"
-            )
-
-
-def _check_logging(value: Any, key: str) -> None:
-    if isinstance(value, dict):
-        for name, item in value.items():
-            where = f"{key}.{name}"
-            if name == "()" or (name == "class" and item not in LOGGING_CLASSES):
-                raise ConfigError(
-                    f"{where}={item} would be imported and called by Python's logging: a "
-                    f"logging config may name only {', '.join(sorted(LOGGING_CLASSES))}"
-                )
-            _check_logging(item, where)
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            _check_logging(item, f"{key}[{i}]")
-    elif isinstance(value, str) and value.startswith("ext://") and value not in LOGGING_STREAMS:
-        raise ConfigError(
-            f"{key}={value} would be imported by Python's logging: a logging config may name "
-            f"only {' or '.join(sorted(LOGGING_STREAMS))}"
-        )
 
 
 #: The most nodes a run directory's YAML file may expand to, its aliases expanded: a config and

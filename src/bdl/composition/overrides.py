@@ -28,6 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from bdl.composition import plugins
 from bdl.composition.config import RUNTIME_ARGUMENTS, ConfigError, options, validate
+from bdl.composition.hydra_node import check_hydra_node
 from bdl.errors import did_you_mean
 
 #: Hydra's own flags, and whether each takes a value (``--info``'s is optional, so never read).
@@ -219,16 +220,15 @@ def check_composition(argv: Sequence[str], calling_module: str) -> None:
     """Compose, as Hydra will for the command line ``argv`` of the app in ``calling_module``,
     the config with its ``hydra`` node (a primary config of ``-cp``/``-cn``, presets of
     ``--config-dir``, the options a sweep or the sweeper's ``params`` choose) and refuse, before
-    Hydra builds anything, what would import or call code outside bdl's allow-list
-    (`bdl.composition.instantiation.check_hydra_node`); refuse ``--experimental-rerun`` (it
-    unpickles its file) and a run directory as a config folder."""
+    Hydra builds anything, any key of that node that bdl's packaged configs do not set as it
+    does, but those a config may set (`bdl.composition.hydra_node`); refuse a search path
+    from the command line or a primary config, ``--experimental-rerun`` (it unpickles its file)
+    and a run directory as a config folder."""
     from hydra._internal.hydra import Hydra
     from hydra._internal.utils import create_automatic_config_search_path, get_args_parser
     from hydra.core.config_search_path import SearchPathQuery
     from hydra.core.global_hydra import GlobalHydra
     from hydra.types import RunMode
-
-    from bdl.composition.instantiation import check_hydra_node
 
     try:
         args = get_args_parser().parse_args(list(argv))
@@ -241,6 +241,15 @@ def check_composition(argv: Sequence[str], calling_module: str) -> None:
         )
     if args.help or args.hydra_help or not _reaches_hydra(args):
         return
+    parsed = _parsed(args.overrides)
+    for override in parsed:
+        if override.key_or_group.startswith("hydra.searchpath"):
+            raise ConfigError(
+                f"{override.input_line} is refused: a search path adds configs from elsewhere, "
+                "and Hydra imports a pkg:// one's package (running its code); add configs with "
+                "--config-dir DIR"
+            )
+    packaged = create_automatic_config_search_path(None, calling_module, "pkg://bdl.conf")
     search_path = create_automatic_config_search_path(
         None, calling_module, args.config_path or "pkg://bdl.conf"
     )
@@ -262,19 +271,34 @@ def check_composition(argv: Sequence[str], calling_module: str) -> None:
                 f"config to compose; rerun it with bdl-run hydra.run.dir={run} resume=true, or "
                 "copy what you need into a preset of your own (--config-dir)"
             )
-        _refuse_package_searchpath(folder / f"{name}.yaml")
+        _refuse_searchpath(folder / f"{name}.yaml", packaged)
     mode = RunMode.MULTIRUN if args.multirun else RunMode.RUN
+    typed = frozenset(
+        o.key_or_group.removeprefix("hydra.") for o in parsed if o.key_or_group.startswith("hydra.")
+    )
     try:
         hydra = Hydra.create_main_hydra2(task_name="bdl-run", config_search_path=search_path)
-        cfg = hydra.compose_config(
-            name, args.overrides, run_mode=mode, with_log_configuration=False
-        )
-        check_hydra_node(cfg.hydra)
-        for job in _sweep_choices(hydra, cfg, args.overrides):
+        baseline = _Baseline(packaged)
+        jobs = [(args.overrides, mode)]
+        cfg = None
+        while jobs:
+            overrides, run_mode = jobs.pop(0)
             composed = hydra.compose_config(
-                name, job, run_mode=RunMode.RUN, with_log_configuration=False
+                name, overrides, run_mode=run_mode, with_log_configuration=False
             )
-            check_hydra_node(composed.hydra)
+            lines = _parsed(overrides)
+            check_hydra_node(
+                OmegaConf.to_container(composed.hydra, resolve=False),
+                baseline.node(composed.hydra.runtime.choices, run_mode),
+                typed,
+                (
+                    [o.input_line for o in lines if not o.is_hydra_override()],
+                    [o.input_line for o in lines if o.is_hydra_override()],
+                ),
+            )
+            if cfg is None:
+                cfg = composed
+                jobs += [(job, RunMode.RUN) for job in _sweep_choices(hydra, cfg, overrides)]
     except (HydraException, OmegaConfBaseException) as error:
         raise ConfigError(_first_lines(error)) from None
     finally:
@@ -296,24 +320,61 @@ def _reaches_hydra(args: Any) -> bool:
     return any(o.key_or_group.split("/")[0].split(".")[0] == "hydra" for o in parsed)
 
 
-#: The packages whose configs a primary config's ``hydra.searchpath`` may add (``pkg://``).
-_CONFIG_PACKAGES = ("bdl", "hydra", "hydra_plugins")
+def _parsed(overrides: Sequence[str]) -> list[Override]:
+    try:
+        return OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException:
+        return []  # Hydra refuses the override as it composes: let the composition say how
 
 
-def _refuse_package_searchpath(primary: Path) -> None:
-    """Refuse a primary config whose ``hydra.searchpath`` names a package other than bdl's or
-    Hydra's: Hydra imports it (running its ``__init__``) while composing, before any check."""
+class _Baseline:
+    """Hydra's node as bdl's packaged configs (and the installed plugins') compose it, with the
+    options of Hydra's own groups (``hydra/launcher``, ``hydra/job_logging``...) that a config
+    chose: what `check_hydra_node` compares a config's node with."""
+
+    def __init__(self, search_path: Any) -> None:
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+        self.loader = ConfigLoaderImpl(config_search_path=search_path)
+        self.nodes: dict[tuple, dict] = {}
+
+    def _compose(self, overrides: tuple[str, ...], mode: Any) -> dict:
+        if (overrides, mode) not in self.nodes:
+            cfg = self.loader.load_configuration("config", list(overrides), run_mode=mode)
+            self.nodes[overrides, mode] = OmegaConf.to_container(cfg.hydra, resolve=False)
+        return self.nodes[overrides, mode]
+
+    def node(self, choices: Any, mode: Any) -> dict:
+        default = self._compose((), mode)["runtime"]["choices"]
+        picks = []
+        for group, option in choices.items():
+            if group.startswith("hydra/") and option != default.get(group):
+                picks.append(f"{group}={option}" if option is not None else f"~{group}")
+        try:
+            return self._compose(tuple(picks), mode)
+        except (HydraException, OmegaConfBaseException):
+            raise ConfigError(
+                f"{' '.join(picks)} is refused: Hydra's groups take options of bdl and of the "
+                "installed Hydra plugins only (bdl-run --hydra-help lists them)"
+            ) from None
+
+
+def _refuse_searchpath(primary: Path, packaged: Any) -> None:
+    """Refuse a primary config whose ``hydra.searchpath`` adds a folder or package that is not
+    already searched (bdl's, Hydra's, the installed plugins'): Hydra imports a ``pkg://`` one's
+    package (running its ``__init__``) while composing, before any check."""
     if not primary.is_file():
         return
     from bdl.composition.instantiation import load_yaml
 
+    known = {entry.path for entry in packaged.get_path()}
     entries = OmegaConf.select(load_yaml(primary), "hydra.searchpath", default=None) or []
     for entry in entries:
-        package = str(entry).removeprefix("pkg://").split(".")[0].split("/")[0]
-        if str(entry).startswith("pkg://") and package not in _CONFIG_PACKAGES:
+        if str(entry) not in known:
             raise ConfigError(
-                f"{primary}: hydra.searchpath names {entry}, whose package Hydra would import "
-                "(running its code) to read its configs: add configs with --config-dir DIR"
+                f"{primary}: hydra.searchpath names {entry}, a search path that is not bdl's nor "
+                "an installed plugin's (Hydra would import a package's code to read its "
+                "configs): add configs with --config-dir DIR"
             )
 
 
