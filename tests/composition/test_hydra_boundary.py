@@ -144,12 +144,17 @@ def test_a_primary_config_passes_the_same_allow_list(monkeypatch, folder):
     assert not (folder / "marker").exists()
 
 
-def test_a_primary_config_cannot_make_hydra_import_a_package(monkeypatch, folder):
+def payload_package(folder: Path) -> None:
+    """``payload_package``, whose import writes the marker, with a ``conf`` folder of configs."""
     (folder / "payload_package" / "conf").mkdir(parents=True)
     (folder / "payload_package" / "__init__.py").write_text(
         "import payload53\npayload53.Marker()\n"
     )
     (folder / "payload_package" / "conf" / "__init__.py").write_text("")
+
+
+def test_a_primary_config_cannot_make_hydra_import_a_package(monkeypatch, folder):
+    payload_package(folder)
     (folder / "mine").mkdir()
     primary = folder / "mine" / "main.yaml"
     primary.write_text(
@@ -165,9 +170,7 @@ def test_a_primary_config_cannot_make_hydra_import_a_package(monkeypatch, folder
 
 
 def test_a_search_path_on_the_command_line_imports_nothing(monkeypatch, folder):
-    (folder / "payload_package" / "conf").mkdir(parents=True)
-    (folder / "payload_package" / "__init__.py").write_text("import payload53\npayload53.Marker()\n")
-    (folder / "payload_package" / "conf" / "__init__.py").write_text("")
+    payload_package(folder)
     for override in (
         "hydra.searchpath=[pkg://payload_package.conf]",
         "+hydra.searchpath=[pkg://payload_package.conf]",
@@ -185,7 +188,7 @@ def test_a_search_path_on_the_command_line_imports_nothing(monkeypatch, folder):
     assert (folder / "marker").read_text() == SECRET
 
 
-EVIL_SCRIPT = "#!/bin/sh\necho \"$BDL_TEST_SECRET\" > \"$BDL_TEST_MARKER\"\nexec c++ \"$@\"\n"
+EVIL_SCRIPT = '#!/bin/sh\necho "$BDL_TEST_SECRET" > "$BDL_TEST_MARKER"\nexec c++ "$@"\n'
 
 
 @pytest.mark.parametrize(
