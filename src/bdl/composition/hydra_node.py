@@ -25,7 +25,7 @@ from typing import Any
 from bdl.errors import ConfigError
 
 #: What a refusal tells the user to do, once, at the end of its line.
-FIX = "remove it from the config or preset that sets it (docs/guide/configuration.md)"
+FIX = "remove it from the config or preset that sets it (the list: docs/guide/configuration.md)"
 
 #: Environment variables a config may set, with the values each may take: thread counts and
 #: which GPUs, never one that makes a process load or run code (``CXX``, ``CC``, ``LD_*``,
