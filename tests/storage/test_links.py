@@ -125,3 +125,63 @@ def test_wandb_s_own_links_are_its_business(uci_root, tmp_path):
     directory = RunDirectory(run)
     directory.claim(config(uci_root), resume=False)
     directory.release()
+
+
+def test_hydra_s_log_is_not_appended_through_a_hard_link(uci_root, tmp_path, monkeypatch):
+    """A resumed run appends to its ``cli.log``: one that is also a file elsewhere (a hard link)
+    would receive the lines."""
+    run = tmp_path / "run"
+    run.mkdir()
+    folder, before = victim(tmp_path)
+    (run / "cli.log").hardlink_to(folder / "precious.txt")
+    monkeypatch.setattr(sys, "argv", ["bdl-run", f"hydra.run.dir={run}", "resume=true"])
+    with pytest.raises(SystemExit) as stop:
+        cli.main()
+    line = str(stop.value.code)
+    assert line.startswith(f"bdl-run: error: {run / 'cli.log'} has 1 other hard link(s): bdl")
+    assert len(line.splitlines()) == 1
+    assert snapshot(folder) == before
+
+
+def test_a_run_writes_nothing_through_a_hard_linked_file(uci_root, tmp_path):
+    run = tmp_path / "run"
+    (run / "samples").mkdir(parents=True)
+    folder, before = victim(tmp_path)
+    (run / "samples" / "sample_00000.safetensors").hardlink_to(folder / "sample_00009.safetensors")
+    with pytest.raises(ConfigError, match="sample_00000.safetensors has 1 other hard link"):
+        runner.run(config(uci_root), run)
+    assert snapshot(folder) == before
+
+
+def test_bdl_eval_out_writes_into_no_other_run(uci_root, tmp_path, capsys):
+    """``out=`` naming another run's directory, a folder inside it or a folder holding runs is
+    refused, its files untouched; ``overwrite=true`` says the user means it."""
+    run, other = tmp_path / "run", tmp_path / "sweep" / "other"
+    runner.run(config(uci_root, "epochs=4"), run)
+    runner.run(config(uci_root, "epochs=4", "seed=1"), other)
+    before = snapshot(other)
+    for out, held in [
+        (other, f"is in the run directory {other}"),
+        (other / "samples", f"is in the run directory {other}"),
+        (tmp_path / "sweep", f"holds the run {other}"),
+        (run, f"is in the run directory {run}"),  # the run's own, outside its eval/
+    ]:
+        capsys.readouterr()
+        assert bdl_eval([str(run), f"out={out}"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"bdl-eval: error: out={out} {held}: bdl-eval writes"), err
+        assert err.rstrip().endswith("add overwrite=true") and len(err.splitlines()) == 1
+    assert snapshot(other) == before
+    assert bdl_eval([str(run), f"out={run / 'eval' / 'mine'}"]) == 0  # the run's own eval/
+    assert bdl_eval([str(run), f"out={tmp_path / 'elsewhere'}"]) == 0
+    assert bdl_eval([str(run), f"out={other}", "overwrite=true"]) == 0
+    assert snapshot(other) != before
+
+
+def test_bdl_report_writes_nothing_through_a_hard_linked_report(sweep, tmp_path, capsys):
+    folder, before = victim(tmp_path)
+    (sweep / "report.md").hardlink_to(folder / "precious.txt")
+    assert bdl_report([str(sweep)]) == 1
+    err = capsys.readouterr().err
+    assert f"bdl-report: error: {sweep / 'report.md'} has another hard link" in err
+    assert snapshot(folder) == before

@@ -3,6 +3,7 @@
     bdl-eval RUN_DIR|SWEEP_DIR [dataset=NAME] [dataset.KEY=VALUE ...] [split=test|validation]
                                [shift.rotate=DEGREES] [shift.corrupt=NAME [shift.severity=1-5|all]]
                                [ood=NAME] [data=FILE] [device=cpu|cuda|auto] [out=DIR]
+                               [overwrite=true]
 
 Without ``dataset=`` the run's own dataset is used, so ``bdl-eval RUN_DIR`` on the run's device
 reproduces the test metrics of its ``metrics.json``. ``dataset=NAME`` is an option of the
@@ -19,7 +20,8 @@ tensors ``x`` (inputs preprocessed as the run's dataset preprocesses them) and `
 labels, or regression targets in original units). The metrics and the model average are written
 to ``OUT/metrics.json`` and ``OUT/predictive.safetensors``, ``OUT`` being
 ``RUN_DIR/eval/<dataset>-<split>[-rotate<deg>][-<corruption><severity>][-ood-<name>]`` unless
-``out=`` says otherwise.
+``out=`` says otherwise. ``out=`` is refused inside another run's directory, or the run's own
+outside its ``eval/``, and on a folder holding a run, unless ``overwrite=true``.
 
 The options are overrides in Hydra's grammar, as ``bdl-run``'s are (quoting, types, ``+`` to add a
 loader's argument the dataset's config does not set). Given a sweep's directory (or any directory
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -69,6 +72,7 @@ KEYS = (
     "data",
     "device",
     "out",
+    "overwrite",
 )
 DEFAULT_SEVERITY = 3
 USER_ERRORS = (RunError, StoreError, DataError, ValueError, HydraException, OmegaConfBaseException)
@@ -224,7 +228,7 @@ def _parse(argv: list[str] | None) -> tuple[Path, dict[str, Any]]:
         "split=test|validation, shift.rotate=DEGREES, shift.corrupt=gaussian_noise|blur|"
         "translate|contrast, shift.severity=1-5|all, ood=fashion_mnist|mnist|noise, "
         "data=FILE.safetensors (tensors x, y), "
-        "device=cpu|cuda|auto, out=DIR.",
+        "device=cpu|cuda|auto, out=DIR, overwrite=true (out= in or over a run's directory).",
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by bdl-run")
     parser.add_argument("options", nargs="*", metavar="KEY=VALUE")
@@ -274,13 +278,44 @@ def evaluate(run_dir: Path, options: dict[str, str]) -> tuple[dict[str, Any], Pa
     metrics["evaluated_on"] = label
     metrics |= posterior.verdict  # the chains' verdict, whatever set they are evaluated on
     out = Path(options["out"]) if "out" in options else run_dir / "eval" / label
-    if "out" not in options:  # the run's own eval/, never written through a link
+    overwrite = str(options.get("overwrite", "false")).lower()
+    if overwrite not in ("true", "false"):
+        raise ValueError(f"overwrite={options['overwrite']} must be true or false")
+    if "out" in options:
+        _check_out(out, run_dir, overwrite == "true")
+    if _inside(out, run_dir / "eval"):  # the run's own eval/, never written through a link
         refuse_link_on_path(run_dir, out / "metrics.json")
     out.mkdir(parents=True, exist_ok=True)
     targets = y if task == "classification" else average.y
     save_predictive(out / "predictive.safetensors", average.predictive(), targets=targets)
     (out / "metrics.json").write_text(json.dumps(strict_json(metrics), indent=2) + "\n")
     return metrics, out
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether ``path`` is ``folder`` or below it, as written: a link on the way is refused by
+    `refuse_link_on_path`, not followed."""
+    path, folder = (Path(os.path.normpath(p.absolute())) for p in (path, folder))
+    return path == folder or folder in path.parents
+
+
+def _check_out(out: Path, run_dir: Path, overwrite: bool) -> None:
+    """``out=DIR`` is the run's own ``eval/`` or a folder that is no run's: neither inside a run
+    directory (whose ``metrics.json`` it would replace) nor holding one, unless
+    ``overwrite=true``."""
+    if overwrite or _inside(out, run_dir / "eval"):
+        return
+    target = out.resolve()
+    held = next((f for f in (target, *target.parents) if (f / CONFIG_FILE).is_file()), None)
+    if held is None and target.is_dir():
+        held = next(iter(find_runs([target])), None)
+    if held is not None:
+        where = "holds the run" if target in held.parents else "is in the run directory"
+        raise ValueError(
+            f"out={out} {where} {held}: bdl-eval writes metrics.json and predictive.safetensors "
+            "there, replacing the run's own; choose a folder of its own (or the run's eval/), or "
+            "add overwrite=true"
+        )
 
 
 def evaluate_sweep(

@@ -311,6 +311,15 @@ def main(argv: list[str] | None = None) -> int:
             "remove it, or choose another --out DIR"
         )
         return 1
+    shared = [
+        out / name for name in files if (out / name).is_file() and (out / name).stat().st_nlink > 1
+    ]
+    if shared:
+        _err(
+            f"error: {shared[0]} has another hard link (it is also a file elsewhere): bdl-report "
+            "writes nothing through a link; remove it, or choose another --out DIR"
+        )
+        return 1
     try:
         out.mkdir(parents=True, exist_ok=True)
         for name, write in files.items():

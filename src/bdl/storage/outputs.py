@@ -85,11 +85,20 @@ def _link_error(path: Path, root: Path) -> ConfigError:
     )
 
 
+def _hard_link_error(path: Path, links: int, root: Path) -> ConfigError:
+    return ConfigError(
+        f"{path} has {links - 1} other hard link(s): bdl writes and appends to the files of the "
+        f"run directory {root} only, and this one is also a file elsewhere; replace it with a "
+        "copy of its own (cp --remove-destination), or choose another directory"
+    )
+
+
 def refuse_links(root: Path) -> None:
     """Refuse a run directory ``root`` holding a symbolic link at any depth (its samples, its
-    checkpoint, ``eval/<label>``, a log, a temporary), before anything is written: a write, a
-    deletion or a truncation through it would reach files outside the run (a resumed run
-    deletes the samples after its checkpoint). ``root`` itself may be a link (a scratch disk);
+    checkpoint, ``eval/<label>``, a log, a temporary), or a file with another hard link, before
+    anything is written: a write, an append, a deletion or a truncation through it would reach
+    files outside the run (a resumed run appends to its log, deletes the samples after its
+    checkpoint). ``root`` itself may be a link (a scratch disk);
     a ``wandb/`` folder (a run's, or a sweep's job's), where wandb links its latest run and which
     bdl never writes into, is not looked into."""
     folders = [Path(root)]
@@ -101,6 +110,10 @@ def refuse_links(root: Path) -> None:
         for entry in entries:
             if entry.is_symlink():
                 raise _link_error(Path(entry.path), Path(root))
+            if entry.is_file(follow_symlinks=False):
+                links = entry.stat(follow_symlinks=False).st_nlink
+                if links > 1:
+                    raise _hard_link_error(Path(entry.path), links, Path(root))
             if entry.is_dir(follow_symlinks=False) and entry.name != WANDB:
                 folders.append(Path(entry.path))
 
@@ -116,6 +129,8 @@ def refuse_link_on_path(root: Path, path: Path) -> None:
             raise _link_error(part, root)
     if path.exists() and not path.resolve().is_relative_to(root.resolve()):
         raise _link_error(path, root)
+    if path.is_file() and path.stat().st_nlink > 1:
+        raise _hard_link_error(path, path.stat().st_nlink, root)
 
 
 class RunDirectory:
