@@ -157,8 +157,8 @@ def test_dataset_options(option, fake_data_root, isolated_cache, no_cifar_md5, t
         (["chains=0"], "chains=0 is out of range: use chains=1 or more independent chains"),
         (
             ["sampler._target_=bdl.priors.Gaussian"],
-            "sampler._target_=bdl.priors.Gaussian is no bdl.samplers.base.Sampler: a sampler "
-            "subclasses it and declares what it is (docs/adding-a-sampler.md)",
+            "sampler._target_=bdl.priors.Gaussian is the target of a prior option, not a "
+            "sampler's: choose a sampler option listed by bdl-run --help",
         ),
         (
             ["+sampler.zz=1"],

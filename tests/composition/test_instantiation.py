@@ -103,6 +103,35 @@ def test_a_run_directory_naming_a_foreign_target_is_refused_by_bdl_eval(tmp_path
     assert not marker.exists()
 
 
+@pytest.mark.parametrize(
+    "target, owner",
+    [
+        ("bdl.cli.SweepFailures", "the target of no option"),
+        ("bdl.models.mlp.MLP", "the target of a model option"),
+    ],
+)
+def test_a_target_of_one_group_is_refused_in_another(tmp_path, capsys, target, owner):
+    """bdl's own targets, each allowed where it belongs: a model's class (or bdl's sweep
+    callback) as the dataset, in a run directory or on the command line, is one line."""
+    line = (
+        f"dataset._target_={target} is {owner}, not a dataset's: choose a dataset option listed "
+        "by bdl-run --help"
+    )
+    run = crafted_run(tmp_path / "run", {"_target_": target})
+    assert bdl_eval([str(run)]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"bdl-eval: error: {line}"]
+    with pytest.raises(ConfigError) as error:
+        _ = load_run(run).data
+    assert str(error.value) == line
+    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+        cfg = compose("config", [f"dataset._target_={target}"])
+    with pytest.raises(ConfigError) as error:
+        validate(cfg)
+    assert str(error.value) == line
+    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+        validate(compose("config", ["dataset=yacht", "model=linear", "prior=laplace"]))
+
+
 def test_the_command_line_cannot_name_a_foreign_target(tmp_path):
     marker = tmp_path / "marker"
     path = payload_file(tmp_path, "numpy", marker)

@@ -1,6 +1,7 @@
-"""bdl's own targets: every ``_target_`` its packaged configs (``bdl.conf``) name, and where
-the targets of a config tree are. The allow-list of `bdl.composition.instantiation` and the
-checks of `bdl.composition.plugins` both read it, so it imports neither."""
+"""bdl's own targets: every ``_target_`` its packaged configs (``bdl.conf``) name, those of each
+config group, and where the targets of a config tree are. The allow-list of
+`bdl.composition.instantiation` and the checks of `bdl.composition.plugins` both read it, so it
+imports neither."""
 
 from __future__ import annotations
 
@@ -49,4 +50,26 @@ def allowed_targets() -> frozenset[str]:
     for path in _yaml_files(files(CONF_PACKAGE)):
         raw = OmegaConf.to_container(OmegaConf.create(path.read_text(encoding="utf-8")))
         targets.update(str(node["_target_"]) for _, node in targets_in(raw))
+    return frozenset(targets)
+
+
+#: The config groups whose node names the target that builds it.
+GROUPS = ("dataset", "model", "prior", "sampler", "schedule")
+
+
+@functools.cache
+def group_targets(group: str) -> frozenset[str]:
+    """The ``_target_`` of each packaged option of ``group`` (``conf/<group>/*.yaml``, with the
+    shared pieces they include, ``- /uci_loader@_here_``)."""
+    root = files(CONF_PACKAGE)
+    targets = set()
+    for path in _yaml_files(root.joinpath(group)):
+        raw = OmegaConf.to_container(OmegaConf.create(path.read_text(encoding="utf-8")))
+        pieces = [raw]
+        for entry in raw.get("defaults") or []:
+            name = str(entry).partition("@_here_")[0]
+            if isinstance(entry, str) and entry.startswith("/") and entry.endswith("@_here_"):
+                text = root.joinpath(f"{name.lstrip('/')}.yaml").read_text(encoding="utf-8")
+                pieces.append(OmegaConf.to_container(OmegaConf.create(text)))
+        targets.update(str(piece["_target_"]) for piece in pieces if "_target_" in piece)
     return frozenset(targets)

@@ -30,7 +30,7 @@ from omegaconf._utils import get_yaml_loader
 from omegaconf.errors import InterpolationResolutionError, OmegaConfBaseException
 
 from bdl.composition import plugins
-from bdl.composition.allowlist import allowed_targets, targets_in
+from bdl.composition.allowlist import GROUPS, allowed_targets, group_targets, targets_in
 from bdl.errors import ConfigError
 
 __all__ = [
@@ -67,8 +67,27 @@ def check_targets(node: Any, where: str = "") -> list[tuple[str, dict]]:
                 f"{key + '.' if key else ''}_target_={target} is not one of bdl's own targets"
                 f"{plugins.missing(target)}: choose a {group} option listed by bdl-run --help"
             )
+        if key in GROUPS:
+            _check_group_target(key, target)
         found.append((key, spec))
     return found
+
+
+def _check_group_target(group: str, target: str) -> None:
+    """A group's node builds one of that group's targets: a model's class as the dataset (or
+    bdl's sweep callback) would be called with the dataset's arguments and fail inside."""
+    if target in group_targets(group) or plugins.handed_over(target):
+        return
+    owner = plugins.group_of(target) or next(
+        (other for other in GROUPS if target in group_targets(other)), None
+    )
+    if owner == group:
+        return
+    what = f"the target of a {owner} option" if owner else "the target of no option"
+    raise ConfigError(
+        f"{group}._target_={target} is {what}, not a {group}'s: choose a {group} option "
+        "listed by bdl-run --help"
+    )
 
 
 def _import(target: str) -> Any:

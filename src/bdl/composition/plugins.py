@@ -54,6 +54,8 @@ __all__ = [
     "admits",
     "check",
     "discover",
+    "group_of",
+    "handed_over",
     "missing",
     "options",
     "register",
@@ -212,6 +214,17 @@ def admits(target: Any) -> bool:
     """Whether ``target`` is one that an installed plugin declares, or an object that this
     process's own code handed over (`trusted`)."""
     return isinstance(target, str) and (target in _installed_targets() or target in _trusted)
+
+
+def group_of(target: Any) -> str | None:
+    """The group of the installed plugin's option whose target ``target`` is, if any."""
+    return next((o.group for o in discover()[0] if o.target == target), None)
+
+
+def handed_over(target: Any) -> bool:
+    """Whether this process's own code handed ``target`` over as an object (`trusted`): its
+    group is the one the caller built it for."""
+    return target in _trusted
 
 
 def dotted(obj: Any) -> str:
