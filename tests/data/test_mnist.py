@@ -6,6 +6,7 @@ import dataclasses
 import gzip
 import hashlib
 import json
+import math
 import os
 import shutil
 import struct
@@ -378,6 +379,27 @@ def test_extracted_files_that_cannot_be_read_are_named_with_the_fix(tmp_path: Pa
         (raw / name[:-3]).write_bytes(b"\x00\x00\x08\x03 not an IDX file")
     with pytest.raises(DataError) as err:
         load(root=tmp_path, download=False)
-    text = str(err.value)
-    assert text.startswith(f"MNIST files in {raw}/ cannot be read (")
-    assert text.endswith("). Replace them with the original files.") and "\n" not in text
+    first, shape = raw / GZ[0][:-3], (0x206E6F74, 0x20616E20, 0x49445820)
+    assert str(err.value) == (
+        f"{first} holds 20 bytes, but its header declares {16 + math.prod(shape)} (shape "
+        f"{shape}): a truncated or damaged file. Replace it with the original file."
+    )
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_a_truncated_extracted_file_is_named(tmp_path: Path, index: int):
+    """A copy cut short (a full disk, an interrupted rsync): torchvision would fail on it
+    without saying which of the four files it is."""
+    raw = tmp_path / "MNIST" / "raw"
+    for name in write_fake_mnist(tmp_path, 20, 10, seed=0):
+        (raw / name[:-3]).write_bytes(gzip.decompress((raw / name).read_bytes()))
+    victim = raw / GZ[index][:-3]
+    size = victim.stat().st_size
+    with victim.open("r+b") as handle:
+        handle.truncate(size - 5)
+    with pytest.raises(DataError) as err:
+        load(root=tmp_path, download=False)
+    assert str(err.value).startswith(
+        f"{victim} holds {size - 5} bytes, but its header declares {size} ("
+    )
+    assert str(err.value).endswith("Replace it with the original file.")

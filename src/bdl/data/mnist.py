@@ -14,6 +14,7 @@ import functools
 import gzip
 import hashlib
 import logging
+import math
 import numbers
 import os
 import shutil
@@ -228,6 +229,13 @@ def load_idx(
             f"Cannot stage {label} into the cache folder {cache_dir() / source.folder / 'raw'} "
             f"({err}). Make it writable or point BDL_CACHE_DIR at a writable folder."
         ) from err
+    keep = (
+        "Replace it with the original file."
+        if same_path(where, base)
+        else ("Delete the extracted files there (not the .gz) so they are rebuilt.")
+    )
+    for archive in source.md5:
+        _check_idx(where / source.folder / "raw" / _stem(archive), keep)
     try:
         x_all, y_all, x_test, y_test = _parsed(source.dataset, str(where), _stamps(where, source))
     except (RuntimeError, OSError, ValueError, EOFError) as err:
@@ -259,6 +267,29 @@ def load_idx(
         x_validation=_to_float(x_all[n:], pixel_divisor) if validation else None,
         y_validation=y_all[n:].to(torch.int64).clone() if validation else None,
     )
+
+
+#: The item size of each IDX type code (LeCun et al.'s format: magic 0, 0, type, dimensions).
+_IDX_ITEM_SIZE = {0x08: 1, 0x09: 1, 0x0B: 2, 0x0C: 4, 0x0D: 4, 0x0E: 8}
+
+
+def _check_idx(path: Path, fix: str) -> None:
+    """Refuse, naming it, an extracted IDX file whose size is not the one its header declares (a
+    truncated copy): torchvision would fail on it without saying which file."""
+    with path.open("rb") as handle:
+        head = handle.read(4)
+        size = path.stat().st_size
+        item = _IDX_ITEM_SIZE.get(head[2]) if len(head) == 4 and head[:2] == b"\0\0" else None
+        dims = handle.read(4 * head[3]) if item is not None else b""
+    if item is None or len(dims) != 4 * head[3]:
+        raise DataError(f"{path} is not an IDX file (its header is not MNIST's). {fix}")
+    shape = [int.from_bytes(dims[i : i + 4], "big") for i in range(0, len(dims), 4)]
+    declared = 4 + len(dims) + item * math.prod(shape)
+    if size != declared:
+        raise DataError(
+            f"{path} holds {size} bytes, but its header declares {declared} (shape "
+            f"{tuple(shape)}): a truncated or damaged file. {fix}"
+        )
 
 
 def _stamps(where: Path, source: Source) -> tuple[tuple[int, int], ...]:
