@@ -52,6 +52,14 @@ def test_the_majority_class_everywhere_is_unsound():
         f"against the trivial predictor's {accuracy:.4g}, a gain in accuracy of 0 ± 0 per test "
         "point, within 1 standard errors. Try another sampler, a smaller sampler.lr or more epochs"
     )
+    # confident in a guess no better than the trivial one: its density is worse too, and the
+    # warning does not say its point predictions beat the trivial predictor's
+    (density,) = experiment.run.task.worse_than(metrics, metrics["trivial"], ("test_nll",))
+    assert metrics["warnings"] == [
+        f"the predictive density is worse than ignoring the inputs: {density} (the trivial "
+        "predictor's in brackets); its point predictions do not beat it either (the run's error "
+        "above)"
+    ]
 
 
 def test_a_gain_within_the_test_points_error_is_unsound_and_one_beyond_it_is_not():

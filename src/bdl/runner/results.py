@@ -121,14 +121,22 @@ def judge(metrics: dict[str, Any], experiment: Experiment, chains: int) -> None:
             "predictor's in brackets). Try another sampler, a smaller sampler.lr or more "
             "epochs"
         )
-    warnings = []
-    for density in task.worse_than(metrics, trivial, (task.calibration,)):
-        warnings.append(
-            f"the predictive density is worse than ignoring the inputs: {density} (the "
-            "trivial predictor's in brackets); its point predictions beat it, its spread "
-            "does not (an overconfident fit)"
-        )
-    metrics["warnings"] = warnings
+    metrics["warnings"] = density_warnings(metrics, task, points_beat=not worse)
+
+
+def density_warnings(metrics: dict[str, Any], task: Any, points_beat: bool) -> list[str]:
+    """The warning of a predictive density worse than the trivial predictor's, saying whether
+    the point predictions beat it (an overconfident fit) or not (the run's error says so)."""
+    clause = (
+        "its point predictions beat it, its spread does not (an overconfident fit)"
+        if points_beat
+        else "its point predictions do not beat it either (the run's error above)"
+    )
+    return [
+        f"the predictive density is worse than ignoring the inputs: {density} (the trivial "
+        f"predictor's in brackets); {clause}"
+        for density in task.worse_than(metrics, metrics["trivial"], (task.calibration,))
+    ]
 
 
 def judge_convergence(
@@ -260,6 +268,7 @@ def refuse_tie(metrics: dict[str, Any], experiment: Experiment, predictive: torc
     key = experiment.run.task.headline
     unit = "accuracy" if experiment.run.task.classification else "squared error"
     metrics["status"] = "unsound"
+    metrics["warnings"] = density_warnings(metrics, experiment.run.task, points_beat=False)
     metrics["error"] = (
         f"the posterior predicts no better than ignoring the inputs: {key} "
         f"{metrics[key]:.4g} against the trivial predictor's {metrics['trivial'][key]:.4g}, a gain "
