@@ -353,3 +353,23 @@ def test_runs_of_no_paper_are_refused_naming_what_it_needs(tmp_path):
     with pytest.raises(ValueError) as error:
         papers.chen2014(pd.DataFrame({"dataset": ["boston"], "test_rmse": [1.0]}))
     assert str(error.value) == "no classification run with a sampler= choice: pass MNIST runs"
+
+
+def test_paper_markdown_shows_a_run_s_html_as_text(uci_runs, capsys, monkeypatch):
+    """A handed-over run's warning, error or sampler name holding HTML is shown in ``uci.md``,
+    never rendered: no tag opens."""
+    monkeypatch.setattr(papers, "save", lambda figure, stem: [])
+    html = "<img src=x onerror=alert(1)>"
+    concrete = uci_runs / "concrete_1" / "metrics.json"
+    concrete.write_text(json.dumps({**json.loads(concrete.read_text()), "warnings": [html]}))
+    naval = uci_runs / "naval_1" / "metrics.json"
+    naval.write_text(json.dumps({"status": "failed", "error": html}))
+    _write_run(
+        uci_runs / "boston_2",
+        {"dataset": "boston", "sampler": html},
+        {"test_rmse": 2.1, "test_ll": -2.4, "wall_time_s": 1.0},
+    )
+    assert main([str(uci_runs), "--paper", "uci"]) == 0
+    for text in (capsys.readouterr().out, (uci_runs / "uci.md").read_text()):
+        assert "<img" not in text
+        assert text.count("&lt;img src=x onerror=alert(1)>") >= 4  # warning, error, column, note

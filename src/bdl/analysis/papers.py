@@ -29,7 +29,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from bdl.analysis.plots import curve, group_of, save, sweep_title, test_error_figure
-from bdl.analysis.tables import LATEX_SPECIALS, mean_pm, summarize
+from bdl.analysis.tables import LATEX_SPECIALS, markdown_text, mean_pm, summarize
 
 __all__ = ["CHEN2014_FIG3", "PAPERS", "UCI_PUBLISHED", "UCI_SETS", "chen2014", "uci"]
 
@@ -97,7 +97,9 @@ class PaperTable:
 
     def markdown(self) -> str:
         align = ["left" if a == "l" else "right" for a in self._layout()]
-        text = self.cells.to_markdown(index=False, disable_numparse=True, colalign=align)
+        # a run's sampler or dataset name is shown as written, never rendered as HTML
+        cells = self.cells.map(markdown_text).rename(columns=markdown_text)
+        text = cells.to_markdown(index=False, disable_numparse=True, colalign=align)
         return "\n\n".join([text, *self.notes])
 
     def latex(self) -> str:
@@ -173,9 +175,9 @@ def uci(runs: pd.DataFrame) -> PaperTable:
             f"{d} {int(np.nan_to_num(stats.loc[(d, sampler), 'n_runs']))}" for d in sets
         )
         notes.append(
-            f"bdl {sampler}: RMSE below PBP's on {wins[sampler]['test_rmse']} of {len(sets)} "
-            f"sets, test LL above PBP's on {wins[sampler]['test_ll']} of {len(sets)}; splits per "
-            f"set: {splits}."
+            f"bdl {markdown_text(sampler)}: RMSE below PBP's on {wins[sampler]['test_rmse']} of "
+            f"{len(sets)} sets, test LL above PBP's on {wins[sampler]['test_ll']} of {len(sets)}; "
+            f"splits per set: {splits}."
         )
     frame = pd.DataFrame(numbers)
     figure = _uci_figure(frame, methods, sweep_title(runs))
@@ -250,9 +252,10 @@ def chen2014(runs: pd.DataFrame) -> PaperTable:
             continue
         kept = all(by_sampler[a] < by_sampler[b] for a, b in zip(order, order[1:], strict=False))
         found = ", ".join(f"{s} {by_sampler[s]:.2f}%" for s in order)
+        under = f" under {markdown_text(prior)}" if prior else ""
         notes.append(
-            f"Order of the means{f' under {prior}' if prior else ''} ({' < '.join(order)} in the "
-            f"paper): {'kept' if kept else 'NOT kept'} ({found})."
+            f"Order of the means{under} ({' < '.join(order)} in the paper): "
+            f"{'kept' if kept else 'NOT kept'} ({found})."
         )
     title = f"Chen et al. (2014)'s Fig. 3, {sweep_title(runs)}"
     figure = test_error_figure(curves, "test_error", "test error", title)

@@ -68,11 +68,12 @@ def _print_paper(name: str, df: pd.DataFrame, out: Path, unfinished: list[str]) 
     table.notes.append(f"{len(df)} runs, {hours:.2f} h of run time in all (their wall_time_s).")
     if unconverged_note(df):
         table.notes.append(unconverged_note(df))
-    warned = warned_lines(df)
+    warned = [markdown_text(line) for line in warned_lines(df)]
     if warned:
         table.notes.append(f"Averaged in with warnings ({len(warned)} runs):\n" + "\n".join(warned))
     if unfinished:
-        table.notes.append(f"Not in the table ({len(unfinished)} runs):\n" + "\n".join(unfinished))
+        lines = [markdown_text(line) for line in unfinished]
+        table.notes.append(f"Not in the table ({len(lines)} runs):\n" + "\n".join(lines))
     print(table.markdown())
     try:
         files = papers.write(table, name, out)
