@@ -378,3 +378,20 @@ def test_hydra_s_node_is_composed_and_checked_where_the_command_line_reaches_it(
             overrides.check_composition(args, "bdl.cli")
     else:
         overrides.check_composition(args, "bdl.cli")
+
+
+def test_hydra_s_groups_take_no_option_of_a_preset_folder(monkeypatch, folder):
+    """A launcher (or logging) option of one's own in a ``--config-dir`` folder is refused: its
+    keys could be anything; bdl's and the installed plugins' options are the only ones."""
+    script, before = victim(folder)
+    (folder / "presets" / "hydra" / "job_logging").mkdir(parents=True)
+    (folder / "presets" / "hydra" / "job_logging" / "mine.yaml").write_text(
+        f"version: 1\nhandlers:\n  file:\n    class: logging.FileHandler\n    filename: {script}\n"
+        "root:\n  handlers: [file]\n"
+    )
+    line = bdl_run(monkeypatch, folder, "-cd", "presets", "hydra/job_logging=mine")
+    assert line == (
+        "bdl-run: error: hydra/job_logging=mine is refused: Hydra's groups take options of bdl "
+        "and of the installed Hydra plugins only (bdl-run --hydra-help lists them)"
+    )
+    assert script.read_bytes() == before and not (folder / "run").exists()
