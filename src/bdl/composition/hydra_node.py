@@ -123,6 +123,7 @@ _DIRECTORY = (
 )
 
 #: The keys (below ``hydra.``) a config may set, with what each value must be; ``*`` is one key.
+#: ``job.env_set.VAR`` too, for the variables of `ENVIRONMENT` (`_check_environment`).
 ALLOWED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "run.dir": _DIRECTORY,
     "sweep.dir": _DIRECTORY,
@@ -131,7 +132,6 @@ ALLOWED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "mode": (_choice(None, "RUN", "MULTIRUN"), "RUN or MULTIRUN"),
     "verbose": (_verbose, "true, false or logger names"),
     "job.config.override_dirname.exclude_keys": (_strings, "a list of keys"),
-    "job.env_set.*": (lambda value: False, ""),  # checked by `_check_environment`
     "sweeper.params.*": (
         lambda value: isinstance(value, str | int | float | bool),
         "a sweep's values (sampler: sgld,sghmc)",
