@@ -164,7 +164,7 @@ def test_bdl_eval_out_writes_into_no_other_run(uci_root, tmp_path, capsys):
         (other, f"is in the run directory {other}"),
         (other / "samples", f"is in the run directory {other}"),
         (tmp_path / "sweep", f"holds the run {other}"),
-        (run, f"is in the run directory {run}"),  # the run's own, outside its eval/
+        (run, f"is in the run directory {run}"),  # the run's own metrics.json
     ]:
         capsys.readouterr()
         assert bdl_eval([str(run), f"out={out}"]) == 2
@@ -172,7 +172,7 @@ def test_bdl_eval_out_writes_into_no_other_run(uci_root, tmp_path, capsys):
         assert err.startswith(f"bdl-eval: error: out={out} {held}: bdl-eval writes"), err
         assert err.rstrip().endswith("add overwrite=true") and len(err.splitlines()) == 1
     assert snapshot(other) == before
-    assert bdl_eval([str(run), f"out={run / 'eval' / 'mine'}"]) == 0  # the run's own eval/
+    assert bdl_eval([str(run), f"out={run / 'mine'}"]) == 0  # a folder of the run's own
     assert bdl_eval([str(run), f"out={tmp_path / 'elsewhere'}"]) == 0
     assert bdl_eval([str(run), f"out={other}", "overwrite=true"]) == 0
     assert snapshot(other) != before

@@ -20,8 +20,9 @@ tensors ``x`` (inputs preprocessed as the run's dataset preprocesses them) and `
 labels, or regression targets in original units). The metrics and the model average are written
 to ``OUT/metrics.json`` and ``OUT/predictive.safetensors``, ``OUT`` being
 ``RUN_DIR/eval/<dataset>-<split>[-rotate<deg>][-<corruption><severity>][-ood-<name>]`` unless
-``out=`` says otherwise. ``out=`` is refused inside another run's directory, or the run's own
-outside its ``eval/``, and on a folder holding a run, unless ``overwrite=true``.
+``out=`` says otherwise. ``out=`` is refused on a run's directory (the run's own included:
+its ``metrics.json`` would be replaced), inside another run's or on a folder holding a run,
+unless ``overwrite=true``.
 
 The options are overrides in Hydra's grammar, as ``bdl-run``'s are (quoting, types, ``+`` to add a
 loader's argument the dataset's config does not set). Given a sweep's directory (or any directory
@@ -283,7 +284,7 @@ def evaluate(run_dir: Path, options: dict[str, str]) -> tuple[dict[str, Any], Pa
         raise ValueError(f"overwrite={options['overwrite']} must be true or false")
     if "out" in options:
         _check_out(out, run_dir, overwrite == "true")
-    if _inside(out, run_dir / "eval"):  # the run's own eval/, never written through a link
+    if _inside(out, run_dir):  # the run's own folders, never written through a link
         refuse_link_on_path(run_dir, out / "metrics.json")
     out.mkdir(parents=True, exist_ok=True)
     targets = y if task == "classification" else average.y
@@ -300,10 +301,10 @@ def _inside(path: Path, folder: Path) -> bool:
 
 
 def _check_out(out: Path, run_dir: Path, overwrite: bool) -> None:
-    """``out=DIR`` is the run's own ``eval/`` or a folder that is no run's: neither inside a run
-    directory (whose ``metrics.json`` it would replace) nor holding one, unless
-    ``overwrite=true``."""
-    if overwrite or _inside(out, run_dir / "eval"):
+    """``out=DIR`` is a folder below the run's own directory, or a folder that is no run's:
+    neither a run directory nor inside one (whose ``metrics.json`` it would replace) nor holding
+    one, unless ``overwrite=true``."""
+    if overwrite or (_inside(out, run_dir) and not _inside(run_dir, out)):
         return
     target = out.resolve()
     held = next((f for f in (target, *target.parents) if (f / CONFIG_FILE).is_file()), None)
