@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bdl import diagnostics
+from bdl import diagnostics, summary
 from bdl.analysis import pruning
 from bdl.composition.network import named_parameters, predict, sample_tensors
 from bdl.metrics import UncertaintyAverage, agreement, ood_detection, pool, total_variation
@@ -186,19 +186,22 @@ def _write_summary(
     table: dict[str, np.ndarray],
     directory: RunDirectory,
 ) -> None:
-    """``summary.csv``: `bdl.diagnostics.summary_rows` of the scalars and of each test
-    point's log predictive density, ``log_lik[i]``, with the R-hat and ESS of ``table``."""
+    """``summary.csv``: `bdl.summary.summary_rows` of the scalars and of each test point's
+    log predictive density, ``log_lik[i]``, with the R-hat and ESS of ``table``."""
     draws = min(len(loop.log_likelihoods) for loop in loops)
     pointwise = np.stack(
         [torch.stack(loop.log_likelihoods[:draws]).double().numpy() for loop in loops]
     )
-    points, found = {}, {}
-    for i in range(pointwise.shape[-1]):
-        points[f"log_lik[{i}]"] = pointwise[..., i]
-        found[f"log_lik[{i}]"] = {
-            k: diagnostics.number(table[k][i]) for k in diagnostics.RATINGS if k in table
+    rows = []
+    if scalars:
+        names = list(scalars)
+        rated = {
+            key: np.array([measured.get(name, {}).get(key) for name in names], dtype=np.float64)
+            for key in diagnostics.RATINGS
         }
-    rows = diagnostics.summary_rows(scalars, measured) + diagnostics.summary_rows(points, found)
+        rows += summary.summary_rows(names, np.stack(list(scalars.values()), axis=-1), rated)
+    points = [f"log_lik[{i}]" for i in range(pointwise.shape[-1])]
+    rows += summary.summary_rows(points, pointwise, table)
     fields = list(dict.fromkeys(key for row in rows for key in row))
     directory.write_table(diagnostics.SUMMARY_FILE, fields, rows)
 
