@@ -271,6 +271,8 @@ class Sampling:
         loop.probes.append(diagnostics.weight_probes(named_parameters(model, likelihood).values()))
         if loop.validation is not None:
             loop.validation.update(exp.predict_validation())
+        if loop.detection is not None:
+            loop.detection.update(prediction, exp.predict_ood())
         if self.stores is not None:
             self.stores[chain].add(sample_tensors(model, likelihood), epoch=epoch)
         loop.num_samples = loop.average.count
