@@ -69,3 +69,47 @@ def test_summary_rows_are_arvizs_summary():
 
 def test_summary_rows_of_one_draw_are_none():
     assert summary.summary_rows(["a"], np.zeros((1, 1, 1)), {}) == []
+
+
+def autoregressive(rng, chains: int, length: int, dim: int) -> np.ndarray:
+    """AR(1) chains with coefficients from -0.5 to 0.99 over the coordinates (ESS from above
+    the draws to a few), and three that arviz treats apart: a constant, one of three values
+    (ties in the ranks) and one whose chains are shifted apart (R-hat far above 1)."""
+    draws = np.zeros((chains, length, dim))
+    phi = np.linspace(-0.5, 0.99, dim)
+    for t in range(1, length):
+        draws[:, t] = phi * draws[:, t - 1] + rng.standard_normal((chains, dim))
+    draws[..., 0] = 1.0
+    draws[..., 1] = rng.integers(0, 3, (chains, length))
+    draws[..., 2] += np.arange(chains)[:, None]
+    return draws
+
+
+def arviz_each(function, draws: np.ndarray, **kwargs) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return np.array([float(function(draws[..., j], **kwargs)) for j in range(draws.shape[-1])])
+
+
+@pytest.mark.parametrize(
+    ("chains", "length"), [(1, 3), (1, 4), (1, 5), (2, 7), (4, 9), (1, 100), (3, 57), (4, 400)]
+)
+def test_rhat_and_ess_are_arvizs_on_every_coordinate(chains, length):
+    """Every length where arviz's Geyer loop takes no pair, one, or stops on a negative one;
+    one chain (no R-hat) and several; NaN where arviz gives NaN, and a NaN draw's coordinate."""
+    az = diagnostics._arviz()
+    draws = autoregressive(np.random.default_rng(length), chains, length, 30)
+    draws[0, -1, 3] = np.nan
+    for mine, theirs in [
+        (summary.rhat(draws), arviz_each(az.rhat, draws)),
+        (summary.ess(draws, "bulk"), arviz_each(az.ess, draws, method="bulk")),
+        (summary.ess(draws, "tail"), arviz_each(az.ess, draws, method="tail")),
+    ]:
+        np.testing.assert_array_equal(np.isnan(mine), np.isnan(theirs))
+        np.testing.assert_allclose(mine, theirs, rtol=1e-12)
+    assert np.isnan(summary.rhat(draws)[3]) and np.isnan(summary.ess(draws)[3])
+
+
+def test_ess_refuses_an_unknown_method():
+    with pytest.raises(ValueError, match="choose bulk or tail"):
+        summary.ess(np.zeros((1, 8, 1)), "mean")

@@ -213,7 +213,7 @@ def _write_summary(
         names = list(scalars)
         rated = {
             key: np.array([measured.get(name, {}).get(key) for name in names], dtype=np.float64)
-            for key in diagnostics.RATINGS
+            for key in summary.RATINGS
         }
         rows += summary.summary_rows(names, np.stack(list(scalars.values()), axis=-1), rated)
     points = [f"log_lik[{i}]" for i in range(pointwise.shape[-1])]
