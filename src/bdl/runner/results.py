@@ -324,6 +324,11 @@ def write_pruning(experiment: Experiment, loop: Loop, directory: RunDirectory) -
     with the lowest signal-to-noise ratio are removed (`bdl.analysis.pruning`); one chain's.
     ``signal_to_noise.{csv,png}``: the distribution of σ and of the ratio it ranked by."""
     exp = experiment
+    log.info(
+        "pruning curve: the model average of at most %d samples at %d fractions...",
+        exp.run.pruning_samples,
+        len(pruning.FRACTIONS),
+    )
     live = named_parameters(exp.potential.model, exp.potential.likelihood)
     moments = exp.sampler.posterior_moments(loop.sampler)
     if moments is not None:

@@ -330,6 +330,13 @@ class Sampling:
         for chain, (experiment, loop) in enumerate(zip(self.experiments, self.loops, strict=True)):
             for _ in experiment.sampler.final_samples(loop.sampler):
                 self._collect(chain, experiment.run.epochs - 1)
+        kept = sum(loop.num_samples for loop in self.loops)
+        if self.directory.writer and kept:
+            log.info(
+                "sampled in %.0f s; the metrics and diagnostics of the %d samples...",
+                self.elapsed,
+                kept,
+            )
         metrics = self._write_metrics("completed")
         log.info("%s", outputs.summary_table(metrics))
         if metrics["status"] == "unsound":
@@ -345,6 +352,7 @@ class Sampling:
         if self.directory.writer and self.experiment.run.figures:
             from bdl.analysis.plots import write_summary  # matplotlib is imported only to draw
 
+            log.info("drawing the figures...")
             write_summary(self.directory.path)
         log.info("run directory: %s", self.directory.path)
         return metrics
