@@ -350,9 +350,9 @@ class Sampling:
         if self.experiment.run.pruning_samples is not None and self.stores is not None:
             results.write_pruning(self.experiment, self.loops[0], self.directory)
         if self.directory.writer and self.experiment.run.figures:
+            log.info("drawing the figures...")
             from bdl.analysis.plots import write_summary  # matplotlib is imported only to draw
 
-            log.info("drawing the figures...")
             write_summary(self.directory.path)
         log.info("run directory: %s", self.directory.path)
         return metrics
