@@ -93,16 +93,12 @@ def _per_coordinate(function, draws: np.ndarray, **kwargs) -> np.ndarray:
 def ess(draws: np.ndarray, method: str = "bulk") -> np.ndarray:
     """Effective sample size (``bulk`` or ``tail``) of each coordinate of
     ``(chains, draws, dim)``."""
-    from bdl import summary
-
-    return summary.ess(draws, method)
+    return _per_coordinate(_arviz().ess, draws, method=method)
 
 
 def rhat(draws: np.ndarray) -> np.ndarray:
     """Rank-normalised split R-hat of each coordinate of ``(chains, draws, dim)``."""
-    from bdl import summary
-
-    return summary.rhat(draws)
+    return _per_coordinate(_arviz().rhat, draws)
 
 
 def probe_indices(total: int) -> Tensor:
