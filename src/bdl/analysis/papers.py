@@ -29,7 +29,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from bdl.analysis.plots import curve, group_of, save, sweep_title, test_error_figure
-from bdl.analysis.tables import LATEX_SPECIALS, mean_pm, summarize
+from bdl.analysis.tables import LATEX_SPECIALS, markdown_text, mean_pm, summarize
 
 __all__ = ["CHEN2014_FIG3", "PAPERS", "UCI_PUBLISHED", "UCI_SETS", "chen2014", "uci"]
 
@@ -95,10 +95,12 @@ class PaperTable:
     def _layout(self) -> list[str]:
         return ["l"] * self.labels + ["r"] * (self.cells.shape[1] - self.labels)
 
-    def markdown(self) -> str:
+    def markdown(self, html: bool = True) -> str:
+        """The table and its notes, the notes inert for a Markdown renderer unless ``html`` is
+        false (a terminal's; `bdl.analysis.tables.markdown_text`)."""
         align = ["left" if a == "l" else "right" for a in self._layout()]
         text = self.cells.to_markdown(index=False, disable_numparse=True, colalign=align)
-        return "\n\n".join([text, *self.notes])
+        return "\n\n".join([text, *(markdown_text(note, html) for note in self.notes)])
 
     def latex(self) -> str:
         def cell(text: str) -> str:
