@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from scipy import fft, stats
+from scipy import fft, special, stats
 
 #: Probability mass of the summary's highest-density interval (arviz's default).
 HDI_PROB = 0.94
@@ -132,7 +132,8 @@ def _z_scale(x: np.ndarray) -> np.ndarray:
     dim, chains, length = x.shape
     size = chains * length
     ranks = stats.rankdata(x.reshape(dim, size), method="average", axis=-1)
-    return stats.norm.ppf((ranks - 3 / 8) / (size - 2 * 3 / 8 + 1)).reshape(x.shape)
+    # scipy's norm.ppf without its checks of arguments, which cost as much as the function
+    return special.ndtri((ranks - 3 / 8) / (size - 2 * 3 / 8 + 1)).reshape(x.shape)
 
 
 def _rhat(x: np.ndarray) -> np.ndarray:
