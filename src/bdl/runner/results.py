@@ -25,7 +25,7 @@ from bdl.runner.experiment import Experiment
 from bdl.runner.loop import Loop
 from bdl.storage import outputs
 from bdl.storage.outputs import RunDirectory
-from bdl.storage.store import load_samples, read_manifest
+from bdl.storage.store import load_samples
 
 log = logging.getLogger("bdl")
 
@@ -98,6 +98,8 @@ def ood_metrics(
         d is None or d.count != loop.average.count
         for d, loop in zip(detections, loops, strict=True)
     ):
+        kept = sum(loop.average.count for loop in loops)
+        log.info("out-of-distribution scores of the %d stored samples (%s)...", kept, exp.run.ood)
         detections = _stored_detections(exp, directory, len(loops))
     detection = functools.reduce(Detection.merge, detections, Detection())
     if not detection.count:
@@ -111,8 +113,6 @@ def _stored_detections(
     """Each chain's `Detection` of its stored samples, the network holding each in turn."""
     exp = experiment
     stores = [folder for folder in directory.store_folders(chains) if folder.is_dir()]
-    count = sum(len(read_manifest(store)) for store in stores)
-    log.info("out-of-distribution scores of the %d stored samples (%s)...", count, exp.run.ood)
     model, likelihood = exp.potential.model, exp.potential.likelihood
     detections = []
     for store in stores:
