@@ -33,8 +33,9 @@ install-dev: $(VENV)/.dev ## the same plus the tests' tools and every extra (pyt
 run: install ## SGHMC on MNIST with Chen et al.'s setup (the quick start)
 	$(BIN)/bdl-run sampler=sghmc dataset=mnist
 
-demo: install ## a first result in about a minute: SGHMC on MNIST for 10 epochs
+demo: install ## a first result in seconds: SGHMC on MNIST for 10 epochs, a demo (make run is the real run)
 	$(BIN)/bdl-run sampler=sghmc dataset=mnist epochs=10 burn_in=5
+	@echo "make demo: 10 epochs are a demo of the workflow, too few to converge (its verdict says so); make run samples the full run"
 
 # Two worker processes of one thread each: the suite's tests are small and mostly one-core work
 test: install-dev ## the default test suite (slow tests excluded), on two worker processes

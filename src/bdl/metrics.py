@@ -229,6 +229,17 @@ class UncertaintyAverage(ClassificationAverage):
         merged._entropy_sum = sum(sums[1:], sums[0].clone()) if sums else None
         return merged
 
+    def state_dict(self) -> dict[str, Tensor]:
+        state = super().state_dict()
+        if self._entropy_sum is not None:
+            state["entropy_sum"] = self._entropy_sum
+        return state
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        super().load_state_dict(state)
+        entropy = state.get("entropy_sum")
+        self._entropy_sum = None if entropy is None else entropy.to(torch.float64)
+
     def scores(self) -> dict[str, Tensor]:
         """Per point, each higher where the input looks less like the training data:
         ``entropy`` (total), ``mutual_information`` (epistemic) and ``max_probability`` as
@@ -310,6 +321,47 @@ def ood_detection(inside: UncertaintyAverage, outside: UncertaintyAverage) -> di
         result[f"ood_auroc_{name}"] = auroc(ins[name].cpu(), outs[name].cpu())
         result[f"ood_aupr_{name}"] = aupr(ins[name].cpu(), outs[name].cpu())
     return result
+
+
+class Detection:
+    """The running `UncertaintyAverage` of the posterior's samples on the in-distribution
+    inputs (``inside``) and on the out-of-distribution ones (``outside``), sample by sample, and
+    their `ood_detection` metrics: what a run accumulates as it keeps each sample and what
+    ``bdl-eval ood=`` computes from the stored ones."""
+
+    def __init__(self) -> None:
+        self.inside, self.outside = UncertaintyAverage(), UncertaintyAverage()
+
+    @property
+    def count(self) -> int:
+        return self.inside.count
+
+    def update(self, inside: Tensor, outside: Tensor) -> None:
+        """Add one sample's class probabilities on the two sets of inputs."""
+        self.inside.update(inside)
+        self.outside.update(outside)
+
+    def merge(self, other: Detection) -> Detection:
+        merged = Detection()
+        merged.inside = self.inside.merge(other.inside)
+        merged.outside = self.outside.merge(other.outside)
+        return merged
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {
+            f"{side}/{key}": value
+            for side in ("inside", "outside")
+            for key, value in getattr(self, side).state_dict().items()
+        }
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        for side in ("inside", "outside"):
+            prefix = f"{side}/"
+            part = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+            getattr(self, side).load_state_dict(part)
+
+    def metrics(self) -> dict[str, float]:
+        return ood_detection(self.inside, self.outside)
 
 
 class RegressionAverage:

@@ -58,25 +58,40 @@ def test_running_moments_match_torch():
         running_moments(iter([]), ["w"])
 
 
+class Identity(torch.nn.Module):
+    """A likelihood whose predictive is the network's output."""
+
+    def predict(self, output: torch.Tensor) -> torch.Tensor:
+        return output
+
+
 def test_curve_zeroes_the_pruned_weights_and_restores_the_live_ones():
-    live = {"w": torch.tensor([1.0, 2.0, 3.0, 4.0])}
-    samples = [{"w": torch.tensor([1.0, -2.0, 3.0, 0.5])}]
-    mean = {"w": torch.tensor([0.1, 2.0, 3.0, 4.0])}
-    std = {"w": torch.ones(4)}
+    """The network predicts with each sample's weights pruned (the one input picks the
+    weights out), and holds its own weights again after."""
+    model = torch.nn.Linear(4, 4, bias=False)
+    own = torch.tensor([1.0, 2.0, 3.0, 4.0]).diag()
+    with torch.no_grad():
+        model.weight.copy_(own)
+    samples = [{"weight": torch.tensor([1.0, -2.0, 3.0, 0.5]).diag()}]
+    mean = {"weight": torch.tensor([0.1, 2.0, 3.0, 4.0]).diag()}
+    std = {"weight": torch.ones(4, 4)}
     seen = []
     rows = pruning_curve(
-        live,
-        ["w"],
+        model,
+        Identity(),
+        ["weight"],
         mean,
         std,
         samples,
-        predict=lambda: live["w"].clone(),
+        torch.ones(1, 4),
         score=lambda predictions: seen.append(predictions[0]) or 0.0,
-        fractions=(0.0, 0.5),
+        fractions=(0.0, 13 / 16),
     )
-    assert [r["weights_kept"] for r in rows] == [4, 2]
-    torch.testing.assert_close(seen[1], torch.tensor([0.0, 0.0, 3.0, 0.5]))
-    torch.testing.assert_close(live["w"], torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    assert [r["weights_kept"] for r in rows] == [16, 3]
+    torch.testing.assert_close(seen[0], torch.tensor([[1.0, -2.0, 3.0, 0.5]]))
+    # 13 of 16 removed: the zeros (|μ|/σ = 0), then the lowest diagonal ratio, 0.1
+    torch.testing.assert_close(seen[1], torch.tensor([[0.0, -2.0, 3.0, 0.5]]))
+    torch.testing.assert_close(model.weight.detach(), own)
 
 
 @pytest.mark.parametrize("sampler", ["sghmc", "bbb"])
@@ -182,7 +197,7 @@ def test_what_pruning_cannot_work_on_is_refused_by_name(tmp_path):
     SampleStore(tmp_path / "samples")
     (tmp_path / "samples" / "manifest.json").write_text("[]")  # a store that kept nothing
     with pytest.raises(ValueError) as error:
-        curve_from_store(tmp_path / "samples", {}, [], None, list, len, 4)
+        curve_from_store(tmp_path / "samples", None, None, [], None, None, len, 4)
     assert str(error.value) == (
         f"{tmp_path / 'samples'} holds no samples to draw a pruning curve from"
     )

@@ -414,3 +414,51 @@ def test_plots_group_the_runs_as_the_table_does(sweep, tmp_path, monkeypatch, ca
     assert main([str(sweep), "--plot", "--by", "sampler", "seed", "--out", str(out)]) == 0
     assert calls.pop() == ([0, 0, 1, 1], ["sampler", "seed"], out / "plots")
     assert "no curve.csv to plot" in capsys.readouterr().err
+
+
+def _many_metrics(sweep: Path) -> list[str]:
+    """The sweep's runs given the 25 metrics of a real MNIST run's metrics.json (each varying
+    between runs, so that none is dropped as constant), and a reason with a ``<`` for one."""
+    names = [  # in the table's order: bdl.analysis.sweeps.KNOWN_METRICS first
+        "test_accuracy", "test_nll", "test_ece", "test_brier", "num_samples", "epochs",
+        "grad_evals", "wall_time_s", "val_accuracy", "val_nll", "val_ece", "val_brier",
+        "step_scale", "rise_max", "points_constant", "rhat_max", "rhat_p95", "rhat_median",
+        "weight_rhat_max", "ess_bulk_min", "ess_bulk_p5", "ess_bulk_median", "ess_tail_min",
+        "ood_auroc_entropy", "ood_aupr_entropy",
+    ]  # fmt: skip
+    for k, path in enumerate(sorted(sweep.rglob("metrics.json"))):
+        metrics = {name: 0.123456 * (k + 1) + i for i, name in enumerate(names)}
+        verdict = {"converged": k != 0, "reasons": ["bulk ESS 2909.0 < 12800"] if k == 0 else []}
+        path.write_text(json.dumps({**metrics, **verdict, "notes": []}))
+    return names
+
+
+def _table_lines(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith("|")]
+
+
+def test_the_printed_table_keeps_to_120_characters_and_names_the_rest(sweep, capsys):
+    """25 metrics would print some 400 characters a row: the terminal gets the first metrics
+    (in their order of importance) that fit, the others named under the table and shown with
+    --wide; report.md holds them all; no HTML entity on the terminal, where ``<`` is a
+    comparison, while report.md keeps its ``&lt;`` (inert for a Markdown renderer)."""
+    names = _many_metrics(sweep)
+    assert main([str(sweep)]) == 0
+    out = capsys.readouterr().out
+    lines = _table_lines(out)
+    assert lines and max(map(len, lines)) <= 120
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    shown = [name for name in names if name in header]
+    assert shown == names[: len(shown)] and 0 < len(shown) < len(names)
+    hidden = names[len(shown) :]
+    assert f"{len(hidden)} more columns with --wide: {', '.join(hidden)}." in out
+    assert "bulk ESS 2909.0 < 12800" in out and "&lt;" not in out
+    written = (sweep / "report.md").read_text()
+    assert all(name in written.splitlines()[0] for name in names)
+    assert "bulk ESS 2909.0 &lt; 12800" in written
+    # one more column would not have fitted
+    assert main([str(sweep), "--metrics", *names[: len(shown) + 1]]) == 0
+    assert max(map(len, _table_lines(capsys.readouterr().out))) > 120
+    assert main([str(sweep), "--wide"]) == 0
+    wide = capsys.readouterr().out
+    assert all(name in _table_lines(wide)[0] for name in names) and "--wide:" not in wide

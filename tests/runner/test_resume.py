@@ -685,3 +685,61 @@ def test_a_finished_run_leaves_no_temporary_file(uci_root, tmp_path, monkeypatch
     monkeypatch.setattr(Sampling, "_finish", stray_then_finish)
     runner.run(config(uci_root), tmp_path)
     assert not [p for p in tmp_path.rglob(".*.tmp")]
+
+
+def mnist_config(root: Path, *overrides: str):
+    """Two chains on the generated MNIST, scored against Fashion-MNIST at each kept sample."""
+    base = [
+        f"dataset.root={root}",
+        "dataset=mnist",
+        "dataset.validation=59000",
+        "ood=fashion_mnist",
+        "chains=2",
+        "epochs=4",
+        "burn_in=1",
+        "batch_size=250",
+        "checkpoint_every=1",
+        "figures=false",
+    ]
+    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+        return compose("config", [*base, *overrides])
+
+
+@pytest.mark.parametrize(
+    "checkpoint_kept",
+    ["its averages", pytest.param("none (an older bdl's)", marks=pytest.mark.slow)],
+)
+def test_out_of_distribution_scores_resume_bitwise(
+    fake_data_root, isolated_cache, tmp_path, monkeypatch, caplog, checkpoint_kept
+):
+    """A run killed after some samples were scored against the ``ood=`` set ends with the
+    metrics of a run never stopped: from the averages its checkpoint carried, or, from the
+    checkpoint of a bdl that kept none, by scoring its stored samples at the end."""
+    cfg = mnist_config(fake_data_root)
+    runner.run(cfg, tmp_path / "whole")
+    whole = outputs(tmp_path / "whole")
+    assert whole[0]["ood"] == "fashion_mnist" and whole[0]["num_samples"] == 6
+    real_collect, calls = Sampling._collect, {"n": 0}
+
+    def dying(self, *args):
+        calls["n"] += 1
+        if calls["n"] == 5:  # the last epoch's first sample: two of each chain kept before
+            raise Kill
+        return real_collect(self, *args)
+
+    monkeypatch.setattr(Sampling, "_collect", dying)
+    with pytest.raises(Kill):
+        runner.run(cfg, tmp_path / "killed")
+    monkeypatch.setattr(Sampling, "_collect", real_collect)
+    path = tmp_path / "killed" / "checkpoint.safetensors"
+    tensors, header = bdl.runner.checkpoint.load(path)
+    assert tensors["chain_1/detection/outside/count"] == 2  # two samples scored before
+    if checkpoint_kept != "its averages":
+        kept = {k: t for k, t in tensors.items() if "/detection/" not in k}
+        header.pop("sha256"), header.pop("format_version")
+        bdl.runner.checkpoint.save(path, kept, header)
+    with caplog.at_level("INFO", logger="bdl"):
+        runner.run(mnist_config(fake_data_root, "resume=true"), tmp_path / "killed")
+    assert outputs(tmp_path / "killed") == whole
+    rescored = "out-of-distribution scores of the 6 stored samples (fashion_mnist)..."
+    assert (rescored in caplog.messages) == (checkpoint_kept != "its averages")

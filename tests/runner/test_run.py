@@ -16,6 +16,7 @@ from hydra import compose, initialize_config_module
 from safetensors.torch import load_file
 
 import bdl
+from bdl.analysis.evaluate import evaluate
 from bdl.analysis.plots import summary_figure
 from bdl.runner.run import run
 
@@ -270,6 +271,10 @@ def test_mnist_run_scores_fashion_mnist_as_out_of_distribution(run_with, fake_da
         assert metrics[f"ood_auroc_{name}"] == pytest.approx(pairwise, abs=1e-4)
         assert 0 <= metrics[f"ood_aupr_{name}"] <= 1
     assert metrics["ood_auroc_entropy"] > 0.95
+    # bdl-eval scores the stored samples by the same code: the same numbers, to the last bit
+    evaluated, _ = evaluate(directory, {"ood": "fashion_mnist", "device": "cpu"})
+    scored = {k: v for k, v in metrics.items() if k.startswith("ood")}
+    assert {k: evaluated[k] for k in scored} == scored
 
 
 def test_a_bad_ood_name_is_one_line_naming_the_choices(fake_data_root):

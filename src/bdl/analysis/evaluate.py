@@ -57,7 +57,7 @@ from bdl.data import DataError, Dataset
 from bdl.data.ood import ood_inputs
 from bdl.data.shift import SEVERITIES, corrupt, rotate
 from bdl.errors import did_you_mean
-from bdl.metrics import UncertaintyAverage, ood_detection
+from bdl.metrics import Detection
 from bdl.storage.outputs import refuse_link_on_path, strict_json
 from bdl.storage.store import StoreError, save_predictive
 
@@ -265,12 +265,11 @@ def evaluate(run_dir: Path, options: dict[str, str]) -> tuple[dict[str, Any], Pa
                 f"ood={options['ood']}: out-of-distribution detection needs a classifier"
             )
         x_ood = ood_inputs(options["ood"], posterior.data, posterior.config.dataset)
-        average, outside = UncertaintyAverage(), UncertaintyAverage()
-        for _, prediction in posterior.predictions(x, device):
-            average.update(prediction)
-        for _, prediction in posterior.predictions(x_ood, device):
-            outside.update(prediction)
-        detection = {"ood": options["ood"], **ood_detection(average, outside)}
+        scores = Detection()
+        for _, (inside, outside) in posterior.predictions_on([x, x_ood], device):
+            scores.update(inside, outside)
+        average = scores.inside
+        detection = {"ood": options["ood"], **scores.metrics()}
         label += f"-ood-{options['ood']}"
     else:
         average = posterior.average(x, y, device=device)

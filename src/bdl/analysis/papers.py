@@ -95,12 +95,18 @@ class PaperTable:
     def _layout(self) -> list[str]:
         return ["l"] * self.labels + ["r"] * (self.cells.shape[1] - self.labels)
 
-    def markdown(self) -> str:
+    def markdown(self, html: bool = True) -> str:
+        """The table and its notes, the notes inert for a Markdown renderer unless ``html`` is
+        false (a terminal's; `bdl.analysis.tables.markdown_text`)."""
         align = ["left" if a == "l" else "right" for a in self._layout()]
-        # a run's sampler or dataset name is shown as written, never rendered as HTML
-        cells = self.cells.map(markdown_text).rename(columns=markdown_text)
+
+        def escape(text: str) -> str:
+            # a run's sampler or dataset name is shown as written, never rendered as HTML
+            return markdown_text(text, html)
+
+        cells = self.cells.map(escape).rename(columns=escape)
         text = cells.to_markdown(index=False, disable_numparse=True, colalign=align)
-        return "\n\n".join([text, *self.notes])
+        return "\n\n".join([text, *map(escape, self.notes)])
 
     def latex(self) -> str:
         def cell(text: str) -> str:

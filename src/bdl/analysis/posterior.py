@@ -20,6 +20,7 @@ Predictions stream over the samples, one on the device at a time, into the runni
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
 import re
@@ -38,7 +39,7 @@ from torch import Tensor, nn
 from bdl.composition import plugins
 from bdl.composition.config import RunConfig
 from bdl.composition.instantiation import inert, load_yaml, refuse_recursion
-from bdl.composition.network import build_network, load_data, predict, sample_tensors
+from bdl.composition.network import build_network, load_data, predict_samples, sample_tensors
 from bdl.data import Dataset
 from bdl.metrics import ClassificationAverage, RegressionAverage
 from bdl.storage.outputs import CURVE
@@ -50,7 +51,6 @@ __all__ = ["Posterior", "RunError", "Sample", "load_run"]
 CONFIG_FILE = Path(".hydra") / "config.yaml"
 METRICS_FILE = "metrics.json"
 SAMPLES_DIR = "samples"
-PREDICT_CHUNK = 2048  # points through the network at once
 _CHAIN = re.compile(r"chain_(\d+)")
 
 
@@ -216,37 +216,51 @@ class Posterior:
         class probabilities (with ``logits``, the network's outputs, whose log-softmax keeps
         the log-probabilities that round to a probability of 0), or the mean and variance in the
         run's standardised units."""
-        device = torch.device(device) if device is not None else x.device
+        for sample, (output,) in self.predictions_on([x], device, chain, logits):
+            yield sample, output
+
+    def predictions_on(
+        self,
+        inputs: Sequence[Tensor],
+        device: str | torch.device | None = None,
+        chain: int | None = None,
+        logits: bool = False,
+    ) -> Iterator[tuple[Sample, list[Tensor]]]:
+        """`predictions` on each of ``inputs`` at once, each sample read once: the network runs
+        on ``device`` (the first input's by default)."""
+        device = torch.device(device) if device is not None else inputs[0].device
         expected = self.data.input_shape
-        if tuple(x.shape[1:]) != expected:
-            raise RunError(
-                f"{self.directory} holds a network for inputs of shape {expected}, got inputs of "
-                f"shape {tuple(x.shape[1:])}"
-            )
-        model, likelihood = self.network(device)
-        live = sample_tensors(model, likelihood)
-        x = x.to(device)
-        for sample in self.samples(chain):
-            wrong = [
-                n
-                for n, p in live.items()
-                if n not in sample.params or sample.params[n].shape != p.shape
-            ]
-            if wrong:
+        for x in inputs:
+            if tuple(x.shape[1:]) != expected:
                 raise RunError(
-                    f"sample {sample.draw} of chain {sample.chain} in {self.directory} does not "
-                    f"fit the network of its config (parameters {', '.join(wrong)}); "
-                    "the samples and .hydra/config.yaml are not of the same run"
+                    f"{self.directory} holds a network for inputs of shape {expected}, got "
+                    f"inputs of shape {tuple(x.shape[1:])}"
                 )
-            with torch.no_grad():
-                for name, p in live.items():
-                    p.copy_(sample.params[name])
-            with torch.no_grad():
-                if logits:
-                    output = torch.cat([model(part) for part in x.split(PREDICT_CHUNK)])
-                else:
-                    output = predict(model, likelihood, x, PREDICT_CHUNK)
-            yield sample, output.cpu()
+        model, likelihood = self.network(device)
+        shapes = {name: p.shape for name, p in sample_tensors(model, likelihood).items()}
+        samples, checked = itertools.tee(self.samples(chain))
+
+        def fitting() -> Iterator[dict[str, Tensor]]:
+            for sample in checked:
+                wrong = [
+                    n
+                    for n, shape in shapes.items()
+                    if n not in sample.params or sample.params[n].shape != shape
+                ]
+                if wrong:
+                    raise RunError(
+                        f"sample {sample.draw} of chain {sample.chain} in {self.directory} does "
+                        f"not fit the network of its config (parameters {', '.join(wrong)}); "
+                        "the samples and .hydra/config.yaml are not of the same run"
+                    )
+                yield sample.params
+
+        inputs = [x.to(device) for x in inputs]
+        # the predictions first: once they end, the network has its own values back
+        for outputs, sample in zip(
+            predict_samples(model, likelihood, fitting(), inputs, logits), samples, strict=True
+        ):
+            yield sample, outputs
 
     def predict(
         self, x: Tensor, device: str | torch.device | None = None, chain: int | None = None

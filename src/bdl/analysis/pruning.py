@@ -27,14 +27,14 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from bdl.composition.network import predict_samples
 from bdl.storage.store import SampleStore, load_samples
 
 if TYPE_CHECKING:
@@ -111,25 +111,14 @@ def prune_masks(
     }
 
 
-@contextmanager
-def _loaded(live: Mapping[str, Tensor]) -> Iterator[None]:
-    """Restore the live parameters' values on exit, whatever the body wrote into them."""
-    saved = {name: p.detach().clone() for name, p in live.items()}
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for name, p in live.items():
-                p.copy_(saved[name])
-
-
 def pruning_curve(
-    live: Mapping[str, Tensor],
+    model: nn.Module,
+    likelihood: nn.Module,
     prunable: Sequence[str],
     mean: Mapping[str, Tensor],
     std: Mapping[str, Tensor],
     samples: Sequence[Mapping[str, Tensor]],
-    predict: Callable[[], Tensor],
+    x: Tensor,
     score: Callable[[list[Tensor]], float],
     fractions: Sequence[float] = FRACTIONS,
 ) -> list[dict[str, float]]:
@@ -137,33 +126,31 @@ def pruning_curve(
     fraction.
 
     Args:
-        live: the network's (and likelihood's) parameters by name, written in place while scoring
-            and restored afterwards.
+        model, likelihood: the network, which holds each pruned sample in turn
+            (`bdl.composition.network.predict_samples`) and its own values again after.
         prunable: the names of the candidates for pruning.
         mean, std: their posterior moments.
         samples: the (bounded) posterior samples whose model average is scored.
-        predict: the predictive of the live parameters on the test set.
+        x: the test inputs.
         score: the test metric of the average of a list of per-sample predictives.
     """
     order = signal_to_noise_order({n: mean[n] for n in prunable}, std)
-    shapes = {name: live[name].shape for name in prunable}
+    shapes = {name: mean[name].shape for name in prunable}
     rows = []
-    with _loaded(live), torch.no_grad():
-        for fraction in fractions:
-            masks = {
-                name: mask.to(live[name].device)
-                for name, mask in prune_masks(order, shapes, fraction).items()
+    for fraction in fractions:
+        masks = prune_masks(order, shapes, fraction)
+        pruned = (
+            {
+                name: value * masks[name].to(value.device) if name in masks else value
+                for name, value in sample.items()
             }
-            predictions = []
-            for sample in samples:
-                for name, p in live.items():
-                    value = sample[name].to(p.device, p.dtype)
-                    p.copy_(value * masks[name] if name in masks else value)
-                predictions.append(predict())
-            kept = sum(int(mask.sum()) for mask in masks.values())
-            rows.append(
-                {"fraction_removed": fraction, "weights_kept": kept, "score": score(predictions)}
-            )
+            for sample in samples
+        )
+        predictions = [output for (output,) in predict_samples(model, likelihood, pruned, [x])]
+        kept = sum(int(mask.sum()) for mask in masks.values())
+        rows.append(
+            {"fraction_removed": fraction, "weights_kept": kept, "score": score(predictions)}
+        )
     return rows
 
 
@@ -246,10 +233,11 @@ def signal_to_noise_figure(sigma: np.ndarray, decibels: np.ndarray, title: str) 
 
 def curve_from_store(
     store_directory: Path,
-    live: Mapping[str, Tensor],
+    model: nn.Module,
+    likelihood: nn.Module,
     prunable: Sequence[str],
     moments: tuple[Mapping[str, Tensor], Mapping[str, Tensor]] | None,
-    predict: Callable[[], Tensor],
+    x: Tensor,
     score: Callable[[list[Tensor]], float],
     max_samples: int,
 ) -> tuple[list[dict[str, float]], dict[str, Tensor], dict[str, Tensor]]:
@@ -275,4 +263,5 @@ def curve_from_store(
         mean, std = ({n: m[n] for n in prunable} for m in moments)
         for _ in stream():
             pass
-    return pruning_curve(live, prunable, mean, std, subset, predict, score), mean, std
+    curve = pruning_curve(model, likelihood, prunable, mean, std, subset, x, score)
+    return curve, mean, std

@@ -30,6 +30,7 @@ from bdl.analysis.sweeps import (
 from bdl.analysis.tables import (
     ERRORS,
     PRUNING_FILE,
+    WIDTH,
     choice_columns,
     csv_safe,
     markdown_text,
@@ -67,14 +68,13 @@ def _print_paper(name: str, df: pd.DataFrame, out: Path, unfinished: list[str]) 
     hours = pd.to_numeric(df.get("wall_time_s"), errors="coerce").sum() / 3600
     table.notes.append(f"{len(df)} runs, {hours:.2f} h of run time in all (their wall_time_s).")
     if unconverged_note(df):
-        table.notes.append(unconverged_note(df))
-    warned = [markdown_text(line) for line in warned_lines(df)]
+        table.notes.append(unconverged_note(df, html=False))
+    warned = warned_lines(df)
     if warned:
         table.notes.append(f"Averaged in with warnings ({len(warned)} runs):\n" + "\n".join(warned))
     if unfinished:
-        lines = [markdown_text(line) for line in unfinished]
-        table.notes.append(f"Not in the table ({len(lines)} runs):\n" + "\n".join(lines))
-    print(table.markdown())
+        table.notes.append(f"Not in the table ({len(unfinished)} runs):\n" + "\n".join(unfinished))
+    print(table.markdown(html=False))
     try:
         files = papers.write(table, name, out)
     except OSError as e:
@@ -84,10 +84,10 @@ def _print_paper(name: str, df: pd.DataFrame, out: Path, unfinished: list[str]) 
     return 0
 
 
-def unconverged_note(df: pd.DataFrame) -> str:
+def unconverged_note(df: pd.DataFrame, html: bool = True) -> str:
     """The runs averaged in whose chains have not converged, each with its reasons (their
-    ``metrics.json``'s ``converged: false``); blank if none."""
-    lines = [markdown_text(line) for line in unconverged_lines(df)]
+    ``metrics.json``'s ``converged: false``); blank if none. ``html``: as `markdown_text`."""
+    lines = [markdown_text(line, html) for line in unconverged_lines(df)]
     if not lines:
         return ""
     return f"Averaged in without converging (n_unconverged; {len(lines)} runs):\n" + "\n".join(
@@ -118,7 +118,19 @@ def _parser() -> argparse.ArgumentParser:
         help="after ±: the standard deviation over runs (std, default) or the standard error "
         "of their mean (sem)",
     )
-    parser.add_argument("--metrics", nargs="+", metavar="M", help="metrics to show (default: all)")
+    parser.add_argument(
+        "--metrics",
+        nargs="+",
+        metavar="M",
+        help="metrics to show, every one on the terminal too (default: all of them; the "
+        f"terminal's table then keeps to {WIDTH} characters unless --wide)",
+    )
+    parser.add_argument(
+        "--wide",
+        action="store_true",
+        help=f"print every metric's column, however wide (by default the table keeps to {WIDTH} "
+        "characters and names the columns left out; report.md always holds them all)",
+    )
     parser.add_argument(
         "--plot",
         action="store_true",
@@ -182,6 +194,31 @@ def compare(df: pd.DataFrame, skip: Callable[[str], None]) -> pd.DataFrame:
     if table.empty:
         return table
     return table.sort_values("elpd_loo", ascending=False, ignore_index=True)
+
+
+def report_text(
+    df: pd.DataFrame,
+    summary: pd.DataFrame,
+    error: str,
+    unfinished: list[str],
+    width: int | None = None,
+    html: bool = True,
+) -> str:
+    """The table of ``summary`` (`to_markdown`, ``width`` and ``html`` as there), then the
+    runs averaged in without converging or with warnings, and those not in the table."""
+    text = to_markdown(summary, error, width, html)
+    if unconverged_note(df):
+        text += f"\n\n{unconverged_note(df, html)}"
+    warned = [markdown_text(line, html) for line in warned_lines(df)]
+    if warned:
+        text += (
+            f"\n\nAveraged in above with warnings (n_warned; {len(warned)} runs):\n"
+            + "\n".join(warned)
+        )
+    if unfinished:
+        lines = [markdown_text(line, html) for line in unfinished]
+        text += f"\n\nNot in the table ({len(unfinished)} runs):\n" + "\n".join(lines)
+    return text
 
 
 #: The columns of ``curve.csv`` that ``--plot`` draws from (`bdl.analysis.plots`), each numeric.
@@ -270,19 +307,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
 
     summary = summarize(df, by=args.by, metrics=args.metrics)
-    markdown = to_markdown(summary, args.error)
-    if unconverged_note(df):
-        markdown += f"\n\n{unconverged_note(df)}"
-    warned = [markdown_text(line) for line in warned_lines(df)]
-    if warned:
-        markdown += (
-            f"\n\nAveraged in above with warnings (n_warned; {len(warned)} runs):\n"
-            + "\n".join(warned)
+    markdown = report_text(df, summary, args.error, unfinished)
+    print(
+        report_text(
+            df, summary, args.error, unfinished, None if args.wide or args.metrics else WIDTH, False
         )
-    if unfinished:
-        lines = [markdown_text(line) for line in unfinished]
-        markdown += f"\n\nNot in the table ({len(unfinished)} runs):\n" + "\n".join(lines)
-    print(markdown)
+    )
 
     first = Path(args.paths[0])
     if args.plot:

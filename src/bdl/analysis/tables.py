@@ -260,6 +260,10 @@ def _label(value: Any) -> str:
     return str(value).replace("\r", " ").replace("\n", " ")
 
 
+#: The columns of run counts a table has beside its group labels.
+COUNTS = ("n_runs", "n_unconverged", "n_warned")
+
+
 def format_table(summary: pd.DataFrame, error: str = "std") -> pd.DataFrame:
     """The summary as a reader sees it: group labels, ``n_runs`` and ``mean ± error`` strings.
 
@@ -283,7 +287,7 @@ def format_table(summary: pd.DataFrame, error: str = "std") -> pd.DataFrame:
         by = cols[: cols.index("n_runs")] if "n_runs" in cols else []
     table = pd.DataFrame({str(k): summary[k].map(_label) for k in by}, index=summary.index)
     table["n_runs"] = summary["n_runs"].map(_label)
-    for count in ("n_unconverged", "n_warned"):  # never dropped as constant: a reader must see it
+    for count in COUNTS[1:]:  # never dropped as constant: a reader must see it
         if count in summary.columns:
             table[count] = summary[count].map(_label)
     constant: dict[str, str] = {}
@@ -304,30 +308,63 @@ def format_table(summary: pd.DataFrame, error: str = "std") -> pd.DataFrame:
     return table
 
 
-def _notes(table: pd.DataFrame) -> list[str]:
+def _notes(table: pd.DataFrame, hidden: Sequence[str] = ()) -> list[str]:
     notes = [f"Cells: {table.attrs['legend']}."]
     if table.attrs["constant"]:
         same = ", ".join(f"{k} = {v}" for k, v in table.attrs["constant"].items())
         notes.append(f"Same in every row: {same}.")
+    if hidden:
+        notes.append(f"{len(hidden)} more columns with --wide: {', '.join(hidden)}.")
     return notes
 
 
-def to_markdown(summary: pd.DataFrame, error: str = "std") -> str:
+#: The widest a table printed on a terminal is by default: metric columns past it are named
+#: under it instead (``bdl-report --wide`` prints them all).
+WIDTH = 120
+
+
+def to_markdown(
+    summary: pd.DataFrame, error: str = "std", width: int | None = None, html: bool = True
+) -> str:
     """A GitHub-flavoured Markdown table of `format_table` (through pandas and
-    ``tabulate``), then a legend and the columns dropped as constant."""
+    ``tabulate``), then a legend and the columns dropped as constant.
+
+    ``width``: the metric columns, in their order, that keep the table within that many
+    characters (the group labels and counts always), the others named in the legend.
+    ``html``: whether the cells are made inert for a Markdown renderer (`markdown_text`); a
+    terminal shows them as they are."""
     table = format_table(summary, error)
-    labels = table.attrs["labels"]
-    escaped = table.rename(columns=markdown_text).map(markdown_text)
-    align = ["left" if c in labels else "right" for c in table.columns]
-    text = escaped.to_markdown(index=False, disable_numparse=True, colalign=align)
-    return "\n\n".join([text, " ".join(_notes(table))])
+    labels, columns = table.attrs["labels"], list(table.columns)
+    # the labels and counts come first, then the metrics in their order of importance
+    first = len([c for c in columns if c in labels or c in COUNTS])
+    end = len(columns)
+    text = _render(table, columns, labels, html)
+    while width is not None and end > first + 1 and _width(text) > width:
+        end -= 1
+        text = _render(table, columns[:end], labels, html)
+    return "\n\n".join([text, " ".join(_notes(table, columns[end:]))])
 
 
-def markdown_text(text: str) -> str:
+def _render(table: pd.DataFrame, columns: list[str], labels: list[str], html: bool) -> str:
+    def cell(text: Any) -> str:
+        return markdown_text(text, html)
+
+    escaped = table[columns].rename(columns=cell).map(cell)
+    align = ["left" if c in labels else "right" for c in columns]
+    return escaped.to_markdown(index=False, disable_numparse=True, colalign=align)
+
+
+def _width(text: str) -> int:
+    return max(map(len, text.splitlines()), default=0)
+
+
+def markdown_text(text: str, html: bool = True) -> str:
     """``text`` as inert Markdown: a run directory or a config value named ``<img src=x
     onerror=...>`` is shown, never rendered as HTML (no tag, comment or autolink opens without
-    a ``<``), and cannot end a table's cell; ``>=`` reads as it is."""
-    return str(text).replace("<", "&lt;").replace("|", r"\|")
+    a ``<``), and cannot end a table's cell; ``>=`` reads as it is. Without ``html`` (for a
+    terminal, which renders nothing) only the cell's ``|`` is escaped."""
+    text = str(text).replace("|", r"\|")
+    return text.replace("<", "&lt;") if html else text
 
 
 #: What makes a spreadsheet read a cell as a formula (OWASP's CSV injection): a cell starting

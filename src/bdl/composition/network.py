@@ -7,6 +7,8 @@ build from here, so a sample means the same thing to both.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+
 import torch
 from omegaconf import DictConfig
 from torch import Tensor, nn
@@ -36,8 +38,14 @@ def build_network(cfg: DictConfig, data: Dataset) -> tuple[nn.Module, nn.Module]
     return model, Task(data, data.y_test).likelihood(cfg.likelihood)
 
 
+#: Points through the network at once.
+PREDICT_CHUNK = 2048
+
+
 @torch.no_grad()
-def predict(model: nn.Module, likelihood: nn.Module, x: Tensor, chunk: int = 2048) -> Tensor:
+def predict(
+    model: nn.Module, likelihood: nn.Module, x: Tensor, chunk: int = PREDICT_CHUNK
+) -> Tensor:
     """The predictive of the current parameters on ``x`` (probabilities, or mean and variance)."""
     return torch.cat([likelihood.predict(model(part)) for part in x.split(chunk)])
 
@@ -54,3 +62,35 @@ def sample_tensors(model: nn.Module, likelihood: nn.Module) -> dict[str, Tensor]
     named = named_parameters(model, likelihood)
     named.update({f"likelihood.{k}": v for k, v in likelihood.named_buffers()})
     return named
+
+
+def predict_samples(
+    model: nn.Module,
+    likelihood: nn.Module,
+    samples: Iterable[Mapping[str, Tensor]],
+    inputs: Sequence[Tensor],
+    logits: bool = False,
+) -> Iterator[list[Tensor]]:
+    """Each of ``samples`` (what `sample_tensors` names, by name) put into the network in turn,
+    with its predictive (`predict`; with ``logits``, the network's outputs) on each of
+    ``inputs``, on the CPU. The network holds its own values again after, however the iteration
+    ends: the one way a stored sample meets the network, for the saved posterior, the run's end
+    and pruning alike."""
+    live = sample_tensors(model, likelihood)
+    kept = {name: p.detach().clone() for name, p in live.items()}
+    try:
+        for params in samples:
+            with torch.no_grad():
+                for name, p in live.items():
+                    p.copy_(params[name])
+                if logits:
+                    outputs = [
+                        torch.cat([model(part) for part in x.split(PREDICT_CHUNK)]) for x in inputs
+                    ]
+                else:
+                    outputs = [predict(model, likelihood, x) for x in inputs]
+            yield [output.cpu() for output in outputs]
+    finally:
+        with torch.no_grad():
+            for name, p in live.items():
+                p.copy_(kept[name])

@@ -290,9 +290,10 @@ def _chain_state(loop: Loop, experiment: Experiment) -> tuple[dict[str, Tensor],
         tensors[f"generator/{name}"] = generator.get_state()
     tensors.update({f"potential/{k}": t for k, t in experiment.potential.state_dict().items()})
     tensors.update({f"average/{k}": t for k, t in loop.average.state_dict().items()})
-    if loop.validation is not None:
-        state = loop.validation.state_dict()
-        tensors.update({f"validation/{k}": t for k, t in state.items()})
+    for name in ("validation", "detection"):
+        if getattr(loop, name) is not None:
+            state = getattr(loop, name).state_dict()
+            tensors.update({f"{name}/{k}": t for k, t in state.items()})
     if loop.order is not None:
         tensors["loop/order"] = loop.order
     if loop.potentials:
@@ -323,6 +324,10 @@ def _restore_chain(
     loop.average.load_state_dict(_prefixed(tensors, "average/"))
     if loop.validation is not None:
         loop.validation.load_state_dict(_prefixed(tensors, "validation/"))
+    # a checkpoint of a bdl that kept no out-of-distribution averages has none: the run's end
+    # then scores its stored samples (bdl.runner.results.ood_metrics)
+    if loop.detection is not None and _prefixed(tensors, "detection/"):
+        loop.detection.load_state_dict(_prefixed(tensors, "detection/"))
     device = experiment.run.device
     loop.order = tensors["loop/order"].to(device) if "loop/order" in tensors else None
     if "loop/potentials" in tensors:

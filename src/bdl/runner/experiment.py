@@ -127,6 +127,9 @@ class Experiment:
         potential = self.potential
         return predict(potential.model, potential.likelihood, self.run.x_validation).cpu()
 
+    def predict_ood(self) -> Tensor:
+        return predict(self.potential.model, self.potential.likelihood, self.run.x_ood).cpu()
+
 
 def stream_seed(seed: int, stream: int) -> int:
     """The seed of random stream ``stream`` of the chain seeded ``seed``, hashed from both by

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from bdl.metrics import Detection
 from bdl.runner import stability
 from bdl.runner.experiment import Experiment
 from bdl.runner.stability import (
@@ -69,6 +70,8 @@ class Loop:
     log_likelihoods: list[Tensor] = field(default_factory=list)
     probes: list[Tensor] = field(default_factory=list)
     validation: Any = None  # the model average on the validation points, if the data hold some
+    #: the model averages on the test and out-of-distribution inputs (``ood=``), if asked for
+    detection: Detection | None = None
 
     @classmethod
     def start(cls, experiment: Experiment) -> Loop:
@@ -78,6 +81,7 @@ class Loop:
             validation=None
             if experiment.run.validation is None
             else experiment.run.validation.average(),
+            detection=None if experiment.run.x_ood is None else Detection(),
         )
         if experiment.run.backs_off:
             loop.snapshot = stability.snapshot(loop.live_state(experiment))

@@ -10,16 +10,17 @@ verdicts (`judge`, and `judge_convergence` for a sampler's chains).
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
 import numpy as np
 import torch
 
-from bdl import diagnostics
+from bdl import diagnostics, summary
 from bdl.analysis import pruning
-from bdl.composition.network import named_parameters, predict, sample_tensors
-from bdl.metrics import UncertaintyAverage, agreement, ood_detection, pool, total_variation
+from bdl.composition.network import named_parameters, predict_samples
+from bdl.metrics import Detection, agreement, pool, total_variation
 from bdl.runner.experiment import Experiment
 from bdl.runner.loop import Loop
 from bdl.storage import outputs
@@ -73,7 +74,7 @@ def write_metrics(
     found, table = _diagnostics(loops, directory)
     metrics.update(found)
     if status == "completed" and average.count:
-        metrics.update(ood_metrics(exp, directory, len(loops)))
+        metrics.update(ood_metrics(exp, loops, directory))
         judge(metrics, exp, len(loops))
         refuse_tie(metrics, exp, predictive)
         if exp.sampler.declaration.injects_noise:
@@ -82,30 +83,45 @@ def write_metrics(
     return metrics
 
 
-def ood_metrics(experiment: Experiment, directory: RunDirectory, chains: int) -> dict[str, Any]:
-    """The out-of-distribution detection metrics of the run's stored samples
-    (`bdl.metrics.ood_detection`: the test set against ``ood=``'s), the network holding
-    each in turn and given back its own state after; nothing without ``ood=`` or samples."""
+def ood_metrics(
+    experiment: Experiment, loops: list[Loop], directory: RunDirectory
+) -> dict[str, Any]:
+    """The out-of-distribution detection metrics of the run's samples (`bdl.metrics.Detection`:
+    the test set against ``ood=``'s), pooled over the chains as the model average is; nothing
+    without ``ood=`` or samples. Each chain accumulated them as it kept its samples; one resumed
+    from the checkpoint of a bdl that did not has its stored samples scored now."""
+    exp = experiment
+    if exp.run.x_ood is None or not any(loop.average.count for loop in loops):
+        return {}
+    detections = [loop.detection for loop in loops]
+    if any(
+        d is None or d.count != loop.average.count
+        for d, loop in zip(detections, loops, strict=True)
+    ):
+        kept = sum(loop.average.count for loop in loops)
+        log.info("out-of-distribution scores of the %d stored samples (%s)...", kept, exp.run.ood)
+        detections = _stored_detections(exp, directory, len(loops))
+    detection = functools.reduce(Detection.merge, detections, Detection())
+    if not detection.count:
+        return {}
+    return {"ood": exp.run.ood, **detection.metrics()}
+
+
+def _stored_detections(
+    experiment: Experiment, directory: RunDirectory, chains: int
+) -> list[Detection]:
+    """Each chain's `Detection` of its stored samples, the network holding each in turn."""
     exp = experiment
     stores = [folder for folder in directory.store_folders(chains) if folder.is_dir()]
-    if exp.run.x_ood is None or not directory.writer or not stores:
-        return {}
     model, likelihood = exp.potential.model, exp.potential.likelihood
-    live = sample_tensors(model, likelihood)
-    kept = {name: p.detach().clone() for name, p in live.items()}
-    inside, outside = UncertaintyAverage(), UncertaintyAverage()
-    with torch.no_grad():
-        for store in stores:
-            for params, _ in load_samples(store):
-                for name, p in live.items():
-                    p.copy_(params[name])
-                inside.update(predict(model, likelihood, exp.run.x_test))
-                outside.update(predict(model, likelihood, exp.run.x_ood))
-        for name, p in live.items():
-            p.copy_(kept[name])
-    if not inside.count:
-        return {}
-    return {"ood": exp.run.ood, **ood_detection(inside, outside)}
+    detections = []
+    for store in stores:
+        detections.append(Detection())
+        samples = (params for params, _ in load_samples(store))
+        inputs = [exp.run.x_test, exp.run.x_ood]
+        for inside, outside in predict_samples(model, likelihood, samples, inputs):
+            detections[-1].update(inside, outside)
+    return detections
 
 
 def judge(metrics: dict[str, Any], experiment: Experiment, chains: int) -> None:
@@ -194,19 +210,22 @@ def _write_summary(
     table: dict[str, np.ndarray],
     directory: RunDirectory,
 ) -> None:
-    """``summary.csv``: `bdl.diagnostics.summary_rows` of the scalars and of each test
-    point's log predictive density, ``log_lik[i]``, with the R-hat and ESS of ``table``."""
+    """``summary.csv``: `bdl.summary.summary_rows` of the scalars and of each test point's
+    log predictive density, ``log_lik[i]``, with the R-hat and ESS of ``table``."""
     draws = min(len(loop.log_likelihoods) for loop in loops)
     pointwise = np.stack(
         [torch.stack(loop.log_likelihoods[:draws]).double().numpy() for loop in loops]
     )
-    points, found = {}, {}
-    for i in range(pointwise.shape[-1]):
-        points[f"log_lik[{i}]"] = pointwise[..., i]
-        found[f"log_lik[{i}]"] = {
-            k: diagnostics.number(table[k][i]) for k in diagnostics.RATINGS if k in table
+    rows = []
+    if scalars:
+        names = list(scalars)
+        rated = {
+            key: np.array([measured.get(name, {}).get(key) for name in names], dtype=np.float64)
+            for key in summary.RATINGS
         }
-    rows = diagnostics.summary_rows(scalars, measured) + diagnostics.summary_rows(points, found)
+        rows += summary.summary_rows(names, np.stack(list(scalars.values()), axis=-1), rated)
+    points = [f"log_lik[{i}]" for i in range(pointwise.shape[-1])]
+    rows += summary.summary_rows(points, pointwise, table)
     fields = list(dict.fromkeys(key for row in rows for key in row))
     directory.write_table(diagnostics.SUMMARY_FILE, fields, rows)
 
@@ -314,16 +333,22 @@ def write_pruning(experiment: Experiment, loop: Loop, directory: RunDirectory) -
     with the lowest signal-to-noise ratio are removed (`bdl.analysis.pruning`); one chain's.
     ``signal_to_noise.{csv,png}``: the distribution of σ and of the ratio it ranked by."""
     exp = experiment
+    log.info(
+        "pruning curve: the model average of at most %d samples at %d fractions...",
+        exp.run.pruning_samples,
+        len(pruning.FRACTIONS),
+    )
     live = named_parameters(exp.potential.model, exp.potential.likelihood)
     moments = exp.sampler.posterior_moments(loop.sampler)
     if moments is not None:
         moments = tuple(dict(zip(live, m, strict=True)) for m in moments)
     rows, mean, std = pruning.curve_from_store(
         directory.path / "samples",
-        live,
+        exp.potential.model,
+        exp.potential.likelihood,
         list(exp.potential.model_params),
         moments,
-        exp.predict_test,
+        exp.run.x_test,
         exp.run.task.pruning_score,
         exp.run.pruning_samples,
     )

@@ -271,6 +271,8 @@ class Sampling:
         loop.probes.append(diagnostics.weight_probes(named_parameters(model, likelihood).values()))
         if loop.validation is not None:
             loop.validation.update(exp.predict_validation())
+        if loop.detection is not None:
+            loop.detection.update(prediction, exp.predict_ood())
         if self.stores is not None:
             self.stores[chain].add(sample_tensors(model, likelihood), epoch=epoch)
         loop.num_samples = loop.average.count
@@ -328,6 +330,13 @@ class Sampling:
         for chain, (experiment, loop) in enumerate(zip(self.experiments, self.loops, strict=True)):
             for _ in experiment.sampler.final_samples(loop.sampler):
                 self._collect(chain, experiment.run.epochs - 1)
+        kept = sum(loop.num_samples for loop in self.loops)
+        if self.directory.writer and kept:
+            log.info(
+                "sampled in %.0f s; the metrics and diagnostics of the %d samples...",
+                self.elapsed,
+                kept,
+            )
         metrics = self._write_metrics("completed")
         log.info("%s", outputs.summary_table(metrics))
         if metrics["status"] == "unsound":
@@ -341,6 +350,7 @@ class Sampling:
         if self.experiment.run.pruning_samples is not None and self.stores is not None:
             results.write_pruning(self.experiment, self.loops[0], self.directory)
         if self.directory.writer and self.experiment.run.figures:
+            log.info("drawing the figures...")
             from bdl.analysis.plots import write_summary  # matplotlib is imported only to draw
 
             write_summary(self.directory.path)
