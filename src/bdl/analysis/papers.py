@@ -181,7 +181,7 @@ def uci(runs: pd.DataFrame) -> PaperTable:
             f"{d} {int(np.nan_to_num(stats.loc[(d, sampler), 'n_runs']))}" for d in sets
         )
         notes.append(
-            f"bdl {markdown_text(sampler)}: RMSE below PBP's on {wins[sampler]['test_rmse']} of "
+            f"bdl {sampler}: RMSE below PBP's on {wins[sampler]['test_rmse']} of "
             f"{len(sets)} sets, test LL above PBP's on {wins[sampler]['test_ll']} of {len(sets)}; "
             f"splits per set: {splits}."
         )
@@ -258,7 +258,7 @@ def chen2014(runs: pd.DataFrame) -> PaperTable:
             continue
         kept = all(by_sampler[a] < by_sampler[b] for a, b in zip(order, order[1:], strict=False))
         found = ", ".join(f"{s} {by_sampler[s]:.2f}%" for s in order)
-        under = f" under {markdown_text(prior)}" if prior else ""
+        under = f" under {prior}" if prior else ""
         notes.append(
             f"Order of the means{under} ({' < '.join(order)} in the paper): "
             f"{'kept' if kept else 'NOT kept'} ({found})."
