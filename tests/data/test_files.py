@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import re
 from pathlib import Path
@@ -13,6 +14,7 @@ from hydra import compose, initialize_config_module
 from safetensors.numpy import load as safe_load
 from safetensors.numpy import save, save_file
 
+from bdl.analysis.evaluate import main as bdl_eval
 from bdl.composition.config import ConfigError, validate
 from bdl.data import DataError
 from bdl.data.files import load
@@ -557,3 +559,43 @@ def test_a_refusal_of_50000_columns_is_one_readable_line(tmp_path):
     text = str(error.value)
     assert "\n" not in text and len(text) < 400, text
     assert text.endswith("c6, c7, ... (50000 in all)): give the same columns")
+
+
+def test_a_files_run_keeps_its_data_and_is_evaluated_from_another_folder(
+    fake_data_root, tmp_path, monkeypatch
+):
+    """Relative paths, as typed in the data's folder: the run copies the files into its
+    directory and reads them there, so that ``bdl-eval`` from another folder scores the same
+    test rows (its test RMSE equals the run's), and a changed original cannot be resumed on."""
+    (tmp_path / "data").mkdir()
+    write_split_csvs(fake_data_root, "bostonHousing", 0, tmp_path / "data")
+    monkeypatch.chdir(tmp_path / "data")
+    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+        cfg = compose(
+            "config",
+            ["dataset=files", "dataset.train=train.csv", "dataset.test=test.csv"]
+            + ["dataset.target=price", "figures=false", *SHORT],
+        )
+    metrics = run(cfg, tmp_path / "run")
+    assert metrics["status"] == "completed"
+    for part in ("train", "test"):
+        copy = tmp_path / "run" / "data" / f"{part}.csv"
+        assert copy.read_bytes() == (tmp_path / "data" / f"{part}.csv").read_bytes()
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert bdl_eval([str(tmp_path / "run")]) == 0
+    (evaluated,) = (tmp_path / "run" / "eval").glob("*/metrics.json")
+    assert json.loads(evaluated.read_text())["test_rmse"] == pytest.approx(
+        metrics["test_rmse"], rel=1e-6
+    )
+    monkeypatch.chdir(tmp_path / "data")
+    (tmp_path / "data" / "test.csv").write_text("x0,price\n1,2\n")
+    with pytest.raises(DataError, match="holds other data than .*test.csv: give the run a fresh"):
+        run(compose_resumed(cfg), tmp_path / "run")
+
+
+def compose_resumed(cfg):
+    resumed = cfg.copy()
+    resumed.resume = True
+    return resumed

@@ -26,23 +26,33 @@ The checks of the UCI loader (`bdl.data.uci`) hold here too: a cell beyond ±`LA
 (whose square overflows the standardisation) is refused by its file, line and column; so are
 the target among the features, a test file whose rows are mostly training rows, and fewer than
 `MIN_TRAIN_ROWS` training rows.
+
+A run keeps its data: `keep_in_run` copies the files into the run directory (``data/train.csv``
+...) and has the run read them there, so that ``bdl-eval`` and `bdl.load_run` find them from any
+folder, and a resumed run reads what it started on.
 """
 
 from __future__ import annotations
 
+import copy
 import csv
 import difflib
+import filecmp
 import json
 import logging
 import math
 import os
 import pickletools
+import shutil
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+
+from bdl.atomic import atomic_file
 
 from .base import DataError, Dataset
 from .uci import LARGEST_CELL, _standardise
@@ -492,3 +502,46 @@ def load(
         x_validation=None if validation_part is None else tensor(validation_part[0]),
         y_validation=None if validation_part is None else tensor(validation_part[1]),
     )
+
+
+#: The options of a files dataset that name a file.
+FILE_KEYS = ("train", "test", "validation")
+
+
+def keep_in_run(cfg: Any, directory: str | os.PathLike) -> tuple[Any, list[tuple[Path, Path]]]:
+    """A run's config ``cfg`` set to read its files dataset's data files from their copies in
+    ``directory/data`` (absolute paths), with each (file, copy); ``cfg`` itself as it is, for
+    another dataset. A file not there is left as given, for the loader to name; a copy already
+    there (a resumed run, or `bdl.run_model`'s own files) stands for it."""
+    if cfg.dataset.get("_target_") != f"{__name__}.load":
+        return cfg, []
+    cfg, kept = copy.deepcopy(cfg), []
+    for key in FILE_KEYS:
+        value = cfg.dataset.get(key)
+        if not isinstance(value, str) or not value:
+            continue
+        source = Path(value).absolute()
+        kept_copy = Path(directory).absolute() / "data" / f"{key}{source.suffix}"
+        if source.is_file() or kept_copy.is_file():
+            cfg.dataset[key] = str(kept_copy)
+            kept.append((source, kept_copy))
+    return cfg, kept
+
+
+def copy_into_run(kept: list[tuple[Path, Path]], resumed: bool) -> None:
+    """Copy each (source, copy) of `keep_in_run`; for a ``resumed`` run, a copy there already
+    stays, and one that holds other data than its file is refused (a resumed run must read
+    what it started on)."""
+    for source, kept_copy in kept:
+        if source == kept_copy or not source.is_file():
+            continue
+        if resumed and kept_copy.is_file():
+            if not filecmp.cmp(source, kept_copy, shallow=False):
+                raise DataError(
+                    f"{kept_copy} holds other data than {source}: give the run a fresh directory, "
+                    "or the file it started on to resume it"
+                )
+            continue
+        kept_copy.parent.mkdir(parents=True, exist_ok=True)
+        with open(source, "rb") as original, atomic_file(kept_copy) as file:
+            shutil.copyfileobj(original, file)
