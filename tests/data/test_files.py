@@ -163,8 +163,13 @@ def test_a_pickle_is_never_loaded_whatever_its_name(tmp_path):
 def test_dataset_files_without_its_files_is_refused_before_anything_runs():
     with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
         cfg = compose("config", ["dataset=files", *SHORT])
-    with pytest.raises(ConfigError, match=r"^dataset.train=null must be a string$"):
+        given = compose("config", ["dataset=files", "dataset.train=a.csv", *SHORT])
+    with pytest.raises(ConfigError) as error:
         validate(cfg)
+    assert str(error.value) == "dataset.train is not set: give it, dataset.train=VALUE (a string)"
+    with pytest.raises(ConfigError) as error:
+        validate(given)
+    assert str(error.value) == "dataset.test is not set: give it, dataset.test=VALUE (a string)"
 
 
 def _write(folder: Path, name: str, content) -> None:
