@@ -240,7 +240,7 @@ def _trusted(names: list[str]) -> list[Any]:
     return found
 
 
-def _parse(argv: list[str] | None) -> tuple[Path, dict[str, Any], list[Any]]:
+def _parse(argv: list[str] | None) -> tuple[Path, dict[str, Any], list[str]]:
     parser = argparse.ArgumentParser(
         prog="bdl-eval",
         description="Evaluate a saved posterior (a bdl-run directory), or every run of a sweep, "
@@ -276,7 +276,7 @@ def _parse(argv: list[str] | None) -> tuple[Path, dict[str, Any], list[Any]]:
         k.lstrip("+").startswith("dataset") or k == "split" for k in options
     ):
         raise ValueError("data=FILE replaces dataset= and split=: give one or the other")
-    return Path(args.run_dir), options, _trusted(args.trust)
+    return Path(args.run_dir), options, args.trust
 
 
 def evaluate(run_dir: Path, options: dict[str, str]) -> tuple[dict[str, Any], Path]:
@@ -363,8 +363,8 @@ def severity_table(
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``bdl-eval``; user errors end in one line and exit status 2."""
     try:
-        run_dir, options, trusted = _parse(argv)
-        with plugins.trusted(*trusted):
+        run_dir, options, trust = _parse(argv)
+        with plugins.trusted(*_trusted(trust)):
             return _main(run_dir, options)
     except SystemExit as e:  # --help, or a usage error argparse already reported
         return e.code if isinstance(e.code, int) else 2
