@@ -9,7 +9,7 @@ export BDL_DATA_DIR ?= $(SHARED_DATA)
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-dev run demo test test-slow lint format docs docs-serve bench mutation mutation-full reproduce-chen-mnist reproduce-uci reproduce-uci-quick check \
+.PHONY: help install install-dev run demo test test-generic test-slow lint format docs docs-serve bench mutation mutation-full reproduce-chen-mnist reproduce-uci reproduce-uci-quick check \
 	reproduce-izmailov-mnist reproduce-blundell-mnist reproduce-blundell-mnist-1200
 
 help: ## list the targets
@@ -40,6 +40,15 @@ demo: install ## a first result in seconds: SGHMC on MNIST for 10 epochs, a demo
 # Two worker processes of one thread each: the suite's tests are small and mostly one-core work
 test: install-dev ## the default test suite (slow tests excluded), on two worker processes
 	OMP_NUM_THREADS=1 $(BIN)/pytest -n 2 --dist loadfile
+
+# The suite as a CPU without AVX-512 computes it (an AMD EPYC's AVX2, or older): torch's own kernels
+# pinned to CPU_CAPABILITY (torch reads ATEN_CPU_CAPABILITY: default, avx2 or avx512; any other
+# value is ignored), and MKL's and oneDNN's held to AVX2, so that a developer on an AVX-512 machine
+# sees the rounding another user sees. No test may depend on it.
+CPU_CAPABILITY ?= default
+test-generic: install-dev ## the default suite with torch's kernels below AVX-512 (CPU_CAPABILITY=default, or avx2)
+	ATEN_CPU_CAPABILITY=$(CPU_CAPABILITY) MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 \
+		OMP_NUM_THREADS=1 $(BIN)/pytest -n 2 --dist loadfile
 
 test-slow: install-dev ## the slow statistical and end-to-end checks
 	$(BIN)/pytest -m slow

@@ -350,25 +350,39 @@ def bdl_run_in_one_process(cases: list[dict], env: dict[str, str] | None = None)
 
 
 def write_fake_uci(
-    root: Path, name: str, rows: int, columns: int, splits: int, seed: int = 0, noise: float = 0.3
+    root: Path,
+    name: str,
+    rows: int,
+    columns: int,
+    splits: int,
+    seed: int = 0,
+    noise: float = 0.3,
+    more_test_rows: int = 0,
 ):
     """One UCI folder in the layout of the standard splits (``data.txt``, ``index_*.txt``,
     ``n_splits.txt``): a linear target plus ``noise`` times standard normal noise, 90/10 random
-    splits."""
+    splits; ``more_test_rows`` drawn after them join every split's test rows (the training
+    rows are those of the same call without them)."""
     rng = np.random.default_rng(seed)
     folder = Path(root) / "uci" / name
     folder.mkdir(parents=True, exist_ok=True)
     x = rng.normal(size=(rows, columns - 1))
-    y = x @ rng.normal(size=columns - 1) + noise * rng.normal(size=rows)
-    np.savetxt(folder / "data.txt", np.column_stack([x, 10 + 5 * y]), fmt="%.6f")
+    weights = rng.normal(size=columns - 1)
+    y = x @ weights + noise * rng.normal(size=rows)
     np.savetxt(folder / "index_features.txt", np.arange(columns - 1), fmt="%d")
     np.savetxt(folder / "index_target.txt", [columns - 1], fmt="%d")
     np.savetxt(folder / "n_splits.txt", [splits], fmt="%d")
     n_test = -(-rows // 10)  # the standard splits round the 10% up (Boston: 51 of 506)
-    for i in range(splits):
-        order = rng.permutation(rows)
+    orders = [rng.permutation(rows) for _ in range(splits)]
+    more = rng.normal(size=(more_test_rows, columns - 1))
+    x = np.concatenate([x, more])
+    y = np.concatenate([y, more @ weights + noise * rng.normal(size=more_test_rows)])
+    np.savetxt(folder / "data.txt", np.column_stack([x, 10 + 5 * y]), fmt="%.6f")
+    extra = np.arange(rows, rows + more_test_rows)
+    for i, order in enumerate(orders):
         np.savetxt(folder / f"index_train_{i}.txt", np.sort(order[n_test:]), fmt="%d")
-        np.savetxt(folder / f"index_test_{i}.txt", np.sort(order[:n_test]), fmt="%d")
+        test = np.concatenate([np.sort(order[:n_test]), extra])
+        np.savetxt(folder / f"index_test_{i}.txt", test, fmt="%d")
 
 
 @pytest.fixture(scope="session")

@@ -37,7 +37,7 @@ def test_a_file_of_data_replaces_the_dataset_and_its_split(other, tmp_path, caps
 
 
 def test_options_keep_hydras_types_for_the_dataset_and_text_for_the_rest():
-    run_dir, options = _parse(
+    run_dir, options, trusted = _parse(
         ["runs/a", "dataset=boston", "dataset.split=3", "+dataset.extra=[1,2]", "shift.rotate=30"]
         + ["shift.corrupt=blur", "shift.severity=all", "ood=noise", "device=cpu", "out=o"]
     )
@@ -319,12 +319,14 @@ def files_run(tmp_path) -> Path:
 
     from bdl.storage.store import SampleStore
 
-    rows = "u,v,y\n" + "".join(f"{i},{i % 3},{0.5 * i}\n" for i in range(12))
-    (tmp_path / "points.csv").write_text(rows)
-    labels = "u,v,y\n" + "".join(f"{i},{i % 3},{i % 2}\n" for i in range(12))
-    (tmp_path / "labels.csv").write_text(labels)
-    points = str(tmp_path / "points.csv")
-    overrides = ["dataset=files", f"dataset.train={points}", f"dataset.test={points}"]
+    for name, rows in (("points", range(12)), ("points_test", range(12, 16))):
+        text = "u,v,y\n" + "".join(f"{i},{i % 3},{0.5 * i}\n" for i in rows)
+        (tmp_path / f"{name}.csv").write_text(text)
+    for name, rows in (("labels", range(12)), ("labels_test", range(12, 16))):
+        text = "u,v,y\n" + "".join(f"{i},{i % 3},{i % 2}\n" for i in rows)
+        (tmp_path / f"{name}.csv").write_text(text)
+    points, test = str(tmp_path / "points.csv"), str(tmp_path / "points_test.csv")
+    overrides = ["dataset=files", f"dataset.train={points}", f"dataset.test={test}"]
     with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
         cfg = compose("config", overrides)
     run = tmp_path / "run"
@@ -345,8 +347,8 @@ def test_a_split_or_a_dataset_the_run_cannot_be_evaluated_on_is_one_line(files_r
         "points has no validation split here (MNIST holds out dataset.validation training "
         "images; it is 0 or the dataset has none)"
     )
-    labels = str(files_run.parent / "labels.csv")
-    other = {"dataset.train": labels, "dataset.test": labels, "dataset.task": "classification"}
+    labels, test = (str(files_run.parent / f"{n}.csv") for n in ("labels", "labels_test"))
+    other = {"dataset.train": labels, "dataset.test": test, "dataset.task": "classification"}
     with pytest.raises(DataError) as error:
         evaluation_set(posterior, other)
     assert str(error.value) == (

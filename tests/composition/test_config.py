@@ -110,8 +110,9 @@ def test_experiment_presets_compose(option):
 def test_dataset_options(option, fake_data_root, isolated_cache, no_cifar_md5, tmp_path):
     where = [f"dataset.root={fake_data_root}"]
     if option == "files":  # the user's own files, not a data root
-        (tmp_path / "points.csv").write_text("u,v,y\n0.5,1,2.5\n1.5,0,3.5\n")
-        where = [f"dataset.{part}={tmp_path / 'points.csv'}" for part in ("train", "test")]
+        (tmp_path / "train.csv").write_text("u,v,y\n0.5,1,2.5\n1.5,0,3.5\n")
+        (tmp_path / "test.csv").write_text("u,v,y\n2.5,1,4.5\n")
+        where = [f"dataset.{part}={tmp_path / part}.csv" for part in ("train", "test")]
     cfg = composed(f"dataset={option}", *where)
     validate(cfg)
     data = instantiate(cfg.dataset)

@@ -109,3 +109,31 @@ def test_generated_extracted_root_is_read_in_place(fake_data_root: Path, isolate
     k = int(ds.y_test[0])
     assert bool((first[4:24, 2 * k + 4] == 1).all())
     assert not isolated_cache.exists()
+
+
+@pytest.mark.parametrize(
+    ("module", "folder"),
+    [(mnist_module, "MNIST"), (fashion, "FashionMNIST")],
+    ids=["mnist", "fashion"],
+)
+def test_every_split_is_the_idx_pixels_over_the_pixel_divisor(
+    module, folder, fake_data_root: Path, isolated_cache: Path
+):
+    """``pixel_divisor=126`` (Blundell et al. 2015) divides the training, held-out and test
+    images alike, MNIST's and Fashion-MNIST's (the OOD set of a Blundell run is scaled as its
+    training set is): each is the IDX file's bytes, read here by NumPy, over 126."""
+    ds = module.load(root=fake_data_root, download=False, validation=1000, pixel_divisor=126.0)
+    raw = fake_data_root / folder / "raw"
+
+    def pixels(name: str) -> torch.Tensor:
+        data = np.frombuffer((raw / name).read_bytes(), dtype=np.uint8, offset=16)
+        return torch.from_numpy(data.reshape(-1, 1, 28, 28) / 126.0).float()
+
+    train, test = pixels("train-images-idx3-ubyte"), pixels("t10k-images-idx3-ubyte")
+    for got, expected in (
+        (ds.x_train, train[:59000]),
+        (ds.x_validation, train[59000:]),
+        (ds.x_test, test),
+    ):
+        torch.testing.assert_close(got, expected, rtol=1e-6, atol=0)
+    assert ds.x_test.max().item() == pytest.approx(255 / 126, rel=1e-6)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import re
 from pathlib import Path
@@ -10,8 +11,10 @@ import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_module
-from safetensors.numpy import save_file
+from safetensors.numpy import load as safe_load
+from safetensors.numpy import save, save_file
 
+from bdl.analysis.evaluate import main as bdl_eval
 from bdl.composition.config import ConfigError, validate
 from bdl.data import DataError
 from bdl.data.files import load
@@ -93,16 +96,33 @@ def test_classes_are_inferred_from_text_or_0_to_k_minus_1_and_said(tmp_path, cap
     assert data.y_train.tolist() == [0, 1, 0] and data.y_test.tolist() == [1]
     assert "read as classification" in caplog.text
     (tmp_path / "n.csv").write_text("u,label\n1,0\n2,2\n3,1\n")
+    (tmp_path / "m.csv").write_text("u,label\n4,2\n")
     caplog.clear()
     with caplog.at_level("INFO", logger="bdl"):
-        assert load(str(tmp_path / "n.csv"), str(tmp_path / "n.csv"), target="label").task == (
+        assert load(str(tmp_path / "n.csv"), str(tmp_path / "m.csv"), target="label").task == (
             "classification"
         )
     assert "label holds the integers 0..2 alone: read as classification" in caplog.text
     (tmp_path / "c.csv").write_text("u,y\n1,3\n2,4\n3,8\n")
-    assert load(str(tmp_path / "c.csv"), str(tmp_path / "c.csv")).task == "regression"
-    declared = load(str(tmp_path / "c.csv"), str(tmp_path / "c.csv"), task="regression")
+    (tmp_path / "d.csv").write_text("u,y\n7,4\n")
+    assert load(str(tmp_path / "c.csv"), str(tmp_path / "d.csv")).task == "regression"
+    declared = load(str(tmp_path / "c.csv"), str(tmp_path / "d.csv"), task="regression")
     assert declared.task == "regression"
+
+
+def test_integer_classes_other_than_0_to_k_minus_1_are_mapped_in_order_and_said(tmp_path, caplog):
+    """A wine's quality scores 3..8 declared a classification: six classes, not nine of which
+    three are never seen; the test file's labels map as the training file's."""
+    (tmp_path / "a.csv").write_text("u,q\n1,3\n2,8\n3,5\n4,-1\n")
+    (tmp_path / "b.csv").write_text("u,q\n9,8\n8,-1\n7,5\n")
+    with caplog.at_level("INFO", logger="bdl"):
+        data = load(str(tmp_path / "a.csv"), str(tmp_path / "b.csv"), "q", "classification")
+    assert data.num_classes == 4
+    assert data.y_train.tolist() == [1, 3, 2, 0] and data.y_test.tolist() == [3, 0, 2]
+    assert caplog.messages == [
+        f"dataset=files: {tmp_path / 'a.csv'}'s q holds the classes -1, 3, 5, 8: read as the "
+        "classes 0..3 in that order"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -143,8 +163,13 @@ def test_a_pickle_is_never_loaded_whatever_its_name(tmp_path):
 def test_dataset_files_without_its_files_is_refused_before_anything_runs():
     with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
         cfg = compose("config", ["dataset=files", *SHORT])
-    with pytest.raises(ConfigError, match=r"^dataset.train=null must be a string$"):
+        given = compose("config", ["dataset=files", "dataset.train=a.csv", *SHORT])
+    with pytest.raises(ConfigError) as error:
         validate(cfg)
+    assert str(error.value) == "dataset.train is not set: give it, dataset.train=VALUE (a string)"
+    with pytest.raises(ConfigError) as error:
+        validate(given)
+    assert str(error.value) == "dataset.test is not set: give it, dataset.test=VALUE (a string)"
 
 
 def _write(folder: Path, name: str, content) -> None:
@@ -198,7 +223,7 @@ ARRAYS = {"x": np.ones((3, 2)), "y": np.arange(3.0)}
         (
             {"train.csv": "u,y\n1,2\n3,inf\n"},
             {},
-            "D/train.csv: line 3, column 'y' is 'inf', not a finite number",
+            "D/train.csv: line 3, column 'y' is 'inf', not a finite number: fix the cell",
         ),
         (
             {"train.csv": "u,y\n1,2\nnan,3\n"},
@@ -248,12 +273,12 @@ ARRAYS = {"x": np.ones((3, 2)), "y": np.arange(3.0)}
         (
             {"train.safetensors": {"x": np.array([[1.0, 2], [3, np.inf]]), "y": np.ones(2)}},
             {},
-            "D/train.safetensors: row 1 of x holds a value that is not a finite number",
+            "D/train.safetensors: row 1 of x holds inf at [1], not a finite number: fix the value",
         ),
         (
             {"train.npz": {"x": np.ones((3, 2)), "y": np.array([0, 1, np.nan])}},
             {},
-            "D/train.npz: row 2 of y is not a finite number",
+            "D/train.npz: row 2 of y is nan, not a finite number: fix the value",
         ),
         (
             {"train.csv": ROWS},
@@ -263,13 +288,7 @@ ARRAYS = {"x": np.ones((3, 2)), "y": np.arange(3.0)}
         (
             {"train.csv": "u,y\n1,0\n2,0.5\n"},
             {"task": "classification"},
-            "D/train.csv: row 1 of y is 0.5; class labels are the integers 0..K-1 (or text): set "
-            "dataset.task=regression for a numeric target",
-        ),
-        (
-            {"train.csv": "u,y\n1,0\n2,-1\n"},
-            {"task": "classification"},
-            "D/train.csv: row 1 of y is -1; class labels are the integers 0..K-1 (or text): set "
+            "D/train.csv: row 1 of y is 0.5; class labels are integers (or text): set "
             "dataset.task=regression for a numeric target",
         ),
         (
@@ -287,8 +306,7 @@ ARRAYS = {"x": np.ones((3, 2)), "y": np.arange(3.0)}
         (
             {"train.csv": ROWS, "test.csv": "u,w,y\n1,2,3\n"},
             {},
-            "D/test.csv's features (['u', 'w']) differ from D/train.csv's (['u', 'v']): give the "
-            "same columns",
+            "D/test.csv's features (u, w) differ from D/train.csv's (u, v): give the same columns",
         ),
         (
             {"train.npz": ARRAYS, "test.npz": {"x": np.ones((2, 3)), "y": np.ones(2)}},
@@ -403,14 +421,186 @@ def test_an_inferred_task_is_said_with_the_option_that_overrides_it(
     tmp_path, caplog, csv_text, said
 ):
     (tmp_path / "a.csv").write_text(csv_text)
+    (tmp_path / "b.csv").write_text("u,y\n" + csv_text.split("\n")[1].replace("1,", "9,", 1))
     with caplog.at_level("INFO", logger="bdl"):
-        load(str(tmp_path / "a.csv"), str(tmp_path / "a.csv"))
+        load(str(tmp_path / "a.csv"), str(tmp_path / "b.csv"))
     assert caplog.messages == [f"dataset=files: {tmp_path / 'a.csv'}'s {said}"]
     caplog.clear()
     with caplog.at_level("INFO", logger="bdl"):
         load(
             str(tmp_path / "a.csv"),
-            str(tmp_path / "a.csv"),
+            str(tmp_path / "b.csv"),
             task="classification" if "text" in said else "regression",
         )
     assert caplog.messages == []  # a declared task is not inferred, nor said
+
+
+def test_a_safetensors_file_whose_header_length_starts_with_0x80_is_read(tmp_path):
+    """A header 128 bytes long makes the file's first byte 0x80, the pickle protocol's opcode:
+    the file is read by its structure (the length, then JSON), whatever that byte is."""
+    rng = np.random.default_rng(0)
+    for rows in range(1, 10**6):
+        content = save({"x": rng.normal(size=(rows, 3)), "y": rng.normal(size=rows)})
+        if content[0] == 0x80:
+            break
+    (tmp_path / "train.safetensors").write_bytes(content)
+    arrays = safe_load(content)
+    np.savez(tmp_path / "test.npz", x=arrays["x"][:1] + 1, y=arrays["y"][:1])
+    data = load(str(tmp_path / "train.safetensors"), str(tmp_path / "test.npz"))
+    assert data.num_train == rows
+    torch.testing.assert_close(
+        data.y_train.double() * data.target_std + data.target_mean, torch.tensor(arrays["y"])
+    )
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".npz", ".csv"])
+@pytest.mark.parametrize("protocol", [0, 2, pickle.HIGHEST_PROTOCOL])
+def test_a_real_pickle_renamed_is_refused_as_a_pickle_in_one_line(tmp_path, suffix, protocol):
+    class Payload:
+        def __reduce__(self):
+            return (Path.touch, (tmp_path / "pwned",))
+
+    path = tmp_path / f"train{suffix}"
+    path.write_bytes(pickle.dumps({"x": Payload(), "y": [1.0, 2.0]}, protocol=protocol))
+    with pytest.raises(DataError) as error:
+        load(str(path), str(path))
+    assert str(error.value) == (
+        f"{path} is a pickle, which bdl never loads: save it as CSV, NPZ or safetensors"
+    )
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_the_target_is_the_named_column_wherever_it_stands(tmp_path):
+    """The target first (``y,u,v``): read from its own column, not the last one."""
+    (tmp_path / "a.csv").write_text("y,u,v\n10,1,2\n20,3,5\n60,4,7\n")
+    (tmp_path / "b.csv").write_text("y,u,v\n30,8,9\n")
+    data = load(str(tmp_path / "a.csv"), str(tmp_path / "b.csv"), standardise=False)
+    assert data.x_train.tolist() == [[1, 2], [3, 5], [4, 7]] and data.x_test.tolist() == [[8, 9]]
+    assert data.y_train.tolist() == [10, 20, 60] and data.y_test.tolist() == [30]
+
+
+@pytest.mark.parametrize(
+    "files, options, message",
+    [
+        (
+            {"train.csv": ROWS, "test.csv": "u,v,y\n1,2,3\n4,5,6\n7,8,9\n"},
+            {},
+            "D/test.csv: 2 of its 3 rows are rows of the training file D/train.csv (the first: "
+            "row 0): the test metric would be measured on rows trained on; give a file of "
+            "held-out rows",
+        ),
+        (
+            {"train.csv": ROWS, "test.csv": ROWS},
+            {"features": ["u", "y"]},
+            "dataset.features lists the target 'y': the network would read the target from its "
+            "inputs; remove it from dataset.features",
+        ),
+        (
+            {"train.csv": "u,y\n1,2\n3,1e300\n"},
+            {},
+            "D/train.csv: line 3, column 'y' is '1e300', beyond ±1e+30, whose square overflows "
+            "the standardisation: fix the cell",
+        ),
+        (
+            {"train.csv": "u,y\n1,2\n-1e300,1\n"},
+            {},
+            "D/train.csv: line 3, column 'u' is '-1e300', beyond ±1e+30, whose square overflows "
+            "the standardisation: fix the cell or leave the column out (dataset.features)",
+        ),
+        (
+            {"train.npz": {"x": np.array([[1.0, 2], [3, 1e300]]), "y": np.ones(2)}},
+            {},
+            "D/train.npz: row 1 of x holds 1e+300 at [1], beyond ±1e+30, whose square overflows "
+            "the standardisation: fix the value",
+        ),
+        (
+            {"train.csv": "u,y\n1,2\n", "test.csv": "u,y\n3,4\n"},
+            {},
+            "D/train.csv has 1 training row: give at least 2",
+        ),
+        (
+            {"train.csv": "u,Strength\n1,2\n"},
+            {"target": "strength"},
+            "D/train.csv has no column 'strength' (did you mean 'Strength'?) (its columns: u, "
+            "Strength): set dataset.target to the target's column",
+        ),
+        (
+            {"train.csv": "age,cement,y\n1,2,3\n"},
+            {"features": ["age", "cemnt"]},
+            "D/train.csv has no column 'cemnt' of dataset.features (did you mean 'cement'?)",
+        ),
+    ],
+)
+def test_the_uci_loaders_checks_hold_for_a_users_files(tmp_path, files, options, message):
+    """The test file mostly training rows, the target among the features, a cell whose square
+    overflows, one training row, a column misspelt: one line each, naming the file and fix."""
+    test_a_files_mistake_is_one_line_naming_the_fix(tmp_path, files, options, message)
+
+
+def test_the_training_file_as_the_test_file_is_refused(tmp_path):
+    (tmp_path / "a.csv").write_text(ROWS)
+    with pytest.raises(DataError) as error:
+        load(str(tmp_path / "a.csv"), str(tmp_path / ".." / tmp_path.name / "a.csv"))
+    assert str(error.value) == (
+        f"dataset.test is the training file {tmp_path / 'a.csv'}: the test metric would be "
+        "measured on rows trained on; give a file of held-out rows"
+    )
+
+
+def test_a_few_duplicate_rows_are_said_not_refused(tmp_path, caplog):
+    (tmp_path / "a.csv").write_text(ROWS)
+    (tmp_path / "b.csv").write_text("u,v,y\n1,2,3\n0,0,0\n9,9,9\n")
+    with caplog.at_level("INFO", logger="bdl"):
+        load(str(tmp_path / "a.csv"), str(tmp_path / "b.csv"))
+    assert f"1 of {tmp_path / 'b.csv'}'s 3 rows are also rows of" in caplog.text
+
+
+def test_a_refusal_of_50000_columns_is_one_readable_line(tmp_path):
+    header = ",".join(f"c{k}" for k in range(50_000))
+    (tmp_path / "a.csv").write_text(f"{header},y\n" + (",".join(["1"] * 50_001) + "\n") * 2)
+    (tmp_path / "b.csv").write_text("u,y\n1,2\n")
+    with pytest.raises(DataError) as error:
+        load(str(tmp_path / "a.csv"), str(tmp_path / "b.csv"))
+    text = str(error.value)
+    assert "\n" not in text and len(text) < 400, text
+    assert text.endswith("c6, c7, ... (50000 in all)): give the same columns")
+
+
+def test_a_files_run_keeps_its_data_and_is_evaluated_from_another_folder(
+    fake_data_root, tmp_path, monkeypatch
+):
+    """Relative paths, as typed in the data's folder: the run copies the files into its
+    directory and reads them there, so that ``bdl-eval`` from another folder scores the same
+    test rows (its test RMSE equals the run's), and a changed original cannot be resumed on."""
+    (tmp_path / "data").mkdir()
+    write_split_csvs(fake_data_root, "bostonHousing", 0, tmp_path / "data")
+    monkeypatch.chdir(tmp_path / "data")
+    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+        cfg = compose(
+            "config",
+            ["dataset=files", "dataset.train=train.csv", "dataset.test=test.csv"]
+            + ["dataset.target=price", "figures=false", *SHORT],
+        )
+    metrics = run(cfg, tmp_path / "run")
+    assert metrics["status"] == "completed"
+    for part in ("train", "test"):
+        copy = tmp_path / "run" / "data" / f"{part}.csv"
+        assert copy.read_bytes() == (tmp_path / "data" / f"{part}.csv").read_bytes()
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert bdl_eval([str(tmp_path / "run")]) == 0
+    (evaluated,) = (tmp_path / "run" / "eval").glob("*/metrics.json")
+    assert json.loads(evaluated.read_text())["test_rmse"] == pytest.approx(
+        metrics["test_rmse"], rel=1e-6
+    )
+    monkeypatch.chdir(tmp_path / "data")
+    (tmp_path / "data" / "test.csv").write_text("x0,price\n1,2\n")
+    with pytest.raises(DataError, match="holds other data than .*test.csv: give the run a fresh"):
+        run(compose_resumed(cfg), tmp_path / "run")
+
+
+def compose_resumed(cfg):
+    resumed = cfg.copy()
+    resumed.resume = True
+    return resumed

@@ -149,9 +149,11 @@ def test_stacked_chains_follow_the_single_chain_runs(uci_root, tmp_path, name):
 #: by step in burn-in, then read by the program; minibatches shared by the chains; SGD, which
 #: draws no noise), HMC on chunks
 #: (its gradient compiled), and HMC on the training set in one chunk (its trajectory compiled as
-#: one program)
+#: one program); SGLD's program and HMC's trajectory at T = 0.5, where a program whose potential
+#: is not divided by T would sample another posterior than the eager steps
 COMPILED = {
     "sgld": STACKED["sgld"],
+    "sgld at T=0.5": [*STACKED["sgld"], "temperature=0.5"],
     "sgld cyclical schedule": [*STACKED["sgld"], "schedule=cyclical"],
     "sghmc online noise estimate, shared minibatches": [
         *STACKED["sghmc online noise estimate"],
@@ -160,6 +162,7 @@ COMPILED = {
     "sgd_momentum": STACKED["sgd_momentum"],
     "hmc": STACKED["hmc"],
     "hmc one chunk": [*STACKED["hmc"], "batch_size=100000"],
+    "hmc one chunk at T=0.5": [*STACKED["hmc"], "batch_size=100000", "temperature=0.5"],
 }
 
 

@@ -3,7 +3,7 @@
     bdl-eval RUN_DIR|SWEEP_DIR [dataset=NAME] [dataset.KEY=VALUE ...] [split=test|validation]
                                [shift.rotate=DEGREES] [shift.corrupt=NAME [shift.severity=1-5|all]]
                                [ood=NAME] [data=FILE] [device=cpu|cuda|auto] [out=DIR]
-                               [overwrite=true]
+                               [overwrite=true] [--trust MODULE.NAME ...]
 
 Without ``dataset=`` the run's own dataset is used, so ``bdl-eval RUN_DIR`` on the run's device
 reproduces the test metrics of its ``metrics.json``. ``dataset=NAME`` is an option of the
@@ -24,6 +24,10 @@ to ``OUT/metrics.json`` and ``OUT/predictive.safetensors``, ``OUT`` being
 its ``metrics.json`` would be replaced), inside another run's or on a folder holding a run,
 unless ``overwrite=true``.
 
+``--trust mynet.MyNet`` reads a run of `bdl.run_model` whose network is a class or function of the
+user's own: it is imported (from the installed packages and ``PYTHONPATH``) and admitted as a
+target, as ``bdl.load_run(RUN_DIR, trust=[MyNet])`` admits it; naming it is the act of trust.
+
 The options are overrides in Hydra's grammar, as ``bdl-run``'s are (quoting, types, ``+`` to add a
 loader's argument the dataset's config does not set). Given a sweep's directory (or any directory
 holding runs), every run in it is evaluated, each into its own ``eval/`` (``OUT/<job>`` with
@@ -33,6 +37,7 @@ holding runs), every run in it is evaluated, each into its own ``eval/`` (``OUT/
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -50,6 +55,7 @@ from torch import Tensor
 
 from bdl.analysis.posterior import CONFIG_FILE, Posterior, RunError
 from bdl.analysis.sweeps import find_runs
+from bdl.composition import plugins
 from bdl.composition.config import constructor_error
 from bdl.composition.network import load_data, resolve_device
 from bdl.composition.overrides import check_group, config_keys
@@ -220,7 +226,25 @@ def _describe(data: Dataset) -> str:
     return "regression"
 
 
-def _parse(argv: list[str] | None) -> tuple[Path, dict[str, Any]]:
+def _trusted(names: list[str]) -> list[Any]:
+    """The objects ``--trust`` names (``module.Name``), imported."""
+    found = []
+    for name in names:
+        module, _, attribute = name.rpartition(".")
+        try:
+            obj = getattr(importlib.import_module(module), attribute) if module else None
+        except ImportError as error:
+            raise ValueError(
+                f"--trust {name}: {error}; put the folder of its module on PYTHONPATH "
+                f"(PYTHONPATH=FOLDER bdl-eval ... --trust {name})"
+            ) from None
+        if obj is None:
+            raise ValueError(f"--trust {name}: give the class or function as module.Name")
+        found.append(obj)
+    return found
+
+
+def _parse(argv: list[str] | None) -> tuple[Path, dict[str, Any], list[str]]:
     parser = argparse.ArgumentParser(
         prog="bdl-eval",
         description="Evaluate a saved posterior (a bdl-run directory), or every run of a sweep, "
@@ -233,6 +257,13 @@ def _parse(argv: list[str] | None) -> tuple[Path, dict[str, Any]]:
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by bdl-run")
     parser.add_argument("options", nargs="*", metavar="KEY=VALUE")
+    parser.add_argument(
+        "--trust",
+        action="append",
+        default=[],
+        metavar="MODULE.NAME",
+        help="a network of your own that a bdl.run_model run records, imported and admitted",
+    )
     args = parser.parse_args(argv)
     options: dict[str, Any] = {}
     for override in OverridesParser.create().parse_overrides(args.options):
@@ -249,7 +280,7 @@ def _parse(argv: list[str] | None) -> tuple[Path, dict[str, Any]]:
         k.lstrip("+").startswith("dataset") or k == "split" for k in options
     ):
         raise ValueError("data=FILE replaces dataset= and split=: give one or the other")
-    return Path(args.run_dir), options
+    return Path(args.run_dir), options, args.trust
 
 
 def evaluate(run_dir: Path, options: dict[str, str]) -> tuple[dict[str, Any], Path]:
@@ -366,27 +397,33 @@ def severity_table(
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``bdl-eval``; user errors end in one line and exit status 2."""
     try:
-        run_dir, options = _parse(argv)
-        runs = [] if (run_dir / CONFIG_FILE).is_file() else find_runs([run_dir])
-        if options.get("shift.severity") == "all":
-            table, failures = severity_table(run_dir, runs, options)
-            print(table.to_markdown(index=False, floatfmt=".4g"))
-            for failure in failures:
-                print(f"bdl-eval: error: {failure}", file=sys.stderr)
-            return 2 if failures else 0
-        if runs:
-            table, failures = evaluate_sweep(run_dir, runs, options)
-            if not table.empty:
-                print(table.to_markdown(index=False, floatfmt=".4g"))
-            for failure in failures:
-                print(f"bdl-eval: error: {failure}", file=sys.stderr)
-            return 2 if failures else 0
-        metrics, out = evaluate(run_dir, options)
+        run_dir, options, trust = _parse(argv)
+        with plugins.trusted(*_trusted(trust)):
+            return _main(run_dir, options)
     except SystemExit as e:  # --help, or a usage error argparse already reported
         return e.code if isinstance(e.code, int) else 2
     except USER_ERRORS as e:
         print(f"bdl-eval: error: {user_message(e)}", file=sys.stderr)
         return 2
+
+
+def _main(run_dir: Path, options: dict[str, Any]) -> int:
+    """`main` for the run (or the sweep) ``run_dir``: the table or the metrics printed."""
+    runs = [] if (run_dir / CONFIG_FILE).is_file() else find_runs([run_dir])
+    if options.get("shift.severity") == "all":
+        table, failures = severity_table(run_dir, runs, options)
+        print(table.to_markdown(index=False, floatfmt=".4g"))
+        for failure in failures:
+            print(f"bdl-eval: error: {failure}", file=sys.stderr)
+        return 2 if failures else 0
+    if runs:
+        table, failures = evaluate_sweep(run_dir, runs, options)
+        if not table.empty:
+            print(table.to_markdown(index=False, floatfmt=".4g"))
+        for failure in failures:
+            print(f"bdl-eval: error: {failure}", file=sys.stderr)
+        return 2 if failures else 0
+    metrics, out = evaluate(run_dir, options)
     print(json.dumps(metrics, indent=2))
     print(f"bdl-eval: wrote {out / 'metrics.json'}", file=sys.stderr)
     return 0

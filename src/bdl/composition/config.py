@@ -330,6 +330,8 @@ def _check_type(key: str, value: Any, annotation: Any) -> None:
     )
     if not fits:
         expected = " or ".join([SCALARS[k] for k in kinds] + (["null"] if nullable else []))
+        if value is None:  # a key without a default, left out
+            raise ConfigError(f"{key} is not set: give it, {key}=VALUE ({expected})")
         raise ConfigError(f"{key}={_shown(value)} must be {expected}")
 
 

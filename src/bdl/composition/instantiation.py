@@ -63,9 +63,12 @@ def check_targets(node: Any, where: str = "") -> list[tuple[str, dict]]:
             target in allowed_targets() or plugins.admits(target)
         ):
             group = key.split(".")[0] or "config"
+            fix = f"choose a {group} option listed by bdl-run --help"
+            if group == "model" and isinstance(target, str):
+                fix = f"{plugins.trust_hint(target)}; else {fix}"
             raise ConfigError(
                 f"{key + '.' if key else ''}_target_={target} is not one of bdl's own targets"
-                f"{plugins.missing(target)}: choose a {group} option listed by bdl-run --help"
+                f"{plugins.missing(target)}: {fix}"
             )
         if key in GROUPS:
             _check_group_target(key, target)

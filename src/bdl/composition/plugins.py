@@ -264,7 +264,20 @@ def missing(target: Any) -> str:
     top = str(target).partition(".")[0]
     if top == "bdl" or not top.isidentifier() or importlib.util.find_spec(top) is not None:
         return ""
-    return f" nor an installed plugin's (its package {top} is not installed: install it)"
+    return (
+        f" nor an installed plugin's (its package {top} is not installed: install it, or put "
+        "the folder of a module of your own on PYTHONPATH)"
+    )
+
+
+def trust_hint(target: str) -> str:
+    """How a run of `bdl.run_model` with a network of the caller's own (``target``) is read
+    back: its object handed over again, in Python or to ``bdl-eval``."""
+    name = target.rpartition(".")[2]
+    return (
+        f"a network of your own (bdl.run_model's) is trusted again by "
+        f"bdl.load_run(RUN, trust=[{name}]) or bdl-eval RUN --trust {target}"
+    )
 
 
 def register() -> None:

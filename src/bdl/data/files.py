@@ -6,38 +6,80 @@ one row per point, every cell a number, but a classification target may be text)
 ``numpy.load`` with ``allow_pickle=False``) and safetensors. An NPZ or safetensors file holds the
 features as the array ``x`` (one row per point, of any shape: images too) and the target as the
 array ``dataset.target``; a CSV's features are its other columns (or ``dataset.features``). A
-pickle, of any suffix, is refused: a data file someone hands you is data.
+file is read as what its bytes are, whatever its suffix: a safetensors header (8 bytes of
+little-endian length, then that many bytes of JSON), a ZIP archive's signature (NPZ), or text
+(CSV). A pickle, which none of them is, is refused as what it is (`pickletools` walks its
+opcodes to its STOP without running any): a data file someone hands you is data.
 
 The task is declared (``dataset.task=regression`` or ``classification``) or inferred, with a
 note in the log: a target of text labels, or of the integers 0..K-1 alone, is a classification
-into K classes; any other numeric target a regression. The features, and a regression's target,
+into K classes; any other numeric target a regression. Declared a classification, integer labels
+other than 0..K-1 (a wine's quality scores 3..8) are mapped in order onto 0..K-1, said in the
+log. The features, and a regression's target,
 are standardised with the training rows' mean and standard deviation alone, by the UCI loader's
 own code (`bdl.data.uci._standardise`), so that nothing leaks from the test rows; RMSE and
 log-likelihood are reported in the target's own units. A validation split (``val_*`` metrics,
 where settings are chosen, never on the test rows) is a third file, or a fraction of the training
 rows held out before the statistics are taken.
+
+The checks of the UCI loader (`bdl.data.uci`) hold here too: a cell beyond ±`LARGEST_CELL`
+(whose square overflows the standardisation) is refused by its file, line and column; so are
+the target among the features, a test file whose rows are mostly training rows, and fewer than
+`MIN_TRAIN_ROWS` training rows.
+
+A run keeps its data: `keep_in_run` copies the files into the run directory (``data/train.csv``
+...) and has the run read them there, so that ``bdl-eval`` and `bdl.load_run` find them from any
+folder, and a resumed run reads what it started on.
 """
 
 from __future__ import annotations
 
+import copy
 import csv
+import difflib
+import filecmp
+import json
 import logging
 import math
 import os
+import pickletools
+import shutil
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
+from bdl.atomic import atomic_file
+
 from .base import DataError, Dataset
-from .uci import _standardise
+from .uci import LARGEST_CELL, _standardise
 
 log = logging.getLogger("bdl")
 
 FORMATS = (".csv", ".npz", ".safetensors")
 TASKS = ("auto", "regression", "classification")
+#: The fewest training rows: the standardisation's scale of one row is zero.
+MIN_TRAIN_ROWS = 2
+#: The most names a refusal lists: a file of 50 000 columns is refused in one readable line.
+LISTED = 8
+
+
+def _listing(names: Sequence) -> str:
+    """``names`` joined by commas, the first `LISTED` and their count where there are more."""
+    names = [str(n) for n in names]
+    if len(names) <= LISTED:
+        return ", ".join(names) or "none"
+    return f"{', '.join(names[:LISTED])}, ... ({len(names)} in all)"
+
+
+def _did_you_mean(name: str, names: Sequence[str]) -> str:
+    """' (did you mean 'Name'?)' for the closest of ``names``, case first, or ''."""
+    folded = [n for n in names if n.casefold() == name.casefold()]
+    close = folded or difflib.get_close_matches(name, names, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _read_csv(
@@ -54,13 +96,21 @@ def _read_csv(
     header = [name.strip() for name in rows[0]]
     if target not in header:
         raise DataError(
-            f"{path} has no column {target!r} (its columns: {', '.join(header)}): "
-            f"set dataset.target to the target's column"
+            f"{path} has no column {target!r}{_did_you_mean(target, header)} (its columns: "
+            f"{_listing(header)}): set dataset.target to the target's column"
         )
     names = list(features) if features is not None else [n for n in header if n != target]
     missing = [n for n in names if n not in header]
     if missing:
-        raise DataError(f"{path} has no column {missing[0]!r} of dataset.features")
+        raise DataError(
+            f"{path} has no column {missing[0]!r} of dataset.features"
+            f"{_did_you_mean(missing[0], header)}"
+        )
+    if target in names:
+        raise DataError(
+            f"dataset.features lists the target {target!r}: the network would read the target "
+            "from its inputs; remove it from dataset.features"
+        )
     if not names:
         raise DataError(f"{path} has no feature column beside the target {target!r}")
     columns = [header.index(n) for n in names]
@@ -88,11 +138,11 @@ def _read_csv(
     else:
         y = np.array(numbers, dtype=np.float64)
     if y.dtype.kind == "f":
-        bad = np.flatnonzero(~np.isfinite(y))
+        bad = np.flatnonzero(~np.isfinite(y) | (np.abs(y) > LARGEST_CELL))
         if bad.size:
             raise DataError(
                 f"{path}: line {bad[0] + 2}, column {target!r} is {labels[bad[0]]!r}, "
-                "not a finite number"
+                f"{_fault(y[bad[0]])}: fix the cell"
             )
     return x, y, names
 
@@ -104,19 +154,26 @@ def _float(cell: str) -> float | None:
         return None
 
 
+def _fault(value: float | None) -> str:
+    """What is wrong with a cell's ``value`` (None: no number)."""
+    if value is not None and math.isfinite(value):
+        return f"beyond ±{LARGEST_CELL:g}, whose square overflows the standardisation"
+    return "not a finite number"
+
+
 def _number(path: Path, line: int, column: str, cell: str) -> float:
     value = _float(cell)
-    if value is None or not math.isfinite(value):
+    if value is None or not math.isfinite(value) or abs(value) > LARGEST_CELL:
         raise DataError(
-            f"{path}: line {line}, column {column!r} is {cell!r}, not a finite number: "
-            "fix the cell or leave the column out (dataset.features)"
+            f"{path}: line {line}, column {column!r} is {cell!r}, {_fault(value)}: fix the "
+            "cell or leave the column out (dataset.features)"
         )
     return value
 
 
 def _read_arrays(path: Path, target: str) -> tuple[np.ndarray, np.ndarray]:
     """The arrays ``x`` and ``target`` of an NPZ or safetensors file."""
-    if path.suffix == ".npz":
+    if _format(path) == ".npz":
         try:
             with np.load(path, allow_pickle=False) as archive:
                 arrays = {name: archive[name] for name in archive.files}
@@ -143,8 +200,9 @@ def _read_arrays(path: Path, target: str) -> tuple[np.ndarray, np.ndarray]:
     for name in ("x", target):
         if name not in arrays:
             raise DataError(
-                f"{path} has no array {name!r} (its arrays: {', '.join(arrays) or 'none'}): "
-                "it needs the features as x and the target as dataset.target"
+                f"{path} has no array {name!r}{_did_you_mean(name, list(arrays))} (its arrays: "
+                f"{_listing(arrays)}): it needs the features as x and the target as "
+                "dataset.target"
             )
     x, y = arrays["x"], arrays[target]
     if x.ndim < 2 or y.ndim != 1 or len(x) != len(y):
@@ -155,14 +213,21 @@ def _read_arrays(path: Path, target: str) -> tuple[np.ndarray, np.ndarray]:
     if x.dtype.kind not in "biuf" or y.dtype.kind not in "biufU":
         raise DataError(f"{path}: x ({x.dtype}) and {target} ({y.dtype}) must be numbers")
     x = x.astype(np.float64)
-    bad = np.argwhere(~np.isfinite(x))
+    bad = np.argwhere(~np.isfinite(x) | (np.abs(x) > LARGEST_CELL))
     if bad.size:
-        raise DataError(f"{path}: row {bad[0][0]} of x holds a value that is not a finite number")
+        place = ", ".join(map(str, bad[0][1:]))
+        raise DataError(
+            f"{path}: row {bad[0][0]} of x holds {x[tuple(bad[0])]:g} at [{place}], "
+            f"{_fault(x[tuple(bad[0])])}: fix the value"
+        )
     if y.dtype.kind in "biuf":
         y = y.astype(np.float64)
-        bad = np.flatnonzero(~np.isfinite(y))
+        bad = np.flatnonzero(~np.isfinite(y) | (np.abs(y) > LARGEST_CELL))
         if bad.size:
-            raise DataError(f"{path}: row {bad[0]} of {target} is not a finite number")
+            raise DataError(
+                f"{path}: row {bad[0]} of {target} is {y[bad[0]]:g}, {_fault(y[bad[0]])}: fix "
+                "the value"
+            )
     return x, y
 
 
@@ -173,9 +238,8 @@ def _read(
         raise DataError(
             f"{path} does not exist: give the path of a .csv, .npz or .safetensors file"
         )
-    with open(path, "rb") as f:
-        head = f.read(2)
-    if head[:1] == b"\x80":  # the pickle protocol's opcode, whatever the file's suffix
+    kind = _format(path)
+    if kind == "pickle":
         raise DataError(
             f"{path} is a pickle, which bdl never loads: save it as CSV, NPZ or safetensors"
         )
@@ -183,11 +247,53 @@ def _read(
         raise DataError(
             f"{path}: a dataset file is {', '.join(FORMATS)} (never a pickle): convert it"
         )
-    if path.suffix == ".csv":
+    if kind == ".csv":
         return _read_csv(path, target, features)
     if features is not None:
         raise DataError(f"dataset.features picks columns of a CSV; {path} holds arrays")
     return (*_read_arrays(path, target), None)
+
+
+#: The most bytes of a safetensors header (the safetensors library's own limit).
+HEADER_LIMIT = 100_000_000
+
+
+def _format(path: Path) -> str:
+    """What the file at ``path`` is, by its bytes: ``.safetensors`` (an 8-byte little-endian
+    length, then a JSON object of that length), ``.npz`` (a ZIP archive's signature),
+    ``pickle`` (opcodes that `pickletools` walks to a STOP at the file's end, running none),
+    else ``.csv`` (text, whose reader names what is wrong with it). A suffix that says
+    otherwise does not change what is read; a broken file of its suffix's format keeps that
+    format, so that its reader names the fault."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        length = int.from_bytes(head, "little") if len(head) == 8 else 0
+        if 2 <= length <= min(size - 8, HEADER_LIMIT) and f.read(1) == b"{":
+            try:
+                header = json.loads(b"{" + f.read(length - 1))
+            except (UnicodeDecodeError, ValueError):
+                header = None
+            if isinstance(header, dict):
+                return ".safetensors"
+    if head[:4] in (b"PK\x03\x04", b"PK\x05\x06") or _is_pickle(path):
+        return ".npz" if head[:2] == b"PK" else "pickle"
+    if path.suffix in (".npz", ".safetensors"):
+        return path.suffix
+    return ".csv"
+
+
+def _is_pickle(path: Path) -> bool:
+    """Whether ``path`` parses as one pickle: its opcodes, each with its argument, up to a STOP
+    that ends the file. `pickletools.genops` parses them and runs none."""
+    with open(path, "rb") as f:
+        try:
+            for opcode, _, position in pickletools.genops(f):
+                if opcode.name == "STOP":
+                    return f.read(1) == b"" and position is not None
+        except Exception:  # any bytes may come: whatever stops the walk, it is no pickle
+            return False
+    return False
 
 
 def _infer_task(task: str, y: np.ndarray, path: Path, target: str) -> str:
@@ -216,16 +322,26 @@ def _infer_task(task: str, y: np.ndarray, path: Path, target: str) -> str:
 
 
 def _classes(y: np.ndarray, path: Path, target: str) -> list:
-    """The class labels, in order: the training file's text labels sorted, or 0..K-1."""
+    """The class labels, in order: the training file's text labels sorted, or its integers
+    sorted; integers other than 0..K-1 are said to be mapped onto them."""
     if y.dtype.kind == "U":
         return sorted(set(y.tolist()))
-    if not np.array_equal(y, np.round(y)) or y.min() < 0:
-        row = int(np.flatnonzero((y != np.round(y)) | (y < 0))[0])
+    if not np.array_equal(y, np.round(y)):
+        row = int(np.flatnonzero(y != np.round(y))[0])
         raise DataError(
-            f"{path}: row {row} of {target} is {y[row]:g}; class labels are the integers "
-            "0..K-1 (or text): set dataset.task=regression for a numeric target"
+            f"{path}: row {row} of {target} is {y[row]:g}; class labels are integers (or text): "
+            "set dataset.task=regression for a numeric target"
         )
-    return list(range(int(y.max()) + 1))
+    classes = [int(c) for c in np.unique(y)]
+    if classes != list(range(len(classes))):
+        log.info(
+            "dataset=files: %s's %s holds the classes %s: read as the classes 0..%d in that order",
+            path,
+            target,
+            _listing(classes),
+            len(classes) - 1,
+        )
+    return classes
 
 
 def _labels(y: np.ndarray, classes: list, path: Path, target: str) -> np.ndarray:
@@ -240,6 +356,45 @@ def _labels(y: np.ndarray, classes: list, path: Path, target: str) -> np.ndarray
             )
         out[row] = index[key]
     return out
+
+
+def _features(columns: list[str] | None, x: np.ndarray) -> str:
+    return _listing(columns) if columns is not None else str(x.shape[1:])
+
+
+def _check_disjoint(paths: dict[str, Path], read: dict[str, tuple]) -> None:
+    """Refuse a test file that is the training file, or whose rows are mostly training rows
+    (features and target alike): a test metric on rows trained on says nothing of held-out
+    data. A few shared rows are duplicates that a data set may hold (of wine-quality-red's
+    1 599 rows, 240 repeat another), said in the log."""
+    train, test = paths["train"], paths["test"]
+    if train.resolve() == test.resolve():
+        raise DataError(
+            f"dataset.test is the training file {train}: the test metric would be measured on "
+            "rows trained on; give a file of held-out rows"
+        )
+    (x_train, y_train, _), (x_test, y_test, _) = read["train"], read["test"]
+
+    def rows(x: np.ndarray, y: np.ndarray) -> list[bytes]:
+        flat = np.ascontiguousarray(x.reshape(len(x), -1), dtype=np.float64)
+        return [a.tobytes() + str(b).encode() for a, b in zip(flat, y.tolist(), strict=True)]
+
+    trained = set(rows(x_train, y_train))
+    shared = [k for k, row in enumerate(rows(x_test, y_test)) if row in trained]
+    if 2 * len(shared) > len(y_test):
+        raise DataError(
+            f"{test}: {len(shared)} of its {len(y_test)} rows are rows of the training file "
+            f"{train} (the first: row {shared[0]}): the test metric would be measured on rows "
+            "trained on; give a file of held-out rows"
+        )
+    if shared:
+        log.info(
+            "dataset=files: %d of %s's %d rows are also rows of %s (duplicates in the data?)",
+            len(shared),
+            test,
+            len(y_test),
+            train,
+        )
 
 
 def load(
@@ -282,10 +437,14 @@ def load(
             x, _, other = read[part]
             if x.shape[1:] != x_train.shape[1:] or other != columns:
                 raise DataError(
-                    f"{paths[part]}'s features ({other or x.shape[1:]}) differ from "
-                    f"{paths['train']}'s ({columns or x_train.shape[1:]}): give the same columns"
+                    f"{paths[part]}'s features ({_features(other, x)}) differ from "
+                    f"{paths['train']}'s ({_features(columns, x_train)}): give the same columns"
                 )
     parts = {part: (x, y) for part, (x, y, _) in read.items()}
+    if len(y_train) < MIN_TRAIN_ROWS:
+        raise DataError(
+            f"{paths['train']} has {len(y_train)} training row: give at least {MIN_TRAIN_ROWS}"
+        )
     if held_out:
         count = round(held_out * len(y_train))
         if not 0 < count < len(y_train):
@@ -321,6 +480,8 @@ def load(
         if standardise:
             mean, std, *ys = _standardise(*ys)
 
+    _check_disjoint(paths, read)
+
     def tensor(values: np.ndarray) -> torch.Tensor:
         if values.dtype.kind == "i":
             return torch.from_numpy(values)
@@ -341,3 +502,46 @@ def load(
         x_validation=None if validation_part is None else tensor(validation_part[0]),
         y_validation=None if validation_part is None else tensor(validation_part[1]),
     )
+
+
+#: The options of a files dataset that name a file.
+FILE_KEYS = ("train", "test", "validation")
+
+
+def keep_in_run(cfg: Any, directory: str | os.PathLike) -> tuple[Any, list[tuple[Path, Path]]]:
+    """A run's config ``cfg`` set to read its files dataset's data files from their copies in
+    ``directory/data`` (absolute paths), with each (file, copy); ``cfg`` itself as it is, for
+    another dataset. A file not there is left as given, for the loader to name; a copy already
+    there (a resumed run, or `bdl.run_model`'s own files) stands for it."""
+    if cfg.dataset.get("_target_") != f"{__name__}.load":
+        return cfg, []
+    cfg, kept = copy.deepcopy(cfg), []
+    for key in FILE_KEYS:
+        value = cfg.dataset.get(key)
+        if not isinstance(value, str) or not value:
+            continue
+        source = Path(value).absolute()
+        kept_copy = Path(directory).absolute() / "data" / f"{key}{source.suffix}"
+        if source.is_file() or kept_copy.is_file():
+            cfg.dataset[key] = str(kept_copy)
+            kept.append((source, kept_copy))
+    return cfg, kept
+
+
+def copy_into_run(kept: list[tuple[Path, Path]], resumed: bool) -> None:
+    """Copy each (source, copy) of `keep_in_run`; for a ``resumed`` run, a copy there already
+    stays, and one that holds other data than its file is refused (a resumed run must read
+    what it started on)."""
+    for source, kept_copy in kept:
+        if source == kept_copy or not source.is_file():
+            continue
+        if resumed and kept_copy.is_file():
+            if not filecmp.cmp(source, kept_copy, shallow=False):
+                raise DataError(
+                    f"{kept_copy} holds other data than {source}: give the run a fresh directory, "
+                    "or the file it started on to resume it"
+                )
+            continue
+        kept_copy.parent.mkdir(parents=True, exist_ok=True)
+        with open(source, "rb") as original, atomic_file(kept_copy) as file:
+            shutil.copyfileobj(original, file)

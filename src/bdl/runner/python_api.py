@@ -14,26 +14,42 @@ installed plugin's option, or a class or function of the caller's own module, re
 ``module.name``; the caller's handing it over admits that target for this call alone
 (`bdl.composition.plugins.trusted`), so that reading the run back in another process needs the
 object again (``bdl.load_run(directory, trust=[MyNet])``) or the package installed as a plugin.
+
+It behaves as a Python library: a mistake raises bdl's own `ConfigError` (or `DataError`,
+`StoreError`, `DivergedError`) with the one line ``bdl-run`` would print, never Hydra's
+wrapper around it; and where the program has not configured logging, the run's progress lines
+and its closing table go to stderr, as ``bdl-run`` shows them (a program that calls
+``logging.basicConfig`` or gives the ``bdl`` logger a handler decides for itself).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from hydra import compose, initialize_config_module
+from hydra.errors import HydraException, InstantiationException
 from omegaconf import OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 from safetensors.torch import save
 from torch import Tensor, nn
 
 from bdl.analysis.posterior import Posterior, load_run
 from bdl.atomic import atomic_file
 from bdl.composition import plugins
+from bdl.composition.config import constructor_error
+from bdl.composition.overrides import check
+from bdl.data import DataError
 from bdl.errors import ConfigError
 from bdl.runner.run import run
+from bdl.runner.stability import DivergedError
+from bdl.storage.store import StoreError
 
 __all__ = ["run_model"]
 
@@ -59,27 +75,82 @@ def _tensors(part: Part, name: str) -> dict[str, Tensor]:
     return {"x": x.detach().cpu().contiguous(), "y": y.detach().cpu().contiguous()}
 
 
-def _write_data(directory: Path, parts: Mapping[str, Part | None]) -> list[str]:
-    """The data parts as safetensors files in ``directory/data``, and the overrides that read
-    them; a resumed run's files must hold the same data."""
+def _data_overrides(directory: Path, parts: Mapping[str, Part | None]) -> list[str]:
+    """The overrides that read the data parts from ``directory/data`` (`_write_data`)."""
+    given = [name for name, part in parts.items() if part is not None]
+    return ["dataset=files", *(f"dataset.{n}={directory / 'data' / n}.safetensors" for n in given)]
+
+
+def _write_data(directory: Path, parts: Mapping[str, Part | None]) -> None:
+    """The data parts as safetensors files in ``directory/data``; a resumed run's files must
+    hold the same data."""
     folder = directory / "data"
-    folder.mkdir(parents=True, exist_ok=True)
-    overrides = ["dataset=files"]
-    for name, part in parts.items():
-        if part is None:
-            continue
+    contents = {
+        name: save(_tensors(part, name)) for name, part in parts.items() if part is not None
+    }
+    for name, content in contents.items():
         path = folder / f"{name}.safetensors"
-        content = save(_tensors(part, name))
         if path.is_file() and path.read_bytes() != content:
             raise ConfigError(
                 f"{path} holds other {name} data than this call's: give the run a fresh "
                 "directory, or the same data to resume it"
             )
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, content in contents.items():
+        path = folder / f"{name}.safetensors"
         if not path.is_file():
             with atomic_file(path) as file:
                 file.write(content)
-        overrides.append(f"dataset.{name}={path}")
-    return overrides
+
+
+#: What a call may raise for a mistake of its caller's: raised as it is, in one line.
+USER_ERRORS = (ValueError, DataError, StoreError, DivergedError, InstantiationException)
+#: What `run_model`'s own arguments set: an override of one of them contradicts the argument.
+ARGUMENTS = ("dataset", "model", "sampler", "prior", "chains", "seed", "epochs", "burn_in")
+ARGUMENTS += ("thin", "resume")
+
+
+@contextlib.contextmanager
+def _console() -> Iterator[None]:
+    """The ``bdl`` logger's lines on stderr for the call, where nothing else would show them
+    (no handler on it or on the root logger): a run's progress and table, as ``bdl-run``
+    shows them."""
+    logger = logging.getLogger("bdl")
+    if logger.handlers or logging.getLogger().handlers:
+        yield
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    if level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _refuse_contradictions(
+    dataset: str | None, given: Mapping[str, Any], overrides: Sequence[str]
+) -> None:
+    """An argument that a dataset option ignores, or an override of what an argument sets:
+    either would be silently dropped, so neither is taken."""
+    if dataset is not None:
+        ignored = [key for key, value in given.items() if value not in (None, "auto")]
+        if ignored:
+            raise ConfigError(
+                f"{ignored[0]}= describes train= data, which dataset={dataset!r} replaces: set "
+                f"the option's own keys by overrides (dataset.validation=...), or drop dataset="
+            )
+    for override in overrides:
+        key = override.partition("=")[0].lstrip("+~")
+        if key in ARGUMENTS:
+            raise ConfigError(
+                f"overrides={[override]} sets {key}, which run_model's argument {key}= sets: "
+                f"pass {key}= alone"
+            )
 
 
 def _value(value: Any) -> str:
@@ -137,9 +208,10 @@ def run_model(
     directory = Path(directory).absolute()
     if (dataset is None) == (train is None or test is None):
         raise ConfigError("give train= and test= data, or dataset= an option, not both")
+    _refuse_contradictions(dataset, {"validation": validation, "task": task}, overrides)
     if dataset is None:
         parts = {"train": train, "test": test, "validation": validation}
-        given = [*_write_data(directory, parts), f"dataset.task={task}"]
+        given = [*_data_overrides(directory, parts), f"dataset.task={task}"]
     else:
         given = [f"dataset={dataset}"]
     if isinstance(model, str):
@@ -149,13 +221,22 @@ def run_model(
     length = {"epochs": epochs, "burn_in": burn_in, "thin": thin}
     given += [f"{key}={value}" for key, value in length.items() if value is not None]
     given += [f"resume={str(resume).lower()}", *overrides]
-    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
-        cfg = compose("config", given)
+    check(given)  # a mistaken option or key in bdl-run's one line, "did you mean" where it applies
+    try:
+        with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+            cfg = compose("config", given)
+    except (HydraException, OmegaConfBaseException) as error:
+        raise ConfigError(str(error).strip().splitlines()[0]) from None
+    if dataset is None:
+        _write_data(directory, parts)
     trust = () if isinstance(model, str) else (model,)
     with open_dict(cfg):
         if trust:
             cfg.model = {"_target_": plugins.dotted(model), "_partial_": True}
         cfg.model = OmegaConf.merge(cfg.model, dict(model_args or {}))
-    with plugins.trusted(*trust):
-        run(cfg, directory)
+    with plugins.trusted(*trust), _console():
+        try:
+            run(cfg, directory)
+        except InstantiationException as error:
+            raise constructor_error(error, USER_ERRORS) from None
     return load_run(directory, trust=trust)

@@ -31,6 +31,7 @@ from omegaconf import DictConfig
 
 from bdl.composition.config import validate
 from bdl.composition.network import resolve_device
+from bdl.data import files
 from bdl.runner import checkpoint, distributed
 from bdl.runner.experiment import build_chains
 from bdl.runner.interrupts import Signals
@@ -48,9 +49,10 @@ def run(cfg: DictConfig, directory: str | Path = ".") -> dict[str, Any]:
     validate(cfg)  # before anything is written: a typo leaves no trace
     group = distributed.join(cfg.distributed.backend, resolve_device(cfg.device.name))
     output = RunDirectory(directory, writer=group is None or group.leader)
+    cfg, kept = files.keep_in_run(cfg, output.path)  # the run reads its own copy of the data
     try:
         with Signals() as signals:
-            distributed.on_leader(group, lambda: output.claim(cfg, cfg.resume))
+            distributed.on_leader(group, lambda: _claim(output, cfg, kept))
             try:
                 return _run_in(cfg, output, signals, group)
             finally:
@@ -58,6 +60,13 @@ def run(cfg: DictConfig, directory: str | Path = ".") -> dict[str, Any]:
     finally:
         if group is not None:
             group.close()
+
+
+def _claim(output: RunDirectory, cfg: DictConfig, kept: list[tuple[Path, Path]]) -> None:
+    """The directory made this run's, and the data files copied into it: afresh for a run
+    started anew, checked against the originals for one resumed."""
+    output.claim(cfg, cfg.resume)
+    files.copy_into_run(kept, resumed=cfg.resume and output.checkpoint.exists())
 
 
 def _run_in(
