@@ -167,11 +167,10 @@ def test_sigkill_before_the_first_checkpoint_resumes_bitwise(env, tiny, whole, t
     in it is a kill before its first checkpoint."""
     args = [*tiny, f"hydra.run.dir={tmp_path / 'run'}"]
     process = start(args, env)
-    wait_for_progress(tmp_path / "run", 10, process)  # past burn-in: samples on disk
+    wait_for_progress(tmp_path / "run", 10, process)  # past burn-in: samples taken
     process.kill()
     process.communicate(timeout=120)
     assert not (tmp_path / "run" / "checkpoint.safetensors").exists()
-    assert list((tmp_path / "run" / "samples").glob("sample_*"))
     refused = finish(args, env)
     assert refused.returncode == 1 and "add resume=true" in refused.stderr
     resumed = finish([*args, "resume=true"], env)

@@ -309,7 +309,13 @@ class SampleStore:
         self._draws.append(tensors)
         self._metadata.append(metadata)
         if len(self._draws) == self._capacity:
-            self._shards.append(self._write_shard(durable=True))
+            try:
+                shard = self._write_shard(durable=True)
+            except BaseException:  # a full disk: the draw is not added
+                self._draws.pop()
+                self._metadata.pop()
+                raise
+            self._shards.append(shard)
             self._draws, self._metadata, self._written = [], [], None
 
     def _write_shard(self, durable: bool) -> dict:
