@@ -249,16 +249,16 @@ class SampleStore:
         directory: where samples go; created with its parents if needed.
         fsync_each: write every draw to disk and list it in the manifest as it is added; if
             False, both wait for `sync` (or for its shard to fill).
-        shard_bytes: the weights a shard holds (the first draw sets how many draws that is, for
-            good; a store reopened keeps its manifest's number).
+        shard_bytes: the weights a shard holds (`SHARD_BYTES` by default); the first draw sets
+            how many draws that is, for good: a store reopened keeps its manifest's number.
     """
 
     def __init__(
-        self, directory: str | Path, fsync_each: bool = True, shard_bytes: int = SHARD_BYTES
+        self, directory: str | Path, fsync_each: bool = True, shard_bytes: int | None = None
     ) -> None:
         self.directory = Path(directory)
         self.fsync_each = fsync_each
-        self.shard_bytes = shard_bytes
+        self.shard_bytes = SHARD_BYTES if shard_bytes is None else shard_bytes
         make_dir(self.directory)
         if (self.directory / MANIFEST).exists():
             self._shards, self._capacity = _read_manifest(self.directory)
