@@ -9,13 +9,24 @@ under its key (``torch.compile`` then keys it on its input shapes too). Without 
 compiler (Inductor needs a C++ compiler on the CPU) the first call warns once and everything goes
 on eagerly; a program that Dynamo cannot trace whole is given up after one warning, while the rest
 stays compiled.
+
+Compiling is paid once per machine, not once per run: Inductor's FX graph cache and AOT autograd
+cache are kept in bdl's cache folder (``$BDL_CACHE_DIR/inductor``, or ``TORCHINDUCTOR_CACHE_DIR``
+where set), so that a later run of the same network and shapes, every job of a sweep after the
+first included, loads the compiled kernels instead of generating and building them (C++ code and
+g++ on the CPU, most of the first run's compiling time). Dynamo still traces the Python at each
+run, a fraction of a second. Each function's first call says whether it compiled or loaded, and
+in how long.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
+import time
 from collections.abc import Callable, Hashable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -23,6 +34,7 @@ from torch import Tensor
 from torch.func import grad_and_value
 
 from bdl.closures import Evaluation, Program, writable_gradients
+from bdl.data.base import cache_dir
 
 log = logging.getLogger("bdl")
 
@@ -39,6 +51,23 @@ Function = Callable[[list[Tensor], Tensor, Tensor], Tensor]
 #: ``then(params, values, gradients, *args) -> (value, gradients)``: `Compiler.grad_and_value`'s
 #: finish, compiled with it
 Finish = Callable[..., Evaluation]
+
+
+def keep_caches() -> Path:
+    """Keep Inductor's FX graph and AOT autograd caches in bdl's cache folder (unless
+    ``TORCHINDUCTOR_CACHE_DIR`` names another), both on; returns the folder."""
+    folder = os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
+    torch._inductor.config.fx_graph_cache = True
+    torch._functorch.config.enable_autograd_cache = True
+    return Path(folder)
+
+
+def _cache_misses() -> int:
+    """The compilations so far that no cache held (`torch._dynamo.utils.counters`)."""
+    counters = torch._dynamo.utils.counters
+    return (
+        counters["inductor"]["fxgraph_cache_miss"] + counters["aot_autograd"]["autograd_cache_miss"]
+    )
 
 
 class Compiler:
@@ -64,10 +93,13 @@ class Compiler:
         the other functions stay compiled; elsewhere such an error is the caller's."""
         if self._functions is None or (whole and self._programs_failed):
             return None
-        if key not in self._functions:
+        first = key not in self._functions
+        if first:
+            folder = keep_caches()
             self._functions[key] = torch.compile(build())
+            misses, start = _cache_misses(), time.perf_counter()
         try:
-            return self._functions[key](*args)
+            result = self._functions[key](*args)
         except torch._dynamo.exc.TorchDynamoException as error:
             no_compiler = isinstance(error, torch._dynamo.exc.BackendCompilerFailed)
             if not (no_compiler or whole):
@@ -78,6 +110,18 @@ class Compiler:
             else:
                 self._programs_failed = True
             return None
+        if first:
+            seconds = time.perf_counter() - start
+            if _cache_misses() > misses:
+                log.info(
+                    "compile=true: compiled a function in %.1f s (its first call included), kept "
+                    "in %s for later runs",
+                    seconds,
+                    folder,
+                )
+            else:
+                log.info("compile=true: a function loaded from %s in %.1f s", folder, seconds)
+        return result
 
     def or_eager(self, key: Hashable, function: Callable[..., Any]) -> Callable[..., Any]:
         """``function``, compiled at its first call under ``key``, and called as it is where
