@@ -114,13 +114,13 @@ class Compiler:
             seconds = time.perf_counter() - start
             if _cache_misses() > misses:
                 log.info(
-                    "compile=true: compiled a function in %.1f s (its first call included), kept "
-                    "in %s for later runs",
+                    "compiled a function in %.1f s (its first call included); kept in %s for "
+                    "later runs",
                     seconds,
                     folder,
                 )
             else:
-                log.info("compile=true: a function loaded from %s in %.1f s", folder, seconds)
+                log.info("loaded a compiled function from %s in %.1f s", folder, seconds)
         return result
 
     def or_eager(self, key: Hashable, function: Callable[..., Any]) -> Callable[..., Any]:
