@@ -10,12 +10,17 @@ draws before shards. Reading is `bdl.storage.store.load_samples` over every chai
 ``load_run``, ``bdl-eval`` and the run's end statistics read them; for the largest count it runs
 in a process of its own, which reports how much its peak resident memory grew while reading.
 
-    python scripts/bench_store.py [--draws 100 1000 10000 100000] [--chains 16]
+With ``--run EPOCHS``, it runs ``bdl-run sampler=hmc dataset=yacht chains=16 compile=true``
+instead, ``EPOCHS`` epochs after a burn-in of 40 (16 × ``EPOCHS`` draws), once with each store,
+and prints the seconds spent in the store (adding, syncing, cutting back) against the run's.
+
+    python scripts/bench_store.py [--draws 100 1000 10000 100000] [--chains 16] [--run EPOCHS]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import resource
 import shutil
 import subprocess
@@ -27,7 +32,9 @@ from pathlib import Path
 import torch
 from benchtools import composed, cpu_seconds, machine_load
 
+import bdl.storage.store
 from bdl.composition.network import build_network, load_data, sample_tensors
+from bdl.runner.run import run
 from bdl.storage.store import SHARD_BYTES, SampleStore, load_samples
 
 STORES = {"shards": None, "file per draw": 1}  # shard_bytes of each
@@ -77,14 +84,52 @@ def read_in_own_process(folder: Path) -> None:
     print(f"{wall} {cpu} {count} {grown}")
 
 
+def store_share(epochs: int, chains: int, folder: Path) -> None:
+    """The seconds a yacht HMC run spends in its stores against its wall time, with each store."""
+    spent = {"s": 0.0}
+
+    def timed(method):
+        @functools.wraps(method)
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                spent["s"] += time.perf_counter() - start
+
+        return wrapper
+
+    for name in ("add", "sync", "truncate"):  # truncate calls sync: counted once by its own
+        setattr(SampleStore, name, timed(getattr(SampleStore, name)))
+    overrides = ["sampler=hmc", "dataset=yacht", f"chains={chains}", "compile=true"]
+    overrides += ["burn_in=40", f"epochs={40 + epochs}", "figures=false"]
+    print(f"bdl-run {' '.join(overrides)}: {chains * epochs} draws")
+    for name, shard in STORES.items():
+        bdl.storage.store.SHARD_BYTES = shard or SHARD_BYTES
+        spent["s"] = 0.0
+        wall = time.perf_counter()
+        run(composed(overrides), folder / name)
+        wall = time.perf_counter() - wall
+        files = len(list((folder / name / "samples").rglob("*.safetensors")))
+        print(
+            f"{name:>14}: run {wall:.1f} s, in the stores {spent['s']:.2f} s "
+            f"({100 * spent['s'] / wall:.1f}%), {files} sample files"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--draws", type=int, nargs="+", default=[100, 1000, 10_000, 100_000])
     parser.add_argument("--chains", type=int, default=16)
+    parser.add_argument("--run", type=int, metavar="EPOCHS", help="time a run's stores")
     parser.add_argument("--read", type=Path, help=argparse.SUPPRESS)  # the reading process
     args = parser.parse_args()
     if args.read is not None:
         read_in_own_process(args.read)
+        return
+    if args.run is not None:
+        with machine_load(torch.get_num_threads()), tempfile.TemporaryDirectory() as directory:
+            store_share(args.run, args.chains, Path(directory))
         return
     draws = yacht_draws(64)
     size = sum(t.numel() * t.element_size() for t in draws[0].values())

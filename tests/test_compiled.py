@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch._inductor import cpp_builder
 from torch._inductor.exc import InvalidCxxCompiler
+from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
 from bdl.compiled import Compiler, keep_caches
 
@@ -19,6 +20,8 @@ def test_the_caches_are_kept_in_bdls_cache_folder_unless_told_otherwise(tmp_path
     assert keep_caches() == tmp_path / "cache" / "inductor"
     assert torch._inductor.config.fx_graph_cache
     assert torch._functorch.config.enable_autograd_cache
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())  # Inductor's own doing
+    assert keep_caches() == tmp_path / "cache" / "inductor"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
     assert keep_caches() == tmp_path / "mine"
 

@@ -24,13 +24,13 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import time
 from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
+from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 from torch.func import grad_and_value
 
 from bdl.closures import Evaluation, Program, writable_gradients
@@ -56,10 +56,19 @@ Finish = Callable[..., Evaluation]
 def keep_caches() -> Path:
     """Keep Inductor's FX graph and AOT autograd caches in bdl's cache folder (unless
     ``TORCHINDUCTOR_CACHE_DIR`` names another), both on; returns the folder."""
-    folder = os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
+    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    # Inductor writes its default into the environment when it first looks for its folder
+    if folder is None or Path(folder) == Path(default_cache_dir()):
+        folder = os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir() / "inductor")
     torch._inductor.config.fx_graph_cache = True
     torch._functorch.config.enable_autograd_cache = True
     return Path(folder)
+
+
+def _compiling_seconds() -> float:
+    """The seconds spent compiling so far in this process (Dynamo's tally: tracing, and
+    Inductor's compiling or loading from its caches)."""
+    return sum(torch._dynamo.utils.compilation_time_metrics.get("_compile.compile_inner", ()))
 
 
 def _cache_misses() -> int:
@@ -97,7 +106,7 @@ class Compiler:
         if first:
             folder = keep_caches()
             self._functions[key] = torch.compile(build())
-            misses, start = _cache_misses(), time.perf_counter()
+            misses, start = _cache_misses(), _compiling_seconds()
         try:
             result = self._functions[key](*args)
         except torch._dynamo.exc.TorchDynamoException as error:
@@ -111,11 +120,10 @@ class Compiler:
                 self._programs_failed = True
             return None
         if first:
-            seconds = time.perf_counter() - start
+            seconds = _compiling_seconds() - start
             if _cache_misses() > misses:
                 log.info(
-                    "compiled a function in %.1f s (its first call included); kept in %s for "
-                    "later runs",
+                    "compiled a function in %.1f s; kept in %s for later runs",
                     seconds,
                     folder,
                 )
