@@ -15,8 +15,10 @@ cache are kept in bdl's cache folder (``$BDL_CACHE_DIR/inductor``, or ``TORCHIND
 where set), so that a later run of the same network and shapes, every job of a sweep after the
 first included, loads the compiled kernels instead of generating and building them (C++ code and
 g++ on the CPU, most of the first run's compiling time). Dynamo still traces the Python at each
-run, a fraction of a second. Each function's first call says whether it compiled or loaded, and
-in how long.
+run. Inductor's caches cannot hold a graph with a loop (``while_loop``, HMC's trajectory
+program, in torch 2.14): such a program is compiled again at each run, but its C++ kernels, built
+once, are reused. Each function's first call says whether it compiled or loaded, and in how
+long.
 """
 
 from __future__ import annotations
@@ -71,12 +73,30 @@ def _compiling_seconds() -> float:
     return sum(torch._dynamo.utils.compilation_time_metrics.get("_compile.compile_inner", ()))
 
 
-def _cache_misses() -> int:
-    """The compilations so far that no cache held (`torch._dynamo.utils.counters`)."""
-    counters = torch._dynamo.utils.counters
-    return (
-        counters["inductor"]["fxgraph_cache_miss"] + counters["aot_autograd"]["autograd_cache_miss"]
-    )
+def _cache_tallies() -> tuple[int, int]:
+    """The graphs so far that Inductor's FX graph cache did not hold, and those it cannot hold
+    (`torch._dynamo.utils.counters`)."""
+    counters = torch._dynamo.utils.counters["inductor"]
+    return counters["fxgraph_cache_miss"], counters["fxgraph_cache_bypass"]
+
+
+def _say_how_it_compiled(folder: Path, start: float, tallies: tuple[int, int]) -> None:
+    """Log a function's compiling since `_compiling_seconds` was ``start`` and `_cache_tallies`
+    ``tallies``: compiled and kept, compiled again (a graph the caches cannot hold), or loaded."""
+    seconds = _compiling_seconds() - start
+    missed, bypassed = (now - then for now, then in zip(_cache_tallies(), tallies, strict=True))
+    if bypassed:
+        log.info(
+            "compiled a function in %.1f s; Inductor's caches cannot hold its graph (a loop, in "
+            "torch %s), only its C++ kernels, kept in %s for later runs",
+            seconds,
+            torch.__version__,
+            folder,
+        )
+    elif missed:
+        log.info("compiled a function in %.1f s; kept in %s for later runs", seconds, folder)
+    else:
+        log.info("loaded a compiled function from %s in %.1f s", folder, seconds)
 
 
 class Compiler:
@@ -106,7 +126,7 @@ class Compiler:
         if first:
             folder = keep_caches()
             self._functions[key] = torch.compile(build())
-            misses, start = _cache_misses(), _compiling_seconds()
+            tallies, start = _cache_tallies(), _compiling_seconds()
         try:
             result = self._functions[key](*args)
         except torch._dynamo.exc.TorchDynamoException as error:
@@ -120,15 +140,7 @@ class Compiler:
                 self._programs_failed = True
             return None
         if first:
-            seconds = _compiling_seconds() - start
-            if _cache_misses() > misses:
-                log.info(
-                    "compiled a function in %.1f s; kept in %s for later runs",
-                    seconds,
-                    folder,
-                )
-            else:
-                log.info("loaded a compiled function from %s in %.1f s", folder, seconds)
+            _say_how_it_compiled(folder, start, tallies)
         return result
 
     def or_eager(self, key: Hashable, function: Callable[..., Any]) -> Callable[..., Any]:
