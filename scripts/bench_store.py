@@ -11,8 +11,9 @@ draws before shards. Reading is `bdl.storage.store.load_samples` over every chai
 in a process of its own, which reports how much its peak resident memory grew while reading.
 
 With ``--run EPOCHS``, it runs ``bdl-run sampler=hmc dataset=yacht chains=16 compile=true``
-instead, ``EPOCHS`` epochs after a burn-in of 40 (16 × ``EPOCHS`` draws), once with each store,
-and prints the seconds spent in the store (adding, syncing, cutting back) against the run's.
+instead, ``EPOCHS`` epochs after a burn-in of 40 at ``thin=1`` (16 × ``EPOCHS`` draws), once with
+each store, and prints the seconds spent in the stores (adding, syncing, cutting back) against
+the run's.
 
     python scripts/bench_store.py [--draws 100 1000 10000 100000] [--chains 16] [--run EPOCHS]
 """
@@ -102,7 +103,7 @@ def store_share(epochs: int, chains: int, folder: Path) -> None:
     for name in ("add", "sync", "truncate"):  # truncate calls sync: counted once by its own
         setattr(SampleStore, name, timed(getattr(SampleStore, name)))
     overrides = ["sampler=hmc", "dataset=yacht", f"chains={chains}", "compile=true"]
-    overrides += ["burn_in=40", f"epochs={40 + epochs}", "figures=false"]
+    overrides += ["burn_in=40", f"epochs={40 + epochs}", "thin=1", "figures=false"]
     print(f"bdl-run {' '.join(overrides)}: {chains * epochs} draws")
     for name, shard in STORES.items():
         bdl.storage.store.SHARD_BYTES = shard or SHARD_BYTES
