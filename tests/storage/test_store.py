@@ -166,6 +166,7 @@ def test_every_sample_lists_its_tensors_in_the_same_order(tmp_path):
 
 
 def test_reopening_continues_numbering(store_dir):
+    (store_dir / "notes.txt").write_text("not the store's: left alone")
     store = SampleStore(store_dir)
     assert len(store) == 3
     assert store.add(_params(3), epoch=3, step=np.int64(30), lr=torch.tensor(0.5)) == 3
@@ -175,7 +176,8 @@ def test_reopening_continues_numbering(store_dir):
     assert entries[-1]["step"] == 30 and entries[-1]["lr"] == 0.5
     # the shard being filled grew into a full one, under its new name
     assert store.files == [SHARDS[0], "draws_0000002-0000004.safetensors"]
-    assert sorted(p.name for p in store_dir.iterdir()) == [*store.files, "manifest.json"]
+    names = sorted(p.name for p in store_dir.iterdir())
+    assert names == [*store.files, "manifest.json", "notes.txt"]
 
 
 def test_bad_metadata_rejected(tmp_path):

@@ -149,6 +149,7 @@ def _jsonable(value: Any) -> Any:
 
 
 _FIX = "re-run the sampling, or point at the directory the samples were written to"
+_DAMAGED = "delete it and its manifest entry or re-run"  # a sample file that fails its checks
 
 
 def shard_name(first: int, end: int) -> str:
@@ -288,7 +289,7 @@ class SampleStore:
             raise TypeError(f"sample metadata must be JSON-serialisable: {e}") from None
         tensors = dict(sorted(_to_cpu_tensors(params).items()))
         if not self._opened:
-            self.truncate(len(self))
+            self._cut(len(self), check=False)
         index = self._first + len(self._draws)
         self._append(tensors, metadata)
         if self.fsync_each:
@@ -345,6 +346,16 @@ class SampleStore:
                 f"{self.directory / MANIFEST} lists {len(self)} samples, fewer than the "
                 f"{count} its run's checkpoint recorded: samples were removed since; {fix}"
             )
+        self._cut(count, check=True, fix=fix)
+        listed = {shard["file"] for shard in self._on_disk} | {MANIFEST}
+        for path in self.directory.iterdir():
+            if path.name not in listed and path.is_file():
+                path.unlink()
+
+    def _cut(self, count: int, check: bool, fix: str = _DAMAGED) -> None:
+        """Keep the first ``count`` draws, reopening the shard they end in unless it is full
+        (and moving draws of a file each into shards); ``check``: every kept shard against its
+        SHA-256, not only those read."""
         shards, draws, metadata = self._shards, self._draws, self._metadata
         self._shards, self._draws, self._metadata, self._written = [], [], [], None
         kept = 0
@@ -353,7 +364,8 @@ class SampleStore:
                 break
             whole = shard["stacked"] and shard["count"] == self._capacity and not self._draws
             if whole and kept + shard["count"] <= count:
-                _read_checked(self.directory, shard, fix)
+                if check:
+                    _read_checked(self.directory, shard, fix)
                 self._shards.append(shard)
                 kept += shard["count"]
                 continue
@@ -373,10 +385,6 @@ class SampleStore:
             kept += 1
         self._opened = True
         self.sync()
-        listed = {shard["file"] for shard in self._on_disk} | {MANIFEST}
-        for path in self.directory.iterdir():
-            if path.name not in listed and path.is_file():
-                path.unlink()
 
     def sync(self) -> None:
         """Write to disk the draws added since the last sync, then list them in the manifest
@@ -586,9 +594,8 @@ def _shard_draws(
 
 
 def _iter_samples(directory: Path, shards: list[dict]) -> Iterator[tuple[dict[str, Tensor], dict]]:
-    fix = "delete it and its manifest entry or re-run"
     for shard in shards:
-        yield from _shard_draws(directory, shard, fix)
+        yield from _shard_draws(directory, shard, _DAMAGED)
 
 
 def save_predictive(path: str | Path, predictive: Tensor, **tensors: Tensor) -> None:
