@@ -15,9 +15,9 @@ cache are kept in bdl's cache folder (``$BDL_CACHE_DIR/inductor``, or ``TORCHIND
 where set), so that a later run of the same network and shapes, every job of a sweep after the
 first included, loads the compiled kernels instead of generating and building them (C++ code and
 g++ on the CPU, most of the first run's compiling time). Dynamo still traces the Python at each
-run. Inductor's caches cannot hold a graph with a loop (``while_loop``, HMC's trajectory
-program, in torch 2.14): such a program is compiled again at each run, but its C++ kernels, built
-once, are reused. Each function's first call says whether it compiled or loaded, and in how
+run. Inductor's caches cannot hold a graph with a loop (``while_loop``, in torch 2.14: HMC's
+trajectory program, and the minibatch samplers' epoch programs): such a program is compiled again
+at each run, but its C++ kernels, built once, are reused. Each function's first call says whether it compiled or loaded, and in how
 long.
 """
 
