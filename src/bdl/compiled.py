@@ -17,8 +17,8 @@ first included, loads the compiled kernels instead of generating and building th
 g++ on the CPU, most of the first run's compiling time). Dynamo still traces the Python at each
 run. Inductor's caches cannot hold a graph with a loop (``while_loop``, in torch 2.14: HMC's
 trajectory program, and the minibatch samplers' epoch programs): such a program is compiled again
-at each run, but its C++ kernels, built once, are reused. Each function's first call says whether it compiled or loaded, and in how
-long.
+at each run, but its C++ kernels, built once, are reused. Each function's first call says
+whether it compiled or loaded, and in how long.
 """
 
 from __future__ import annotations
