@@ -89,6 +89,8 @@ bench: install ## bdl vs bare PyTorch, same process: SGHMC vs SGD-momentum epoch
 	$(BIN)/python scripts/bench_ess.py
 	$(BIN)/python scripts/bench_ess.py compile=true
 	$(BIN)/python scripts/bench_compile.py
+	$(BIN)/python scripts/bench_store.py
+	$(BIN)/python scripts/bench_store.py --run 100
 	$(BIN)/python scripts/bench_peers.py
 
 CHEN := multirun/chen2014_mnist

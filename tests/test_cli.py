@@ -22,6 +22,7 @@ from safetensors.torch import load_file
 from storage.test_outputs import wandb_records
 
 from bdl.composition.config import RunConfig
+from bdl.storage.store import load_samples
 
 TINY_MNIST = ["dataset.validation=59000", "epochs=3", "burn_in=1", "batch_size=100"]
 # sampler.lr: the UCI step size (sampler=sghmc_uci's)
@@ -84,10 +85,9 @@ def test_tiny_run_writes_every_output(tiny_mnist):
     assert len((run_dir / "curve.csv").read_text().splitlines()) == 1 + 3
     predictive = load_file(run_dir / "predictive.safetensors")
     assert predictive["predictive"].shape == (10000, 10)
-    manifest = json.loads((run_dir / "samples" / "manifest.json").read_text())
-    assert [entry["epoch"] for entry in manifest] == [1, 2]
-    sample = load_file(run_dir / "samples" / manifest[0]["file"])
-    assert sample["layers.0.weight"].shape == (100, 784)
+    samples = list(load_samples(run_dir / "samples"))
+    assert [entry["epoch"] for _, entry in samples] == [1, 2]
+    assert samples[0][0]["layers.0.weight"].shape == (100, 784)
 
 
 def test_same_seed_same_samples_and_reference_metrics(env, tiny_mnist, tmp_path):
@@ -96,8 +96,8 @@ def test_same_seed_same_samples_and_reference_metrics(env, tiny_mnist, tmp_path)
         *TINY_MNIST, f"hydra.run.dir={second}", f"reference={first}", env=env, cwd=tmp_path
     )
     assert result.returncode == 0, result.stderr
-    for name in ["sample_00000.safetensors", "sample_00001.safetensors"]:
-        a, b = load_file(first / "samples" / name), load_file(second / "samples" / name)
+    pairs = zip(load_samples(first / "samples"), load_samples(second / "samples"), strict=True)
+    for (a, _), (b, _) in pairs:
         assert all((a[k] == b[k]).all() for k in a)
     metrics = json.loads((second / "metrics.json").read_text())
     assert metrics["agreement"] == 1.0 and metrics["total_variation"] < 1e-6

@@ -9,20 +9,34 @@ under its key (``torch.compile`` then keys it on its input shapes too). Without 
 compiler (Inductor needs a C++ compiler on the CPU) the first call warns once and everything goes
 on eagerly; a program that Dynamo cannot trace whole is given up after one warning, while the rest
 stays compiled.
+
+Compiling is paid once per machine, not once per run: Inductor's FX graph cache and AOT autograd
+cache are kept in bdl's cache folder (``$BDL_CACHE_DIR/inductor``, or ``TORCHINDUCTOR_CACHE_DIR``
+where set), so that a later run of the same network and shapes, every job of a sweep after the
+first included, loads the compiled kernels instead of generating and building them (C++ code and
+g++ on the CPU, most of the first run's compiling time). Dynamo still traces the Python at each
+run. Inductor's caches cannot hold a graph with a loop (``while_loop``, in torch 2.14: HMC's
+trajectory program, and the minibatch samplers' epoch programs): such a program is compiled again
+at each run, but its C++ kernels, built once, are reused. Each function's first call says
+whether it compiled or loaded, and in how long.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections.abc import Callable, Hashable
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
+from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 from torch.func import grad_and_value
 
 from bdl.closures import Evaluation, Program, writable_gradients
+from bdl.data.base import cache_dir
 
 log = logging.getLogger("bdl")
 
@@ -39,6 +53,50 @@ Function = Callable[[list[Tensor], Tensor, Tensor], Tensor]
 #: ``then(params, values, gradients, *args) -> (value, gradients)``: `Compiler.grad_and_value`'s
 #: finish, compiled with it
 Finish = Callable[..., Evaluation]
+
+
+def keep_caches() -> Path:
+    """Keep Inductor's FX graph and AOT autograd caches in bdl's cache folder (unless
+    ``TORCHINDUCTOR_CACHE_DIR`` names another), both on; returns the folder."""
+    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    # Inductor writes its default into the environment when it first looks for its folder
+    if folder is None or Path(folder) == Path(default_cache_dir()):
+        folder = os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir() / "inductor")
+    torch._inductor.config.fx_graph_cache = True
+    torch._functorch.config.enable_autograd_cache = True
+    return Path(folder)
+
+
+def _compiling_seconds() -> float:
+    """The seconds spent compiling so far in this process (Dynamo's tally: tracing, and
+    Inductor's compiling or loading from its caches)."""
+    return sum(torch._dynamo.utils.compilation_time_metrics.get("_compile.compile_inner", ()))
+
+
+def _cache_tallies() -> tuple[int, int]:
+    """The graphs so far that Inductor's FX graph cache did not hold, and those it cannot hold
+    (`torch._dynamo.utils.counters`)."""
+    counters = torch._dynamo.utils.counters["inductor"]
+    return counters["fxgraph_cache_miss"], counters["fxgraph_cache_bypass"]
+
+
+def _say_how_it_compiled(folder: Path, start: float, tallies: tuple[int, int]) -> None:
+    """Log a function's compiling since `_compiling_seconds` was ``start`` and `_cache_tallies`
+    ``tallies``: compiled and kept, compiled again (a graph the caches cannot hold), or loaded."""
+    seconds = _compiling_seconds() - start
+    missed, bypassed = (now - then for now, then in zip(_cache_tallies(), tallies, strict=True))
+    if bypassed:
+        log.info(
+            "compiled a function in %.1f s; Inductor's caches cannot hold its graph (a loop, in "
+            "torch %s), only its C++ kernels, kept in %s for later runs",
+            seconds,
+            torch.__version__,
+            folder,
+        )
+    elif missed:
+        log.info("compiled a function in %.1f s; kept in %s for later runs", seconds, folder)
+    else:
+        log.info("loaded a compiled function from %s in %.1f s", folder, seconds)
 
 
 class Compiler:
@@ -64,10 +122,13 @@ class Compiler:
         the other functions stay compiled; elsewhere such an error is the caller's."""
         if self._functions is None or (whole and self._programs_failed):
             return None
-        if key not in self._functions:
+        first = key not in self._functions
+        if first:
+            folder = keep_caches()
             self._functions[key] = torch.compile(build())
+            tallies, start = _cache_tallies(), _compiling_seconds()
         try:
-            return self._functions[key](*args)
+            result = self._functions[key](*args)
         except torch._dynamo.exc.TorchDynamoException as error:
             no_compiler = isinstance(error, torch._dynamo.exc.BackendCompilerFailed)
             if not (no_compiler or whole):
@@ -78,6 +139,9 @@ class Compiler:
             else:
                 self._programs_failed = True
             return None
+        if first:
+            _say_how_it_compiled(folder, start, tallies)
+        return result
 
     def or_eager(self, key: Hashable, function: Callable[..., Any]) -> Callable[..., Any]:
         """``function``, compiled at its first call under ``key``, and called as it is where

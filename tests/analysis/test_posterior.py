@@ -20,6 +20,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from scipy.special import logsumexp
 from scipy.stats import norm
@@ -122,6 +123,18 @@ def test_bdl_eval_reproduces_the_classification_runs_metrics(cifar_run: Path):
     assert written["evaluated_on"] == "cifar10-test"
 
 
+def shard_draws(store: Path) -> list[tuple[dict[str, torch.Tensor], dict]]:
+    """The draws of a sample store read by hand, with their metadata: each shard its manifest
+    lists, a safetensors file of each tensor stacked over its draws."""
+    draws = []
+    for shard in json.loads((store / "manifest.json").read_text())["shards"]:
+        with safe_open(store / shard["file"], "pt") as file:
+            metadata = json.loads(file.metadata()["draws"])
+        stacked = load_file(store / shard["file"])
+        draws += [({n: t[i] for n, t in stacked.items()}, m) for i, m in enumerate(metadata)]
+    return draws
+
+
 def test_predict_is_the_runs_model_average(cifar_run: Path):
     posterior = bdl.load_run(cifar_run)
     saved = load_file(cifar_run / "predictive.safetensors")["predictive"]
@@ -131,7 +144,7 @@ def test_predict_is_the_runs_model_average(cifar_run: Path):
     by_hand = torch.stack(
         [
             torch.softmax(x @ s["linear.weight"].T + s["linear.bias"], -1).double()
-            for s in (load_file(p) for p in sorted((cifar_run / "samples").glob("*.safetensors")))
+            for s, _ in shard_draws(cifar_run / "samples")
         ]
     ).mean(0)
     torch.testing.assert_close(posterior.predict(posterior.data.x_test), by_hand)
@@ -142,10 +155,10 @@ def test_config_metrics_and_samples(uci_run: Path):
     assert posterior.config.dataset.name == "tiny" and posterior.config.epochs == 5
     assert posterior.metrics == json.loads((uci_run / "metrics.json").read_text())
     samples = list(posterior.samples())
-    manifest = json.loads((uci_run / "samples" / "manifest.json").read_text())
-    assert [s.info["epoch"] for s in samples] == [e["epoch"] for e in manifest] == [2, 3, 4]
+    by_hand = shard_draws(uci_run / "samples")
+    assert [s.info["epoch"] for s in samples] == [e["epoch"] for _, e in by_hand] == [2, 3, 4]
     assert [(s.chain, s.draw) for s in samples] == [(0, 0), (0, 1), (0, 2)]
-    first = load_file(uci_run / "samples" / manifest[0]["file"])
+    first = by_hand[0][0]
     assert all(torch.equal(samples[0].params[k], first[k]) for k in first)
     assert "likelihood.log_precision" in first
 
@@ -161,10 +174,12 @@ def test_chains_and_inferencedata(uci_run: Path):
     samples.mkdir()
     shutil.move(uci_run / "chain_0", samples / "chain_0")
     manifest = json.loads((second / "manifest.json").read_text())
-    for entry in manifest:
-        tensors = {k: v + 1.0 for k, v in load_file(second / entry["file"]).items()}
-        save_file(tensors, second / entry["file"])
-        entry["sha256"] = hashlib.sha256((second / entry["file"]).read_bytes()).hexdigest()
+    for shard in manifest["shards"]:
+        path = second / shard["file"]
+        with safe_open(path, "pt") as file:
+            metadata = file.metadata()
+        save_file({k: v + 1.0 for k, v in load_file(path).items()}, path, metadata=metadata)
+        shard["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
     (second / "manifest.json").write_text(json.dumps(manifest))
     shutil.move(second, samples / "chain_1")
 
@@ -174,7 +189,7 @@ def test_chains_and_inferencedata(uci_run: Path):
     weight = idata.posterior["layers.0.weight"]
     assert weight.dims[:2] == ("chain", "draw") and weight.shape == (2, 3, 50, 3)
     np.testing.assert_allclose(weight.values[1], weight.values[0] + 1.0, rtol=1e-6)
-    first = load_file(samples / "chain_0" / manifest[0]["file"])["layers.0.weight"]
+    first = shard_draws(samples / "chain_0")[0][0]["layers.0.weight"]
     np.testing.assert_array_equal(weight.values[0, 0], first.double().numpy())
     assert idata.sample_stats["epoch"].values.tolist() == [[2, 3, 4], [2, 3, 4]]
     only_bias = posterior.to_inferencedata(var_names=["*.bias"])
@@ -258,9 +273,8 @@ def test_inferencedata_of_a_regression_run_with_loo_and_waic(tmp_path: Path, uci
     pointwise, means, sigmas = np.empty((2, 10, 12)), np.empty((2, 10, 12)), np.empty((2, 10, 1))
     for k in range(2):
         store = run_dir / "samples" / f"chain_{k}"
-        manifest = json.loads((store / "manifest.json").read_text())
-        for d, entry in enumerate(manifest):
-            w = {n: t.double().numpy() for n, t in load_file(store / entry["file"]).items()}
+        for d, (draw, _) in enumerate(shard_draws(store)):
+            w = {n: t.double().numpy() for n, t in draw.items()}
             hidden = np.maximum(x @ w["layers.0.weight"].T + w["layers.0.bias"], 0)
             f = (hidden @ w["layers.2.weight"].T + w["layers.2.bias"])[:, 0]
             sigma = std / np.exp(0.5 * w["likelihood.log_precision"])
@@ -294,12 +308,10 @@ def test_inferencedata_of_a_classification_run_with_loo_and_waic(tmp_path: Path,
     posterior = load_run(run_dir)
     idata = posterior.to_inferencedata()
     x, y = posterior.data.x_test.flatten(1).double().numpy(), posterior.data.y_test.numpy()
-    manifest = json.loads((run_dir / "samples" / "manifest.json").read_text())
-    pointwise = np.empty((1, len(manifest), len(y)))
-    for d, entry in enumerate(manifest):
-        w = {
-            n: t.double().numpy() for n, t in load_file(run_dir / "samples" / entry["file"]).items()
-        }
+    draws = shard_draws(run_dir / "samples")
+    pointwise = np.empty((1, len(draws), len(y)))
+    for d, (draw, _) in enumerate(draws):
+        w = {n: t.double().numpy() for n, t in draw.items()}
         logits = x @ w["linear.weight"].T + w["linear.bias"]
         pointwise[0, d] = logits[np.arange(len(y)), y] - logsumexp(logits, axis=1)
     _check_arviz_groups(idata, pointwise, y, run_dir, "linear.bias")

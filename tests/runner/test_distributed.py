@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from bdl.composition.config import ConfigError
 from bdl.likelihoods import Gaussian
 from bdl.potential import Potential
 from bdl.priors import Gaussian as GaussianPrior
 from bdl.runner import distributed
+from bdl.storage.store import load_samples
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 HMC = ["sampler=hmc", "sampler.num_steps=10", "epochs=22", "burn_in=6", "thin=1"]
@@ -61,7 +61,7 @@ def bdl(prefix: list[str], args: list[str], env: dict[str, str], cwd: Path):
 def outputs(directory: Path) -> tuple[list[dict], dict, list[str]]:
     metrics = json.loads((directory / "metrics.json").read_text())
     metrics.pop("wall_time_s")
-    samples = [load_file(p) for p in sorted((directory / "samples").glob("sample_*"))]
+    samples = [tensors for tensors, _ in load_samples(directory / "samples")]
     curve = (directory / "curve.csv").read_text().splitlines()
     return samples, metrics, curve
 

@@ -188,6 +188,7 @@ def test_a_sample_written_after_the_checkpoint_is_neither_lost_nor_duplicated(
     uci_root, tmp_path, monkeypatch
 ):
     cfg = config(uci_root, "checkpoint_every=2", "epochs=8")
+    monkeypatch.setattr(bdl.storage.store, "SHARD_BYTES", 1)  # a shard a draw: written at once
     runner.run(cfg, tmp_path / "whole")
     real_add, real_sync = bdl.storage.store.SampleStore.add, bdl.storage.store.SampleStore.sync
     adds = {"n": 0}
@@ -209,8 +210,8 @@ def test_a_sample_written_after_the_checkpoint_is_neither_lost_nor_duplicated(
     monkeypatch.undo()
     samples = tmp_path / "killed" / "samples"
     # listed: the samples of epochs 3 and 4, which the checkpoint after epoch 4 counts
-    assert len(json.loads((samples / "manifest.json").read_text())) == 2
-    for name in ("sample_00002.safetensors", "sample_00003.safetensors"):
+    assert bdl.storage.store.count_samples(samples) == 2
+    for name in ("draws_0000002-0000003.safetensors", "draws_0000003-0000004.safetensors"):
         assert (samples / name).exists()  # written, never listed
     # the resumed run writes the 3rd and 4th again
     runner.run(
@@ -236,17 +237,18 @@ def test_a_checkpoint_counts_only_samples_already_flushed_to_disk(
 
     def save(path, tensors, header):
         samples = path.parent / "samples"
-        written = [*samples.rglob("sample_*.safetensors"), *samples.rglob("manifest.json")]
+        written = [*samples.rglob("draws_*.safetensors"), *samples.rglob("manifest.json")]
         assert {p.stat().st_ino for p in written} <= flushed, "a checkpoint before its samples"
-        checkpoints.append(len(written))
+        stores = {p.parent for p in written}
+        checkpoints.append(sum(bdl.storage.store.count_samples(store) for store in stores))
         real_save(path, tensors, header)
 
     monkeypatch.setattr(bdl.atomic.os, "fsync", fsync)
     monkeypatch.setattr(bdl.runner.checkpoint, "save", save)
     runner.run(config(uci_root, f"chains={chains}"), tmp_path / "run")
     # a checkpoint each epoch; the last one sees each chain's 4 samples (epochs 3-6, after a
-    # burn-in of 2) and its manifest
-    assert checkpoints[-1] == chains * (4 + 1) and len(checkpoints) >= 6
+    # burn-in of 2) listed
+    assert checkpoints[-1] == chains * 4 and len(checkpoints) >= 6
 
 
 def test_a_kill_while_checkpointing_leaves_the_previous_checkpoint(uci_root, tmp_path, monkeypatch):
@@ -650,7 +652,9 @@ def test_resume_checks_the_samples_it_keeps(uci_root, tmp_path, monkeypatch, dam
     with pytest.raises(Kill):
         runner.run(cfg, tmp_path / "killed")
     monkeypatch.undo()
-    sample = tmp_path / "killed" / "samples" / "sample_00001.safetensors"
+    # the shard of the 3 samples that the killed run's failure listed, 2 of which the checkpoint
+    # counts
+    sample = tmp_path / "killed" / "samples" / "draws_0000000-0000003.safetensors"
     if damage == "deleted":
         sample.unlink()
     else:

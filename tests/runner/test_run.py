@@ -6,7 +6,6 @@ it reports, and Metropolis kernels stay exact when Gibbs steps change the potent
 from __future__ import annotations
 
 import csv
-import json
 import math
 
 import pytest
@@ -19,6 +18,7 @@ import bdl
 from bdl.analysis.evaluate import evaluate
 from bdl.analysis.plots import summary_figure
 from bdl.runner.run import run
+from bdl.storage.store import read_manifest
 
 # minibatches of 32 and the UCI step size (sampler=sghmc_uci's), which these runs were written for
 UCI = [
@@ -156,8 +156,7 @@ def test_classification_metrics_are_those_of_the_written_predictive(run_with):
     assert metrics["test_nll"] == pytest.approx(nll, rel=1e-6)
     # the generated classes are separable: three epochs learn them, far above chance (0.1)
     assert metrics["test_accuracy"] > 0.5
-    manifest = json.loads((directory / "samples" / "manifest.json").read_text())
-    assert [entry["epoch"] for entry in manifest] == [1, 2]
+    assert [entry["epoch"] for entry in read_manifest(directory / "samples")] == [1, 2]
 
 
 def test_cifar10_runs_resnet20_frn(run_with, no_cifar_md5):

@@ -12,7 +12,6 @@ tests allow 5 of those (a chance of about 6e-7 per coordinate to fail by noise).
 
 from __future__ import annotations
 
-import json
 import sys
 
 import numpy as np
@@ -26,7 +25,7 @@ from bdl.potential import Potential
 from bdl.runner.experiment import build
 from bdl.runner.run import run
 from bdl.samplers.laplace import Laplace
-from bdl.storage.store import load_samples
+from bdl.storage.store import count_samples, load_samples
 
 NUM_DATA, DIM, NOISE_STD, PRIOR_STD = 200, 3, 0.5, 2.0
 DRAWS = 20_000
@@ -231,8 +230,7 @@ def test_runner_from_an_sgd_run(tmp_path, isolated_cache):
     assert metrics["num_samples"] == 7 and np.isfinite(metrics["test_rmse"])
     # One full-data evaluation of U at the mode, then one pass of 3 batches of 40 for the fit.
     assert metrics["grad_evals"] == 1 + 3
-    manifest = json.loads((tmp_path / "laplace" / "samples" / "manifest.json").read_text())
-    assert len(manifest) == 7
+    assert count_samples(tmp_path / "laplace" / "samples") == 7
     # Last-layer Laplace: the hidden layer stays at the SGD solution, the output layer varies.
     samples = [sample for sample, _ in load_samples(tmp_path / "laplace" / "samples")]
     hidden = torch.stack([s["layers.0.weight"] for s in samples])

@@ -82,7 +82,8 @@ def test_an_edited_checkpoint_header_fails_its_hash(tmp_path, field, value):
 
 def test_a_sparse_8_gb_sample_is_refused_before_it_is_read(tmp_path):
     store = SampleStore(tmp_path / "samples")
-    sample = store.add({"w": torch.ones(3)})
+    store.add({"w": torch.ones(3)})
+    sample = store.directory / store.files[0]
     size = sample.stat().st_size
     os.truncate(sample, GIGABYTES_8)  # sparse: no disk used, 8 GB to read
     start = time.monotonic()
@@ -111,7 +112,9 @@ def test_a_sample_of_non_finite_weights_is_refused_by_name(tmp_path, capsys):
     runner.run(config(write_tiny_uci(tmp_path / "data"), "epochs=4"), run)
     first = next(load_samples(run / "samples"))[0]
     nan = {name: torch.full_like(t, float("nan")) for name, t in first.items()}
-    path = SampleStore(run / "samples").add(nan)
+    store = SampleStore(run / "samples")
+    store.add(nan)
+    path = store.directory / store.files[-1]  # the shard the draw was added to
     with pytest.raises(StoreError, match=f"sample file {path} holds non-finite weights"):
         list(load_samples(run / "samples"))
     capsys.readouterr()

@@ -15,15 +15,17 @@ import weakref
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save, save_file
 
 import bdl.atomic
 from bdl.storage.store import (
     PREDICTIVE,
     SampleStore,
     StoreError,
+    count_samples,
     load_reference,
     load_samples,
+    read_manifest,
     save_predictive,
 )
 
@@ -38,12 +40,32 @@ def _params(seed: int) -> dict[str, torch.Tensor]:
     }
 
 
+#: The bytes of a draw of `_params`: 12 float32, 3 float64, 1 int64.
+DRAW_BYTES = 12 * 4 + 3 * 8 + 8
+#: The shards of `store_dir`'s three draws, two a shard.
+SHARDS = ["draws_0000000-0000002.safetensors", "draws_0000002-0000003.safetensors"]
+
+
 @pytest.fixture
 def store_dir(tmp_path):
-    store = SampleStore(tmp_path / "a" / "samples")
+    store = SampleStore(tmp_path / "a" / "samples", shard_bytes=2 * DRAW_BYTES + 1)
     for i in range(3):
         store.add(_params(i), epoch=i, step=10 * i)
     return tmp_path / "a" / "samples"
+
+
+def write_store_of_a_file_per_draw(directory, draws: list[dict[str, torch.Tensor]]) -> None:
+    """A store as bdl wrote it before shards: a safetensors file per draw, and a manifest listing
+    each with its index, SHA-256 and epoch."""
+    directory.mkdir(parents=True)
+    entries = []
+    for i, draw in enumerate(draws):
+        name = f"sample_{i:05d}.safetensors"
+        data = save({k: v.contiguous() for k, v in draw.items()}, metadata={"index": str(i)})
+        (directory / name).write_bytes(data)
+        sha = hashlib.sha256(data).hexdigest()
+        entries.append({"index": i, "file": name, "sha256": sha, "epoch": 10 + i})
+    (directory / "manifest.json").write_text(json.dumps(entries))
 
 
 def test_round_trip_and_manifest(store_dir):
@@ -56,18 +78,80 @@ def test_round_trip_and_manifest(store_dir):
             assert tensors[k].dtype == v.dtype
             assert torch.equal(tensors[k], v)
         assert entry["index"] == i
-        assert entry["file"] == f"sample_{i:05d}.safetensors"
+        assert entry["file"] == SHARDS[i // 2]
         assert entry["epoch"] == i and entry["step"] == 10 * i
-        assert len(entry["sha256"]) == 64
+        shard = (store_dir / SHARDS[i // 2]).read_bytes()
+        assert entry["sha256"] == hashlib.sha256(shard).hexdigest()
+    assert read_manifest(store_dir) == [entry for _, entry in loaded]
     manifest = json.loads((store_dir / "manifest.json").read_text())
-    assert [e["index"] for e in manifest] == [0, 1, 2]
+    assert manifest["draws_per_shard"] == 2
+    assert [(s["first"], s["count"]) for s in manifest["shards"]] == [(0, 2), (2, 1)]
+    assert count_samples(store_dir) == 3
     # No temporary files are left behind by the atomic writes.
-    assert sorted(p.name for p in store_dir.iterdir()) == [
+    assert sorted(p.name for p in store_dir.iterdir()) == [*SHARDS, "manifest.json"]
+
+
+def test_a_shard_holds_each_tensor_stacked_over_its_draws(store_dir):
+    shard = load_file(store_dir / SHARDS[0])
+    assert torch.equal(
+        shard["layer.weight"], torch.stack([_params(i)["layer.weight"] for i in (0, 1)])
+    )
+    assert shard["count"].tolist() == [[0], [1]]
+
+
+def test_a_store_of_a_file_per_draw_reads_and_is_moved_into_shards_when_resumed(tmp_path):
+    draws = [_params(i) for i in range(5)]
+    folder = tmp_path / "samples"
+    write_store_of_a_file_per_draw(folder, draws)
+    assert [e["epoch"] for e in read_manifest(folder)] == [10, 11, 12, 13, 14]
+    for (tensors, entry), draw in zip(load_samples(folder), draws, strict=True):
+        assert entry["file"] == f"sample_{entry['index']:05d}.safetensors"
+        assert all(torch.equal(tensors[k], v) for k, v in draw.items())
+    target = folder / "sample_00003.safetensors"
+    kept = target.read_bytes()
+    target.write_bytes(kept[:-1] + bytes([kept[-1] ^ 1]))
+    with pytest.raises(StoreError, match=r"sample_00003\.safetensors is corrupt .*sha256 mismatch"):
+        list(load_samples(folder))
+    target.write_bytes(kept)
+    # resumed after its fourth draw: the fifth is taken again, into shards of three draws
+    store = SampleStore(folder, shard_bytes=3 * DRAW_BYTES)
+    store.truncate(4)
+    store.add(draws[4], epoch=14)
+    store.sync()
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "draws_0000000-0000003.safetensors",
+        "draws_0000003-0000005.safetensors",
         "manifest.json",
-        "sample_00000.safetensors",
-        "sample_00001.safetensors",
-        "sample_00002.safetensors",
     ]
+    for (tensors, _), draw in zip(load_samples(folder), draws, strict=True):
+        assert all(torch.equal(tensors[k], v) for k, v in draw.items())
+    assert [e["epoch"] for e in read_manifest(folder)] == [10, 11, 12, 13, 14]
+
+
+def test_a_store_cut_back_and_filled_again_is_bitwise_the_store_never_cut(tmp_path):
+    """What a resumed run's stores do: cut back to the checkpoint, inside a full shard or a
+    shard being filled, then given the same draws again."""
+    whole = SampleStore(tmp_path / "whole", fsync_each=False, shard_bytes=3 * DRAW_BYTES)
+    for i in range(8):
+        whole.add(_params(i), epoch=i)
+    whole.sync()
+    for cut in (0, 2, 3, 4, 7, 8):
+        folder = tmp_path / f"cut{cut}"
+        store = SampleStore(folder, fsync_each=False, shard_bytes=3 * DRAW_BYTES)
+        for i in range(8):
+            store.add(_params(i), epoch=i)
+            if i in (1, 4):
+                store.sync()
+        store.sync()
+        (folder / ".draws_x.safetensors.0badf00d.tmp").write_bytes(b"a kill's temporary")
+        store = SampleStore(folder, fsync_each=False)  # draws per shard from the manifest
+        store.truncate(cut)
+        assert count_samples(folder) == cut if cut else not list(folder.iterdir())
+        for i in range(cut, 8):
+            store.add(_params(i), epoch=i)
+        store.sync()
+        files = {p.name: p.read_bytes() for p in folder.iterdir()}
+        assert files == {p.name: p.read_bytes() for p in whole.directory.iterdir()}, cut
 
 
 def test_every_sample_lists_its_tensors_in_the_same_order(tmp_path):
@@ -82,20 +166,18 @@ def test_every_sample_lists_its_tensors_in_the_same_order(tmp_path):
 
 
 def test_reopening_continues_numbering(store_dir):
+    (store_dir / "notes.txt").write_text("not the store's: left alone")
     store = SampleStore(store_dir)
     assert len(store) == 3
-    path = store.add(_params(3), epoch=3, step=np.int64(30), lr=torch.tensor(0.5))
-    assert path.name == "sample_00003.safetensors"
+    assert store.add(_params(3), epoch=3, step=np.int64(30), lr=torch.tensor(0.5)) == 3
     assert len(store) == 4
-    assert [e["index"] for e in store.manifest] == [0, 1, 2, 3]
+    assert [e["index"] for e in read_manifest(store_dir)] == [0, 1, 2, 3]
     entries = [e for _, e in load_samples(store_dir)]
     assert entries[-1]["step"] == 30 and entries[-1]["lr"] == 0.5
-
-
-def test_manifest_property_is_a_copy(store_dir):
-    store = SampleStore(store_dir)
-    store.manifest[0]["sha256"] = "x"
-    assert store.manifest[0]["sha256"] != "x"
+    # the shard being filled grew into a full one, under its new name
+    assert store.files == [SHARDS[0], "draws_0000002-0000004.safetensors"]
+    names = sorted(p.name for p in store_dir.iterdir())
+    assert names == [*store.files, "manifest.json", "notes.txt"]
 
 
 def test_bad_metadata_rejected(tmp_path):
@@ -108,24 +190,24 @@ def test_bad_metadata_rejected(tmp_path):
 
 
 def test_tampered_file_is_named(store_dir):
-    target = store_dir / "sample_00001.safetensors"
+    target = store_dir / SHARDS[0]
     data = bytearray(target.read_bytes())
     data[-1] ^= 0xFF
     target.write_bytes(bytes(data))
-    with pytest.raises(StoreError, match=r"sample_00001\.safetensors.*sha256 mismatch"):
+    with pytest.raises(StoreError, match=r"draws_0000000-0000002\.safetensors.*sha256 mismatch"):
         list(load_samples(store_dir))
 
 
 def test_truncated_file(store_dir):
-    target = store_dir / "sample_00002.safetensors"
+    target = store_dir / SHARDS[1]
     target.write_bytes(target.read_bytes()[:20])
-    with pytest.raises(StoreError, match=r"sample_00002\.safetensors.*corrupt or incomplete"):
+    with pytest.raises(StoreError, match=r"draws_0000002-0000003\.safetensors.*corrupt or incompl"):
         list(load_samples(store_dir))
 
 
 def test_missing_sample_file(store_dir):
-    (store_dir / "sample_00000.safetensors").unlink()
-    with pytest.raises(StoreError, match=r"sample_00000\.safetensors.*missing"):
+    (store_dir / SHARDS[0]).unlink()
+    with pytest.raises(StoreError, match=r"draws_0000000-0000002\.safetensors.*missing"):
         list(load_samples(store_dir))
 
 
@@ -182,11 +264,11 @@ def test_load_samples_is_lazy(store_dir):
     assert isinstance(it, types.GeneratorType)
     first, entry = next(it)
     assert entry["index"] == 0
-    # A file damaged after iteration started is only noticed when it is reached.
-    (store_dir / "sample_00002.safetensors").write_bytes(b"")
+    # A shard damaged after iteration started is only noticed when it is reached.
+    (store_dir / SHARDS[1]).write_bytes(b"")
     _, entry = next(it)
     assert entry["index"] == 1
-    with pytest.raises(StoreError, match="sample_00002"):
+    with pytest.raises(StoreError, match=SHARDS[1]):
         next(it)
 
 
@@ -329,7 +411,8 @@ def test_written_files_respect_the_umask(tmp_path, umask):
     old = os.umask(umask)
     try:
         store = SampleStore(tmp_path / "samples")
-        sample = store.add(_params(0))
+        store.add(_params(0))
+        sample = store.directory / store.files[0]
         save_predictive(tmp_path, torch.full((2, 2), 0.5))
     finally:
         os.umask(old)
@@ -351,11 +434,14 @@ def _fail_fsync_after(monkeypatch, calls_ok: int, err: int = errno.ENOSPC) -> No
     monkeypatch.setattr(bdl.atomic.os, "fsync", fsync)
 
 
-@pytest.mark.parametrize(("calls_ok", "failing"), [(0, "sample_00003"), (1, "manifest.json")])
+@pytest.mark.parametrize(
+    ("calls_ok", "failing"), [(0, "draws_0000002-0000004"), (1, "manifest.json")]
+)
 def test_full_disk_keeps_what_was_written(store_dir, monkeypatch, calls_ok, failing):
     manifest = (store_dir / "manifest.json").read_bytes()
-    samples = {p.name: p.read_bytes() for p in store_dir.glob("sample_*")}
+    samples = {p.name: p.read_bytes() for p in store_dir.glob("draws_*")}
     store = SampleStore(store_dir)
+    store.truncate(3)  # what a resumed run does first (it reads and writes nothing here)
     _fail_fsync_after(monkeypatch, calls_ok)
     with pytest.raises(StoreError, match=rf"no space left on device writing \S*{failing}") as err:
         store.add(_params(3))
@@ -365,8 +451,12 @@ def test_full_disk_keeps_what_was_written(store_dir, monkeypatch, calls_ok, fail
         assert (store_dir / name).read_bytes() == data
     assert not [p for p in store_dir.iterdir() if p.name.startswith(".")]  # no temporaries
     monkeypatch.undo()
-    # Once space is freed the same store carries on where it stopped.
-    store.add(_params(3))
+    # Once space is freed the same store carries on where it stopped: the draw is taken again
+    # where its shard could not be written, listed where the manifest could not be.
+    if failing == "manifest.json":
+        store.sync()
+    else:
+        store.add(_params(3))
     assert [e["index"] for _, e in load_samples(store_dir)] == [0, 1, 2, 3]
 
 
@@ -376,27 +466,30 @@ def test_a_store_that_defers_flushing_flushes_at_sync(tmp_path, monkeypatch):
     monkeypatch.setattr(bdl.atomic.os, "fsync", lambda fd: flushed.append(os.fstat(fd).st_ino))
     folder = tmp_path / "samples"
     store = SampleStore(folder, fsync_each=False)
-    paths = [store.add(_params(i), epoch=i) for i in range(2)]
-    assert flushed == [] and all(path.is_file() for path in paths)
-    assert not (folder / "manifest.json").exists()  # nothing listed that is not on disk
+    for i in range(2):
+        store.add(_params(i), epoch=i)
+    assert flushed == [] and list(folder.iterdir()) == []  # the draws wait in memory
     store.sync()
-    assert flushed == [p.stat().st_ino for p in [*paths, folder / "manifest.json", folder]]
+    shard = folder / "draws_0000000-0000002.safetensors"
+    assert flushed == [p.stat().st_ino for p in [shard, folder / "manifest.json", folder]]
     store.sync()  # nothing added since
-    assert len(flushed) == 4
-    paths.append(store.add(_params(2), epoch=2))
+    assert len(flushed) == 3
+    store.add(_params(2), epoch=2)
     assert [e["epoch"] for _, e in load_samples(folder)] == [0, 1]
     store.sync()
-    assert flushed[4:] == [p.stat().st_ino for p in [paths[2], folder / "manifest.json", folder]]
+    grown = folder / "draws_0000000-0000003.safetensors"
+    assert flushed[3:] == [p.stat().st_ino for p in [grown, folder / "manifest.json", folder]]
+    assert not shard.exists()  # removed once the manifest lists its successor
     monkeypatch.setattr(bdl.atomic.os, "fsync", real)
     assert [e["epoch"] for _, e in load_samples(folder)] == [0, 1, 2]
-    assert [e["epoch"] for _, e in load_samples(folder)] == [e["epoch"] for e in store.manifest]
 
 
 def test_a_failed_sync_is_named_and_can_be_retried(tmp_path, monkeypatch):
     store = SampleStore(tmp_path / "samples", fsync_each=False)
     store.add(_params(0))
     _fail_fsync_after(monkeypatch, 0)
-    with pytest.raises(StoreError, match=r"could not flush \S*sample_00000.safetensors") as err:
+    match = r"no space left on device writing \S*draws_0000000-0000001.safetensors"
+    with pytest.raises(StoreError, match=match) as err:
         store.sync()
     assert "free space" in str(err.value)
     assert not (tmp_path / "samples" / "manifest.json").exists()
@@ -419,7 +512,7 @@ def test_unwritable_output_is_named(tmp_path, monkeypatch):
         save_predictive(blocker / "predictive.safetensors", torch.ones(2, 1))
     store = SampleStore(tmp_path / "samples")
     _fail_fsync_after(monkeypatch, 0, errno.EROFS)
-    with pytest.raises(StoreError, match=r"cannot write \S*sample_00000.safetensors \(Read-only"):
+    with pytest.raises(StoreError, match=r"cannot write \S*draws_0000000-0000001\.\S* \(Read-only"):
         store.add(_params(0))
 
 
@@ -458,6 +551,12 @@ def _manifest(directory, text: str) -> None:
         ),
         (
             lambda d: _manifest(d, '{"index": 0}'),
+            "D/manifest.json is not a sample manifest (expected {'format': 'bdl-sample-shards', "
+            "'draws_per_shard', 'shards': [{'file', 'sha256', 'first', 'count'}, …]}); "
+            f"{SAMPLING}",
+        ),
+        (
+            lambda d: _manifest(d, '[{"index": 0}]'),
             "D/manifest.json is not a sample manifest (expected a list of entries with 'index', "
             f"'file' and 'sha256'); {SAMPLING}",
         ),
@@ -466,28 +565,34 @@ def _manifest(directory, text: str) -> None:
             f"D/manifest.json names an invalid sample file '..'; {SAMPLING}",
         ),
         (
-            lambda d: (d / "sample_00001.safetensors").unlink(),
-            f"sample file D/sample_00001.safetensors is missing; {DAMAGED}",
+            lambda d: (d / SHARDS[1]).unlink(),
+            f"sample file D/{SHARDS[1]} is missing; {DAMAGED}",
         ),
         (
-            lambda d: (d / "sample_00002.safetensors").write_bytes(
-                (d / "sample_00001.safetensors").read_bytes()
-            ),
-            f"sample file D/sample_00002.safetensors is corrupt or incomplete (sha256 mismatch); "
-            f"{DAMAGED}",
+            lambda d: (d / SHARDS[1]).write_bytes((d / SHARDS[0]).read_bytes()),
+            f"sample file D/{SHARDS[1]} is corrupt or incomplete (sha256 mismatch); {DAMAGED}",
         ),
         (
-            lambda d: (d / "sample_00000.safetensors").write_bytes(b"\x10" + bytes(7) + b"{}"),
-            "sample file D/sample_00000.safetensors is corrupt or incomplete (not safetensors: a "
+            lambda d: (d / SHARDS[0]).write_bytes(b"\x10" + bytes(7) + b"{}"),
+            f"sample file D/{SHARDS[0]} is corrupt or incomplete (not safetensors: a "
             f"header of 16 bytes); {DAMAGED}",
         ),
         (
-            lambda d: (d / "sample_00000.safetensors").write_bytes(b"\x02" + bytes(7) + b"{}xy"),
-            "sample file D/sample_00000.safetensors is corrupt or incomplete (it holds 12 bytes "
+            lambda d: (d / SHARDS[0]).write_bytes(b"\x02" + bytes(7) + b"{}xy"),
+            f"sample file D/{SHARDS[0]} is corrupt or incomplete (it holds 12 bytes "
             f"where its header declares 10); {DAMAGED}",
         ),
     ],
-    ids=["no manifest", "not a list", "a file outside", "missing", "swapped", "header", "size"],
+    ids=[
+        "no manifest",
+        "not shards",
+        "not a list",
+        "a file outside",
+        "missing",
+        "swapped",
+        "header",
+        "size",
+    ],
 )
 def test_a_damaged_store_is_one_line_naming_the_file_and_the_fix(store_dir, damage, message):
     damage(store_dir)
@@ -508,17 +613,24 @@ def test_a_store_refuses_what_it_cannot_keep_by_name(tmp_path):
     with pytest.raises(TypeError) as err:
         store.add({3: torch.ones(1)})
     assert str(err.value) == "tensor names must be strings, got 3"
+    store.add({"w": torch.tensor([1.0, 2.0])})
     store.add({"w": torch.tensor([1.0, float("nan")])})
     with pytest.raises(StoreError) as err:
         list(load_samples(tmp_path / "samples"))
     assert str(err.value) == (
-        f"sample file {tmp_path / 'samples' / 'sample_00000.safetensors'} holds non-finite "
-        f"weights (w): a chain that diverged wrote it; {DAMAGED}"
+        f"sample file {tmp_path / 'samples' / 'draws_0000000-0000002.safetensors'} holds "
+        f"non-finite weights (w, draw 1): a chain that diverged wrote it; {DAMAGED}"
+    )
+    with pytest.raises(ValueError) as err:
+        store.add({"w": torch.ones(3)})
+    assert str(err.value) == (
+        f"a draw's tensors differ from those of the draws before it in {tmp_path / 'samples'} "
+        "(names, shapes or dtypes): one store holds one network"
     )
     with pytest.raises(StoreError) as err:
         store.truncate(3)
     assert str(err.value) == (
-        f"{tmp_path / 'samples' / 'manifest.json'} lists 1 samples, fewer than the 3 its run's "
+        f"{tmp_path / 'samples' / 'manifest.json'} lists 2 samples, fewer than the 3 its run's "
         "checkpoint recorded: samples were removed since; restore it, or run it again from the "
         "beginning: delete the run's checkpoint.safetensors (resume=true then starts over)"
     )

@@ -43,7 +43,7 @@ from bdl.composition.network import build_network, load_data, predict_samples, s
 from bdl.data import Dataset
 from bdl.metrics import ClassificationAverage, RegressionAverage
 from bdl.storage.outputs import CURVE
-from bdl.storage.store import MANIFEST, load_samples, read_manifest
+from bdl.storage.store import MANIFEST, count_samples, load_samples
 from bdl.task import Task
 
 __all__ = ["Posterior", "RunError", "Sample", "load_run"]
@@ -155,7 +155,7 @@ class Posterior:
 
     def __len__(self) -> int:
         """The number of samples over all chains."""
-        return sum(len(read_manifest(store)) for store in self._stores)
+        return sum(count_samples(store) for store in self._stores)
 
     def __repr__(self) -> str:
         return f"Posterior({str(self.directory)!r}, chains={self.num_chains}, samples={len(self)})"
@@ -340,7 +340,7 @@ class Posterior:
         """
         import arviz as az  # imported only when asked for: it is slow to import
 
-        counts = [len(read_manifest(store)) for store in self._stores]
+        counts = [count_samples(store) for store in self._stores]
         if len(set(counts)) > 1:
             raise RunError(
                 f"{self.directory}: the chains hold {counts} samples; InferenceData needs the "

@@ -35,7 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from bdl.composition.network import predict_samples
-from bdl.storage.store import SampleStore, load_samples
+from bdl.storage.store import count_samples, load_samples
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -245,7 +245,7 @@ def curve_from_store(
     the store: running moments (unless ``moments`` are given, as $q$'s are) and the at most
     ``max_samples`` evenly spaced samples of the model average. Returns the curve and the
     moments of the ``prunable`` parameters it ranked them by."""
-    count = len(SampleStore(store_directory))
+    count = count_samples(store_directory)
     if count == 0:
         raise ValueError(f"{store_directory} holds no samples to draw a pruning curve from")
     chosen = set(torch.linspace(0, count - 1, min(count, max_samples)).round().long().tolist())

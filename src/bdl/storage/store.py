@@ -1,24 +1,33 @@
 """Posterior samples and predictive distributions on disk, in formats that never execute code.
 
-A chain of thousands of network samples does not fit in memory, so `SampleStore` writes
-each sample to its own ``sample_NNNNN.safetensors`` file the moment it is taken and keeps only a
-small JSON manifest. The manifest records every file's SHA-256: a run killed while writing, a
-partial copy or a file from another run is then reported by name instead of silently feeding
-garbage into an evaluation. Safetensors (and ``np.load(allow_pickle=False)``) are used throughout
-because ``torch.load``/pickle can run arbitrary code from a downloaded or shared file.
+A chain of millions of network samples neither fits in memory nor belongs in a million files, so
+`SampleStore` appends the draws of a chain to shards: safetensors files of many draws each, one
+stacked tensor ``[draws, *shape]`` per parameter, the draws' metadata (their epochs) in the
+file's header. A shard holds `SHARD_BYTES` of weights (at least one draw), so that 10^5 draws of
+a small network make a few dozen files, while a network of tens of megabytes still keeps one
+draw a file. A small JSON manifest lists the shards, each with its SHA-256: a run killed while
+writing, a partial copy or a file from another run is then reported by name instead of silently
+feeding garbage into an evaluation. Safetensors (and ``np.load(allow_pickle=False)``) are used
+throughout because ``torch.load``/pickle can run arbitrary code from a downloaded or shared file.
 
-The manifest is a JSON list of entries ``{"index", "file", "sha256", **metadata}``; it is
-rewritten atomically, so that a crash leaves either the old or the new manifest, never half of
-one, and it lists a sample only once the sample's file is complete on disk.
+The manifest (``{"format": "bdl-sample-shards", "draws_per_shard", "shards": [{"file",
+"sha256", "first", "count"}, …]}``) is rewritten atomically, so that a crash leaves either the
+old or the new manifest, never half of one, and it lists a shard only once the shard's file is
+complete on disk. A shard's file is never changed once listed: the shard still filling is
+written, when the store is synced, under a new name that says its draws
+(``draws_<first>-<end>.safetensors``), listed in its predecessor's place, and the predecessor is
+removed only then. A kill at any moment so loses nothing synced, and the shards' names and bytes
+depend only on the draws: a resumed run's store is the one of a run never stopped.
 
-A store flushes each sample to disk (``fsync``) and lists it as it is added, or, opened with
-``fsync_each=False``, writes the sample's file at once but flushes and lists the samples added
-since the last call when `SampleStore.sync` is called. The runner syncs before each
-checkpoint, the only point a resumed run goes back to, so that a sample costs neither a disk round
-trip (a third of a millisecond on a local disk, far more on a cluster's network file system) nor
-a rewrite of the manifest, which grows with the chain: for a small network's chains, many samples
-a second, these were most of a sample's cost. A resumed run removes the files of samples taken
-after its checkpoint, listed or not, and takes them again.
+The draws of the shard being filled are kept in memory (at most `SHARD_BYTES` a chain) and go to
+disk when it is full or when `SampleStore.sync` is called, at each checkpoint of the runner (the
+only point a resumed run goes back to); opened with ``fsync_each=True``, a store syncs at each
+draw instead, at a cost that grows with the shard. A resumed run cuts its stores back to its
+checkpoint, removing every file they no longer list, and takes the later draws again.
+
+Run directories written before shards (a ``sample_NNNNN.safetensors`` file per draw, the
+manifest a JSON list of ``{"index", "file", "sha256", **metadata}``) still read; resumed, their
+draws are moved into shards.
 """
 
 from __future__ import annotations
@@ -44,9 +53,11 @@ from bdl.atomic import atomic_file, fsync_path
 __all__ = [
     "MANIFEST",
     "PREDICTIVE",
+    "SHARD_BYTES",
     "SampleStore",
     "StoreError",
     "atomic_write",
+    "count_samples",
     "make_dir",
     "write_error",
     "load_reference",
@@ -57,6 +68,11 @@ __all__ = [
 
 MANIFEST = "manifest.json"
 PREDICTIVE = "predictive.safetensors"
+FORMAT = "bdl-sample-shards"
+#: The weights a shard holds, in bytes: it then holds ``SHARD_BYTES // (a draw's bytes)`` draws
+#: (at least one). Also the most a store keeps in memory.
+SHARD_BYTES = 4 * 1024 * 1024
+_DRAWS = "draws"  # the shard header's metadata key holding its draws' metadata, a JSON list
 _RESERVED = ("index", "file", "sha256")
 PROB_SUM_TOL = 1e-3  # how far a reference row's sum may be from 1
 _REFERENCE_FORMATS = (
@@ -132,16 +148,18 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _read_manifest(directory: Path) -> list[dict]:
-    path = directory / MANIFEST
-    fix = "re-run the sampling, or point at the directory the samples were written to"
-    if not path.is_file():
-        raise StoreError(f"{path} is missing; no samples were recorded there ({fix})")
-    try:
-        entries = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise StoreError(f"{path} is not a readable JSON manifest ({e}); {fix}") from None
-    if not isinstance(entries, list) or not all(
+_FIX = "re-run the sampling, or point at the directory the samples were written to"
+_DAMAGED = "delete it and its manifest entry or re-run"  # a sample file that fails its checks
+
+
+def shard_name(first: int, end: int) -> str:
+    """The file of the shard of draws ``first`` to ``end`` (excluded)."""
+    return f"draws_{first:07d}-{end:07d}.safetensors"
+
+
+def _legacy_shards(path: Path, entries: Any) -> list[dict]:
+    """A store of a file per draw (before shards), each file as a shard of one unstacked draw."""
+    if not all(
         isinstance(e, dict)
         and isinstance(e.get("index"), int)
         and isinstance(e.get("file"), str)
@@ -150,49 +168,117 @@ def _read_manifest(directory: Path) -> list[dict]:
     ):
         raise StoreError(
             f"{path} is not a sample manifest (expected a list of entries with 'index', 'file' "
-            f"and 'sha256'); {fix}"
+            f"and 'sha256'); {_FIX}"
         )
-    for e in entries:
+    shards = [
+        {
+            "file": e["file"],
+            "sha256": e["sha256"],
+            "first": e["index"],
+            "count": 1,
+            "stacked": False,
+            _DRAWS: [{k: v for k, v in e.items() if k not in _RESERVED}],
+        }
+        for e in sorted(entries, key=lambda e: e["index"])
+    ]
+    if len({s["first"] for s in shards}) < len(shards):
+        raise StoreError(f"{path} lists a sample index twice; {_FIX}")
+    return shards
+
+
+def _read_manifest(directory: Path) -> tuple[list[dict], int | None]:
+    """The shards the manifest of ``directory`` lists, in order, and its draws per shard (None
+    for a store of a file per draw)."""
+    path = directory / MANIFEST
+    if not path.is_file():
+        raise StoreError(f"{path} is missing; no samples were recorded there ({_FIX})")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise StoreError(f"{path} is not a readable JSON manifest ({e}); {_FIX}") from None
+    if isinstance(manifest, list):
+        shards, capacity = _legacy_shards(path, manifest), None
+    else:
+        shards = manifest.get("shards") if isinstance(manifest, dict) else None
+        capacity = manifest.get("draws_per_shard") if isinstance(manifest, dict) else None
+        valid = (
+            manifest.get("format") == FORMAT
+            and isinstance(capacity, int)
+            and capacity > 0
+            and isinstance(shards, list)
+            and all(
+                isinstance(s, dict)
+                and set(s) == {"file", "sha256", "first", "count"}
+                and isinstance(s["file"], str)
+                and isinstance(s["sha256"], str)
+                and isinstance(s["first"], int)
+                and isinstance(s["count"], int)
+                and 0 < s["count"] <= capacity
+                for s in shards
+            )
+        )
+        if not valid:
+            raise StoreError(
+                f"{path} is not a sample manifest (expected {{'format': '{FORMAT}', "
+                f"'draws_per_shard', 'shards': [{{'file', 'sha256', 'first', 'count'}}, …]}}); "
+                f"{_FIX}"
+            )
+        shards = [{**s, "stacked": True} for s in shards]
+        ends = [0] + [s["first"] + s["count"] for s in shards]
+        if any(s["first"] < end for s, end in zip(shards, ends, strict=False)):
+            raise StoreError(f"{path} lists shards out of order or overlapping; {_FIX}")
+    for s in shards:
         # A manifest names files relative to its directory; anything else could read elsewhere.
-        if Path(e["file"]).name != e["file"] or e["file"] in ("", ".", ".."):
-            raise StoreError(f"{path} names an invalid sample file {e['file']!r}; {fix}")
-    return sorted(entries, key=lambda e: e["index"])
+        if Path(s["file"]).name != s["file"] or s["file"] in ("", ".", "..", MANIFEST):
+            raise StoreError(f"{path} names an invalid sample file {s['file']!r}; {_FIX}")
+    return shards, capacity
+
+
+def _listed(shard: dict) -> dict:
+    """A shard's record as the manifest lists it."""
+    return {key: shard[key] for key in ("file", "sha256", "first", "count")}
 
 
 class SampleStore:
-    """Appends posterior samples to a directory one file at a time.
+    """Appends posterior samples to a directory, a shard of many draws at a time.
 
-    Holds no tensors, so memory stays flat however long the chain runs. Re-opening a directory
-    with a manifest continues its numbering; a resumed run first cuts it back to its checkpoint
-    (`truncate`).
+    Holds the draws of the shard being filled only, so memory stays flat however long the chain
+    runs. Re-opening a directory with a manifest continues its numbering; a resumed run first cuts
+    it back to its checkpoint (`truncate`).
 
     Args:
         directory: where samples go; created with its parents if needed.
-        fsync_each: flush every sample to disk and list it in the manifest as it is added; if
-            False, both wait for `sync`.
+        fsync_each: write every draw to disk and list it in the manifest as it is added; if
+            False, both wait for `sync` (or for its shard to fill).
+        shard_bytes: the weights a shard holds (`SHARD_BYTES` by default); the first draw sets
+            how many draws that is, for good: a store reopened keeps its manifest's number.
     """
 
-    def __init__(self, directory: str | Path, fsync_each: bool = True) -> None:
+    def __init__(
+        self, directory: str | Path, fsync_each: bool = True, shard_bytes: int | None = None
+    ) -> None:
         self.directory = Path(directory)
         self.fsync_each = fsync_each
+        self.shard_bytes = SHARD_BYTES if shard_bytes is None else shard_bytes
         make_dir(self.directory)
         if (self.directory / MANIFEST).exists():
-            self._entries = _read_manifest(self.directory)
+            self._shards, self._capacity = _read_manifest(self.directory)
         else:
-            self._entries = []
-        # each entry's JSON, encoded once: re-encoding the whole manifest at every sample made a
-        # long chain's sampling quadratic in its number of samples
-        self._lines = [json.dumps(entry) for entry in self._entries]
-        self._next = max((e["index"] for e in self._entries), default=-1) + 1
-        self._listed = len(self._entries)  # the entries before it are flushed and listed on disk
+            self._shards, self._capacity = [], None
+        self._on_disk = [_listed(s) for s in self._shards]  # what the manifest on disk lists
+        self._opened = False  # whether the last shard, if it is not full, is reopened for draws
+        self._draws: list[dict[str, Tensor]] = []  # the shard being filled
+        self._metadata: list[dict[str, Any]] = []
+        self._written: dict | None = None  # the file written of the shard being filled
 
-    def add(self, params: Mapping[str, Tensor], **metadata: Any) -> Path:
-        """Write one sample and record it; returns the sample file's path.
+    @property
+    def _first(self) -> int:
+        """The index of the first draw of the shard being filled."""
+        return self._shards[-1]["first"] + self._shards[-1]["count"] if self._shards else 0
 
-        The sample file is complete before the manifest mentions it (with ``fsync_each=False``,
-        from the next `sync`), so a crash in between leaves at worst an unlisted file that
-        the next ``add`` overwrites.
-        """
+    def add(self, params: Mapping[str, Tensor], **metadata: Any) -> int:
+        """Add one draw; returns its index. It is on disk and listed once its shard is full or
+        the store is synced (at once with ``fsync_each``)."""
         clash = [k for k in metadata if k in _RESERVED]
         if clash:
             raise ValueError(f"metadata keys {clash} are reserved for the manifest")
@@ -201,60 +287,129 @@ class SampleStore:
             json.dumps(metadata, allow_nan=True)
         except (TypeError, ValueError) as e:
             raise TypeError(f"sample metadata must be JSON-serialisable: {e}") from None
-
-        index = self._next
-        name = f"sample_{index:05d}.safetensors"
-        path = self.directory / name
-        data = _st_save(_to_cpu_tensors(params), metadata={"index": str(index)})
-        atomic_write(path, data, self.fsync_each)
-        entry = {"index": index, "file": name, "sha256": _sha256(data), **metadata}
-        del data
-        line = json.dumps(entry)
+        tensors = dict(sorted(_to_cpu_tensors(params).items()))
+        if not self._opened:
+            self._cut(len(self), check=False)
+        index = self._first + len(self._draws)
+        self._append(tensors, metadata)
         if self.fsync_each:
-            self._write_manifest([*self._lines, line])
-            self._listed += 1
-        self._entries.append(entry)
-        self._lines.append(line)
-        self._next = index + 1
-        return path
+            self.sync()
+        return index
+
+    def _append(self, tensors: dict[str, Tensor], metadata: dict[str, Any]) -> None:
+        if self._draws:
+            layout = {n: (t.shape, t.dtype) for n, t in self._draws[0].items()}
+            if {n: (t.shape, t.dtype) for n, t in tensors.items()} != layout:
+                raise ValueError(
+                    f"a draw's tensors differ from those of the draws before it in "
+                    f"{self.directory} (names, shapes or dtypes): one store holds one network"
+                )
+        if self._capacity is None:
+            size = sum(t.numel() * t.element_size() for t in tensors.values())
+            self._capacity = max(1, self.shard_bytes // max(size, 1))
+        self._draws.append(tensors)
+        self._metadata.append(metadata)
+        if len(self._draws) == self._capacity:
+            try:
+                shard = self._write_shard(durable=True)
+            except BaseException:  # a full disk: the draw is not added
+                self._draws.pop()
+                self._metadata.pop()
+                raise
+            self._shards.append(shard)
+            self._draws, self._metadata, self._written = [], [], None
+
+    def _write_shard(self, durable: bool) -> dict:
+        """Write the draws being filled to their own file; returns its shard record."""
+        first, count = self._first, len(self._draws)
+        names = list(self._draws[0])
+        stacked = {name: torch.stack([draw[name] for draw in self._draws]) for name in names}
+        data = _st_save(stacked, metadata={_DRAWS: json.dumps(self._metadata)})
+        del stacked
+        name = shard_name(first, first + count)
+        atomic_write(self.directory / name, data, durable)
+        shard = {"file": name, "sha256": _sha256(data), "first": first, "count": count}
+        return {**shard, "stacked": True}
 
     def truncate(self, count: int) -> None:
-        """Keep the first ``count`` samples and delete every other file of the store: the samples
+        """Keep the first ``count`` draws and delete every other file of the store: the draws
         a killed run wrote after its last checkpoint, which the resumed run takes again, and
-        temporary files of an interrupted write."""
+        temporary files of an interrupted write. The draws kept are checked against their
+        SHA-256; a shard not full is reopened to be filled, and a store of a file per draw moved
+        into shards."""
         fix = (
             "restore it, or run it again from the beginning: delete the run's "
             "checkpoint.safetensors (resume=true then starts over)"
         )
-        if count > len(self._entries):
+        if count > len(self):
             raise StoreError(
-                f"{self.directory / MANIFEST} lists {len(self._entries)} samples, fewer than the "
+                f"{self.directory / MANIFEST} lists {len(self)} samples, fewer than the "
                 f"{count} its run's checkpoint recorded: samples were removed since; {fix}"
             )
-        kept = self._entries[:count]
-        for entry in kept:  # what the resumed run keeps is what its checkpoint counted
-            _read_checked(self.directory, entry, fix)
-        if count < self._listed:  # the manifest never lists a sample that sync has not flushed
-            self._write_manifest(self._lines[:count])
-        listed = {entry["file"] for entry in kept} | {MANIFEST}
+        self._cut(count, check=True, fix=fix)
+        listed = {shard["file"] for shard in self._on_disk} | {MANIFEST}
         for path in self.directory.iterdir():
             if path.name not in listed and path.is_file():
                 path.unlink()
-        self._entries, self._lines = kept, self._lines[:count]
-        self._listed = min(self._listed, count)
-        self._next = max((e["index"] for e in kept), default=-1) + 1
+
+    def _cut(self, count: int, check: bool, fix: str = _DAMAGED) -> None:
+        """Keep the first ``count`` draws, reopening the shard they end in unless it is full
+        (and moving draws of a file each into shards); ``check``: every kept shard against its
+        SHA-256, not only those read."""
+        shards, draws, metadata = self._shards, self._draws, self._metadata
+        self._shards, self._draws, self._metadata, self._written = [], [], [], None
+        kept = 0
+        for shard in shards:
+            if kept == count:
+                break
+            whole = shard["stacked"] and shard["count"] == self._capacity and not self._draws
+            if whole and kept + shard["count"] <= count:
+                if check:
+                    _read_checked(self.directory, shard, fix)
+                self._shards.append(shard)
+                kept += shard["count"]
+                continue
+            for tensors, info in _shard_draws(self.directory, shard, fix):
+                if kept == count:
+                    break
+                self._append(tensors, {k: v for k, v in info.items() if k not in _RESERVED})
+                kept += 1
+            reopened = (self._first, len(self._draws)) == (shard["first"], shard["count"])
+            if shard["stacked"] and reopened:
+                # reopened as it was: its file stays until the shard grows
+                self._written = shard
+        for tensors, info in zip(draws, metadata, strict=True):
+            if kept == count:
+                break
+            self._append(tensors, info)
+            kept += 1
+        self._opened = True
+        self.sync()
 
     def sync(self) -> None:
-        """Flush to disk the samples added since the last sync, then list them in the manifest
-        (flushed too, with the folder's entries); a no-op for a store that does so at each add.
-        On an error nothing is listed that is not on disk, and a later sync tries again."""
-        if self._listed == len(self._entries):
+        """Write to disk the draws added since the last sync, then list them in the manifest
+        (flushed too, with the folder's entries), then remove the file of the shard they extend;
+        a no-op when nothing was added. On an error nothing is listed that is not on disk, and
+        a later sync tries again."""
+        if self._draws and (self._written or {}).get("count") != len(self._draws):
+            self._written = self._write_shard(durable=True)
+        shards = [_listed(s) for s in self._shards]
+        if self._draws:
+            shards.append(_listed(self._written))
+        if shards == self._on_disk:
             return
-        for entry in self._entries[self._listed :]:
-            self._fsync(self.directory / entry["file"])
-        self._write_manifest(self._lines)
+        if shards:
+            manifest = {"format": FORMAT, "draws_per_shard": self._capacity, "shards": shards}
+            text = json.dumps(manifest, indent=1) + "\n"
+            atomic_write(self.directory / MANIFEST, text.encode("utf-8"))
+        else:  # a store cut back to nothing is one that has not begun (no draws per shard yet)
+            (self.directory / MANIFEST).unlink()
         self._fsync(self.directory)
-        self._listed = len(self._entries)
+        files = {shard["file"] for shard in shards}
+        for shard in self._on_disk:
+            if shard["file"] not in files:
+                (self.directory / shard["file"]).unlink(missing_ok=True)
+        self._on_disk = shards
 
     def _fsync(self, path: Path) -> None:
         try:
@@ -266,46 +421,100 @@ class SampleStore:
                 "takes them again): free space (or make the folder writable) and resume"
             ) from None
 
-    def _write_manifest(self, lines: list[str]) -> None:
-        """Replace the manifest by the entries encoded as ``lines``, one entry per line."""
-        text = "[\n" + ",\n".join(lines) + "\n]\n"
-        atomic_write(self.directory / MANIFEST, text.encode("utf-8"))
-
     def __len__(self) -> int:
-        return len(self._entries)
+        return sum(shard["count"] for shard in self._shards) + len(self._draws)
 
     @property
-    def manifest(self) -> list[dict]:
-        """A copy of the manifest entries in index order (mutating it cannot corrupt the store)."""
-        return [dict(e) for e in self._entries]
+    def files(self) -> list[str]:
+        """The files the manifest on disk lists, in order."""
+        return [shard["file"] for shard in self._on_disk]
 
     def __repr__(self) -> str:
         return f"SampleStore({str(self.directory)!r}, n={len(self)})"
 
 
 def load_samples(directory: str | Path) -> Iterator[tuple[dict[str, Tensor], dict]]:
-    """Yield ``(tensors, manifest entry)`` in index order, one file in memory at a time.
+    """Yield ``(tensors, manifest entry)`` in index order, one shard in memory at a time.
 
-    The tensors come in the order of their names, the same for every sample: a safetensors file
-    keeps none of its own, and its reader's order changed from one file to the next, so that
-    ``torch.cat(list(tensors.values()))`` lined up different parameters across samples.
+    The tensors come in the order of their names, the same for every sample; the entry is
+    ``{"index", "file", "sha256", **metadata}`` (the file and SHA-256 of the draw's shard).
 
-    The manifest is checked now, so a wrong directory fails at the call; each sample file is read,
+    The manifest is checked now, so a wrong directory fails at the call; each shard is read,
     checked against its SHA-256 and parsed only when the iterator reaches it.
     """
     directory = Path(directory)
-    entries = _read_manifest(directory)
-    return _iter_samples(directory, entries)
+    shards, _ = _read_manifest(directory)
+    return _iter_samples(directory, shards)
+
+
+def count_samples(directory: str | Path) -> int:
+    """The number of draws the store in ``directory`` lists (its manifest alone is read)."""
+    shards, _ = _read_manifest(Path(directory))
+    return sum(shard["count"] for shard in shards)
 
 
 def read_manifest(directory: str | Path) -> list[dict]:
-    """The manifest entries of the store in ``directory``, in index order (checked as
-    `load_samples` checks them, without reading any sample)."""
-    return _read_manifest(Path(directory))
+    """The entries ``{"index", "file", "sha256", **metadata}`` of the draws of the store in
+    ``directory``, in index order: its manifest checked as `load_samples` checks it, and of each
+    shard the header only (not checked against its SHA-256, which `load_samples` does)."""
+    directory = Path(directory)
+    shards, _ = _read_manifest(directory)
+    entries = []
+    for shard in shards:
+        metadata = shard.get(_DRAWS)
+        if metadata is None:
+            path = directory / shard["file"]
+            try:
+                with path.open("rb") as file:
+                    header = _header(path, file.read(8 + MAX_HEADER_BYTES))
+            except OSError as e:
+                raise StoreError(f"sample file {path} cannot be read ({e}); {_FIX}") from None
+            metadata = _draws_metadata(path, header, shard["count"])
+        entries += _entries(shard, metadata)
+    return entries
+
+
+def _entries(shard: dict, metadata: list[dict]) -> list[dict]:
+    base = {"file": shard["file"], "sha256": shard["sha256"]}
+    return [{"index": shard["first"] + i, **base, **info} for i, info in enumerate(metadata)]
 
 
 #: The largest safetensors header read (its JSON: the tensors' names, shapes and offsets).
 MAX_HEADER_BYTES = 100_000_000
+
+
+def _header(path: Path, data: bytes) -> dict:
+    """The JSON header of the safetensors bytes ``data`` (at least its first 8 + header bytes)."""
+    length = int.from_bytes(data[:8], "little")
+    try:
+        if not 0 < length <= min(MAX_HEADER_BYTES, len(data) - 8):
+            raise ValueError(f"a header of {length} bytes")
+        header = json.loads(data[8 : 8 + length])
+        if not isinstance(header, dict):
+            raise ValueError("its header is not a JSON object")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise StoreError(
+            f"sample file {path} is corrupt or incomplete (not safetensors: {e}); {_FIX}"
+        ) from None
+    return header
+
+
+def _draws_metadata(path: Path, header: dict, count: int) -> list[dict]:
+    """The metadata of each draw of a shard, from its header."""
+    try:
+        metadata = json.loads(header["__metadata__"][_DRAWS])
+    except (KeyError, TypeError, ValueError):
+        metadata = None
+    if not (
+        isinstance(metadata, list)
+        and len(metadata) == count
+        and all(isinstance(m, dict) for m in metadata)
+    ):
+        raise StoreError(
+            f"sample file {path} is not a shard of {count} draws (its header does not list "
+            f"their metadata); {_FIX}"
+        )
+    return metadata
 
 
 def read_safetensors(path: Path) -> bytes:
@@ -332,9 +541,9 @@ def read_safetensors(path: Path) -> bytes:
         return file.read()
 
 
-def _read_checked(directory: Path, entry: dict, fix: str) -> bytes:
-    """The bytes of the sample file of manifest ``entry``, checked against its SHA-256."""
-    path = directory / entry["file"]
+def _read_checked(directory: Path, shard: dict, fix: str) -> bytes:
+    """The bytes of the file of ``shard``, checked against its SHA-256."""
+    path = directory / shard["file"]
     try:
         data = read_safetensors(path)
     except FileNotFoundError:
@@ -343,30 +552,50 @@ def _read_checked(directory: Path, entry: dict, fix: str) -> bytes:
         raise StoreError(f"sample file {path} cannot be read ({e}); {fix}") from None
     except StoreError as e:
         raise StoreError(f"sample file {path} is corrupt or incomplete ({e}); {fix}") from None
-    if _sha256(data) != entry["sha256"]:
+    if _sha256(data) != shard["sha256"]:
         raise StoreError(f"sample file {path} is corrupt or incomplete (sha256 mismatch); {fix}")
     return data
 
 
-def _iter_samples(directory: Path, entries: list[dict]) -> Iterator[tuple[dict[str, Tensor], dict]]:
-    fix = "delete it and its manifest entry or re-run"
-    for entry in entries:
-        path = directory / entry["file"]
-        data = _read_checked(directory, entry, fix)
-        try:
-            tensors = _st_load(data)
-        except (SafetensorError, ValueError, RuntimeError) as e:
-            raise StoreError(
-                f"sample file {path} is corrupt or incomplete (not safetensors: {e}); {fix}"
-            ) from None
-        del data
-        for name, tensor in tensors.items():
-            if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+def _shard_draws(
+    directory: Path, shard: dict, fix: str
+) -> Iterator[tuple[dict[str, Tensor], dict]]:
+    """The draws of ``shard``, checked, each with its manifest entry; the shard's file is read
+    at the first."""
+    path, count = directory / shard["file"], shard["count"]
+    data = _read_checked(directory, shard, fix)
+    try:
+        tensors = dict(sorted(_st_load(data).items()))
+    except (SafetensorError, ValueError, RuntimeError) as e:
+        raise StoreError(
+            f"sample file {path} is corrupt or incomplete (not safetensors: {e}); {fix}"
+        ) from None
+    stacked = shard["stacked"]
+    metadata = _draws_metadata(path, _header(path, data), count) if stacked else shard[_DRAWS]
+    del data
+    if stacked and any(t.dim() == 0 or t.shape[0] != count for t in tensors.values()):
+        raise StoreError(f"sample file {path} does not hold {count} draws of each tensor; {fix}")
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point():
+            finite = torch.isfinite(tensor.reshape(count if stacked else 1, -1)).all(dim=1)
+            if not finite.all():
+                index = shard["first"] + int((~finite).nonzero()[0])
                 raise StoreError(
-                    f"sample file {path} holds non-finite weights ({name}): a chain that "
-                    f"diverged wrote it; {fix}"
+                    f"sample file {path} holds non-finite weights ({name}, draw {index}): a "
+                    f"chain that diverged wrote it; {fix}"
                 )
-        yield dict(sorted(tensors.items())), dict(entry)
+    entries = _entries(shard, metadata)
+    if not stacked:
+        yield tensors, entries[0]
+        return
+    for i, entry in enumerate(entries):
+        # copies, so that a draw kept does not keep its whole shard in memory
+        yield {name: tensor[i].clone() for name, tensor in tensors.items()}, entry
+
+
+def _iter_samples(directory: Path, shards: list[dict]) -> Iterator[tuple[dict[str, Tensor], dict]]:
+    for shard in shards:
+        yield from _shard_draws(directory, shard, _DAMAGED)
 
 
 def save_predictive(path: str | Path, predictive: Tensor, **tensors: Tensor) -> None:
