@@ -30,10 +30,10 @@ import pytest
 import torch
 from conftest import command_env, write_fake_uci
 from hydra import compose, initialize_config_module
-from safetensors.torch import load_file
 
 import bdl
 from bdl.runner.run import run
+from bdl.storage.store import load_samples
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run-1ea9915"
 OVERRIDES = [
@@ -115,17 +115,14 @@ def assert_same_run(run: Path, other: Path) -> None:
             rows = list(csv.DictReader(file))
         curves.append([{k: _cell(v) for k, v in r.items() if k != "wall_time_s"} for r in rows])
     assert_close(*curves, "curve.csv")
-    names = [
-        sorted(p.relative_to(d / "samples") for p in (d / "samples").glob("**/*.safetensors"))
-        for d in (run, other)
-    ]
-    assert names[0] == names[1] and len(names[0]) == 4
-    for name in names[0]:
-        tensors = [load_file(d / "samples" / name) for d in (run, other)]
-        assert tensors[0].keys() == tensors[1].keys()
-        for key, value in tensors[0].items():
-            scale = tensors[1][key].abs().max().item()
-            torch.testing.assert_close(value, tensors[1][key], rtol=RTOL, atol=RTOL * scale)
+    draws = [list(load_samples(d / "samples")) for d in (run, other)]
+    assert len(draws[0]) == len(draws[1]) == 4
+    for (tensors, entry), (others, other_entry) in zip(*draws, strict=True):
+        assert tensors.keys() == others.keys()
+        assert_close(entry, other_entry, "the sample's entry")
+        for key, value in tensors.items():
+            scale = others[key].abs().max().item()
+            torch.testing.assert_close(value, others[key], rtol=RTOL, atol=RTOL * scale)
 
 
 def _cell(value: str):
