@@ -12,6 +12,7 @@ import pickle
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +28,11 @@ from torch._inductor.exc import InvalidCxxCompiler
 from bdl.composition import plugins
 from bdl.composition.instantiation import resolve
 from bdl.samplers.base import Declaration
+
+# One Inductor cache for every test of this process and the commands it starts, as one user's
+# runs share theirs (bdl.compiled.keep_caches): a test that isolates bdl's cache folder would
+# otherwise compile every program from nothing, which tests nothing more.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="bdl-tests-inductor-"))
 
 SAMPLER_CONFIGS = Path(__file__).parents[1] / "conf" / "sampler"
 #: bdl's own sampler options (the docs' table lists these).
