@@ -146,7 +146,12 @@ def judge_convergence(
     scalars = _scalar_draws(experiment, loops, draws)
     measured = diagnostics.scalar_diagnostics(scalars) if draws >= diagnostics.MIN_DRAWS else {}
     reasons, notes = diagnostics.verdict(
-        metrics, measured, len(loops), draws, _more_draws(experiment, diagnostics.ESS_PER_CHAIN)
+        metrics,
+        measured,
+        len(loops),
+        draws,
+        settings(experiment, loops[0]),
+        scalars.get("potential"),
     )
     metrics.update({f"potential_{k}": v for k, v in measured.get("potential", {}).items()})
     metrics.update(converged=not reasons, reasons=reasons, notes=notes)
@@ -168,15 +173,19 @@ def _scalar_draws(experiment: Experiment, loops: list[Loop], draws: int) -> dict
     }
 
 
-def _more_draws(experiment: Experiment, per_chain: int) -> str:
-    """The ``epochs`` (at this ``thin``) or ``thin`` (at these ``epochs``) that keep
-    ``per_chain`` draws per chain at a constant schedule."""
-    exp = experiment
-    options = [f"epochs={exp.run.burn_in + per_chain * exp.run.thin} (at thin={exp.run.thin})"]
-    thin = (exp.run.epochs - exp.run.burn_in) // per_chain
-    if thin >= 1 and thin != exp.run.thin:
-        options.append(f"thin={thin} (at epochs={exp.run.epochs})")
-    return f"{' or '.join(options)} keep {per_chain}"
+def settings(experiment: Experiment, loop: Loop) -> diagnostics.Settings:
+    """What the verdict's advice changes (`bdl.diagnostics.Settings`): the run's schedule, the
+    config's ``sampler.lr`` and the kernel's acceptance target where it adapts to one."""
+    run, kernel = experiment.run, loop.sampler
+    return diagnostics.Settings(
+        epochs=run.epochs,
+        burn_in=run.burn_in,
+        thin=run.thin,
+        lr=run.lr,
+        target_accept=getattr(kernel, "target_accept", None)
+        if getattr(kernel, "adapt", 0)
+        else None,
+    )
 
 
 def _write_summary(

@@ -26,7 +26,7 @@ from bdl.runner import checkpoint, distributed, results, stability
 from bdl.runner.experiment import Experiment
 from bdl.runner.interrupts import Interrupted, Signals, resume_command
 from bdl.runner.loop import Loop
-from bdl.runner.progress import Progress
+from bdl.runner.progress import Progress, say
 from bdl.runner.stability import DivergedError
 from bdl.runner.steppers import Stepper, steppers
 from bdl.storage import outputs
@@ -335,9 +335,9 @@ class Sampling:
         for warning in metrics.get("warnings", []):
             log.warning("WARNING: %s", warning)
         for reason in metrics.get("reasons", []):
-            log.warning("NOT CONVERGED: %s", reason)
+            say(logging.WARNING, f"NOT CONVERGED: {reason}")
         for note in metrics.get("notes", []):
-            log.info("note: %s", note)
+            say(logging.INFO, f"note: {note}")
         if self.experiment.run.pruning_samples is not None and self.stores is not None:
             results.write_pruning(self.experiment, self.loops[0], self.directory)
         if self.directory.writer and self.experiment.run.figures:
