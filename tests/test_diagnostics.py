@@ -152,7 +152,7 @@ def test_rhat_limit_is_exceeded_by_one_percent_of_independent_draws(chains, draw
     """`rhat_limit` from the F distribution against arviz's R-hat of 4000 quantities of
     independent chi-square draws: 1% exceed it (0.4-1.4% measured over seven chain and draw
     counts at 2000 repetitions each), so between 0.3% and 2.5% here (over 4 binomial sd at 1%)."""
-    limit = diagnostics.rhat_limit(chains, draws)
+    limit = diagnostics.rhat_limit(chains, draws, false_alarm=0.01)
     assert limit > diagnostics.RHAT_THRESHOLD  # short runs: chance alone exceeds 1.01
     x = np.random.default_rng(chains).chisquare(5, (chains, draws, 4000))
     exceeded = np.mean(diagnostics.split_rhat(x) > limit)
