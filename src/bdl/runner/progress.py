@@ -58,6 +58,12 @@ class Progress:
                 row["num_samples"],
             )
 
+    def extend(self, epochs: int) -> None:
+        """The bar's end moved to ``epochs`` (a run until converged sampling on)."""
+        if self.bar is not None:
+            self.bar.total = epochs
+            self.bar.refresh()
+
     def close(self) -> None:
         self._redirect.close()
         if self.bar is not None:
