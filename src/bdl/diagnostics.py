@@ -310,17 +310,18 @@ def ess_limit(chains: int, draws: int) -> float:
     return chains * min(ESS_PER_CHAIN, fraction * draws)
 
 
-def settled(potential: np.ndarray, limit: float) -> int | None:
+def settled(potential: np.ndarray, limit: float) -> int:
     """How many leading draws of each chain of ``potential`` ``(chains, draws)`` to drop (a
-    multiple of a tenth of the draws, at most half) for its R-hat to fall to ``limit``: 0 when
-    it is there already, None when no prefix up to half does (the chains disagree or mix too
-    slowly, not a start still trending)."""
+    multiple of a tenth of the draws, at most half) to leave its trend behind: the fewest after
+    which its R-hat is at most ``limit``, else those after which it is lowest if that halves
+    its excess over 1; 0 when none does (no trend: the chains disagree or mix slowly)."""
     draws = potential.shape[1]
-    for tenth in range(6):
-        drop = tenth * draws // 10
-        if split_rhat(potential[:, drop:, None])[0] <= limit:
-            return drop
-    return None
+    rhats = [float(split_rhat(potential[:, t * draws // 10 :, None])[0]) for t in range(6)]
+    for tenth, value in enumerate(rhats):
+        if value <= limit:
+            return tenth * draws // 10
+    best = int(np.argmin(rhats))
+    return best * draws // 10 if rhats[best] - 1 <= (rhats[0] - 1) / 2 else 0
 
 
 def verdict(
@@ -364,18 +365,25 @@ def verdict(
         )
         return reasons, _notes(metrics, chains)
     rhat_bound, ess_bound = rhat_limit(chains, draws), ess_limit(chains, draws)
+    burn_in = settings.burn_in
+    found = scalars.get("potential", {})
+    failing = (
+        not found.get("rhat", 1) <= rhat_bound
+        or min(found.get("ess_bulk") or math.inf, found.get("ess_tail") or math.inf) < ess_bound
+    )
+    drop = settled(potential, rhat_bound) if failing and _has(potential) else 0
+    if drop:  # judged on what the longer burn-in keeps; the predictive's R-hat follows the trend
+        burn_in += drop * settings.thin
+        reasons.append(
+            f"the potential still trends after burn-in (R-hat {found['rhat']:.3f}): "
+            f"burn_in={burn_in} epochs={settings.epochs_for(draws, burn_in)}"
+        )
+        scalars = scalars | scalar_diagnostics({"potential": potential[:, drop:]})
     short: list[tuple[float, str]] = []  # (factor of draws needed, what was measured)
-    trend: tuple[int, str] | None = None
     for name, found in scalars.items():
         value = found.get("rhat")
         if value is not None and not value <= rhat_bound:
-            drop = (
-                settled(potential, rhat_bound) if name == "potential" and _has(potential) else None
-            )
-            if drop:
-                trend = (drop, f"the potential still trends after burn-in (R-hat {value:.3f})")
-            else:
-                short.append((2.0, f"R-hat of {name} {value:.3f} > {rhat_bound:.3f}"))
+            short.append((2.0, f"R-hat of {name} {value:.3f} > {rhat_bound:.3f}"))
         for method in ("bulk", "tail"):
             value = found.get(f"ess_{method}")
             if value is not None and value < ess_bound:
@@ -393,27 +401,18 @@ def verdict(
             short.append(
                 (ess_bound / value, f"{method} ESS {value:.0f} < {ess_bound:g} at 10% of points")
             )
-    if trend is not None:  # the predictive's R-hat then follows from the trend
-        drop, measured = trend
-        burn_in = settings.burn_in + drop * settings.thin
-        reasons.append(
-            f"{measured}: burn_in={burn_in} epochs={settings.epochs_for(draws, burn_in)}"
-        )
-        return reasons, _notes(metrics, chains, scalars, draws)
     factor = max((f for f, _ in short), default=1.0)
     spread = metrics.get("rhat_p90")
-    if spread is not None and spread > RHAT_PREDICTIVE_THRESHOLD:
-        factor = max(factor, 2.0)
+    more = f"epochs={settings.epochs_for(math.ceil(draws * max(factor, 2.0)), burn_in)}"
+    if not drop and spread is not None and spread > RHAT_PREDICTIVE_THRESHOLD:
         reasons.append(
             f"test predictive not mixed (90th-percentile R-hat {spread:.2f} > "
-            f"{RHAT_PREDICTIVE_THRESHOLD}): epochs={settings.epochs_for(math.ceil(draws * factor))}"
+            f"{RHAT_PREDICTIVE_THRESHOLD}): {more}"
         )
     elif short:
         worst = max(short)[1]
-        reasons.append(
-            f"too few effective draws ({worst}): "
-            f"epochs={settings.epochs_for(math.ceil(draws * factor))}"
-        )
+        more = f"epochs={settings.epochs_for(math.ceil(draws * factor), burn_in)}"
+        reasons.append(f"too few effective draws ({worst}): {more}")
     return reasons, _notes(metrics, chains, scalars, draws)
 
 
