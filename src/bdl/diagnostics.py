@@ -417,6 +417,7 @@ def verdict(
 
 
 def _has(values: np.ndarray | None) -> bool:
+    """Whether ``values`` are ``(chains, draws)`` enough for `settled` to drop tenths of."""
     return values is not None and values.ndim == 2 and values.shape[1] >= 2 * MIN_DRAWS
 
 
