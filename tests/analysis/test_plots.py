@@ -262,6 +262,9 @@ def test_summary_of_a_run_of_several_chains(tmp_path: Path):
     figure = summary_figure(run)
     metric, potential, histogram = figure.axes
     assert figure.get_suptitle() == "mnist sgld seed 7, 2 chains — completed"
+    for converged, said in [(False, "completed, NOT converged"), (True, "converged")]:
+        (run / "metrics.json").write_text(json.dumps(metrics | {"converged": converged}))
+        assert summary_figure(run).get_suptitle() == f"mnist sgld seed 7, 2 chains — {said}"
     np.testing.assert_allclose(metric.lines[1].get_ydata(), [0.19] * 7)  # chain 1's error
     assert burn_in_lines(metric) == [3.0] and burn_in_lines(potential) == [3.0]
     assert [round(y, 12) for y in metric.lines[-1].get_ydata()] == [0.15, 0.15]  # pooled

@@ -109,7 +109,7 @@ def test_bdl_eval_reproduces_the_regression_runs_metrics(uci_run: Path):
     for key in ("test_rmse", "test_ll", "num_samples", "converged", "reasons", "notes"):
         assert written[key] == metrics[key]
     # three draws: too few for any diagnostic, the one reason, which load_run exposes too
-    assert metrics["converged"] is False and metrics["reasons"][0].startswith("3 draws per chain")
+    assert metrics["converged"] is False and metrics["reasons"][0].startswith("3 draws a chain")
     assert load_run(uci_run).verdict == {k: metrics[k] for k in ("converged", "reasons", "notes")}
 
 

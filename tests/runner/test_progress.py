@@ -4,7 +4,9 @@ potential per datum, the phase or the running model average's metric, and the sa
 import json
 import logging
 import re
+import sys
 
+from bdl.runner.progress import say
 from bdl.runner.run import run
 from runner.test_resume import config, write_tiny_uci
 
@@ -82,3 +84,22 @@ def test_off_a_terminal_a_line_every_log_every_epochs_and_the_last(caplog):
         "epoch 4/5  U/N 2.5  test_rmse 0.5000  samples 2",
         "epoch 5/5  U/N 2.5  test_rmse 0.5000  samples 3",
     ]
+
+
+def test_say_prints_the_line_bare_on_a_terminal_and_whole_in_the_log_file(tmp_path, capsys):
+    """The verdict's lines fit 100 columns without the logger's prefix: a handler writing to the
+    standard error gets the line alone, a file handler the formatted record."""
+    logger = logging.getLogger("bdl")
+    prefix = logging.Formatter("[%(name)s][%(levelname)s] - %(message)s")
+    terminal, file = logging.StreamHandler(sys.stderr), logging.FileHandler(tmp_path / "run.log")
+    for handler in (terminal, file):
+        handler.setFormatter(prefix)
+        logger.addHandler(handler)
+    try:
+        say(logging.WARNING, "NOT CONVERGED: too few draws")
+    finally:
+        for handler in (terminal, file):
+            logger.removeHandler(handler)
+        file.close()
+    assert "NOT CONVERGED: too few draws\n" in capsys.readouterr().err.splitlines(keepends=True)
+    assert (tmp_path / "run.log").read_text() == "[bdl][WARNING] - NOT CONVERGED: too few draws\n"

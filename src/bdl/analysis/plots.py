@@ -377,7 +377,8 @@ def _record(run_dir: str | Path) -> dict[str, Any]:
 def summary_figure(run_dir: str | Path) -> Figure:
     """A run's test metric per chain (the pooled model average's final value dotted), its
     potential per chain, and for several chains with ``diagnostics.csv`` the R-hat histogram,
-    in one row, from the files of ``run_dir``, titled with its dataset, sampler, seed and status."""
+    in one row, from the files of ``run_dir``, titled with its dataset, sampler, seed and status
+    (a completed sampler's with its verdict: converged or not)."""
     run_dir = Path(run_dir)
     metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
     record = _record(run_dir)
@@ -408,6 +409,8 @@ def summary_figure(run_dir: str | Path) -> Figure:
         _rhat_panel(axes[2], rhat)
         axes[2].set_title(f"R-hat per test point ({chains} chains)")
     status = metrics.get("status", "completed")
+    if status == "completed" and "converged" in metrics:
+        status = "converged" if metrics["converged"] else "completed, NOT converged"
     chains_text = f", {chains} chains" if chains > 1 else ""
     figure.suptitle(f"{run_label(record)}{chains_text} — {status}")
     return figure

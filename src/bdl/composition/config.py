@@ -130,6 +130,11 @@ class RunConfig:
     resume: bool = False  # continue the run in hydra.run.dir from its checkpoint
     # epochs between checkpoints; None: at the first epoch end a minute after the last one
     checkpoint_every: int | None = None
+    # sample on past `epochs` until the convergence verdict passes or a budget is spent: at most
+    # max_epochs epochs, at most max_minutes of wall time (bdl.runner.sampling); at least one
+    until_converged: bool = False
+    max_epochs: int | None = None
+    max_minutes: float | None = None
     likelihood: LikelihoodConfig = field(default_factory=LikelihoodConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
@@ -227,6 +232,21 @@ def _check_ranges(cfg: Any) -> None:
             "checkpoint_every=1 or more epochs, or null for about once a minute",
         ),
         (
+            "max_epochs",
+            cfg.max_epochs is None or cfg.max_epochs > cfg.epochs,
+            f"max_epochs above epochs={cfg.epochs}, or null",
+        ),
+        (
+            "max_minutes",
+            cfg.max_minutes is None or 0 < cfg.max_minutes < math.inf,
+            "max_minutes above 0, or null",
+        ),
+        (
+            "until_converged",
+            not cfg.until_converged or cfg.max_epochs is not None or cfg.max_minutes is not None,
+            f"until_converged=true with a budget: max_epochs={4 * cfg.epochs} or max_minutes=60",
+        ),
+        (
             "wandb.mode",
             cfg.wandb.mode in ("disabled", "offline", "online"),
             "wandb.mode=disabled, offline or online",
@@ -283,6 +303,16 @@ def _check_group(cfg: Any, group: str) -> None:
     for key, parameter in allowed.items():
         if parameter.default is inspect.Parameter.empty and key not in node:
             raise ConfigError(f"{group}.{key} is required by {name}: set {group}.{key}=<value>")
+    if group == "sampler" and cfg.until_converged and not target.declaration.injects_noise:
+        raise ConfigError(
+            f"until_converged=true needs a sampler with a convergence verdict: {name} is an "
+            "optimiser or a variational fit; drop until_converged"
+        )
+    if group == "schedule" and cfg.until_converged and name != "Constant":
+        raise ConfigError(
+            f"until_converged=true needs schedule=constant: {name}'s steps depend on epochs, "
+            "which the run extends"
+        )
     if group == "sampler" and target.declaration.injects_noise and cfg.burn_in >= cfg.epochs:
         # Optimisers and variational methods keep their final state or draws from q: for them
         # burn-in is moot, and a protocol's burn_in must not stop a short run.

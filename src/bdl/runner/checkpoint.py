@@ -58,6 +58,8 @@ _PER_SAMPLE = ("log_likelihoods", "probes")
 #: draw the figures.
 _RESUMABLE_CHANGES = (
     "resume",
+    "max_epochs",  # a run until converged may be given more budget
+    "max_minutes",
     "checkpoint_every",
     "log_every",
     "figures",

@@ -58,7 +58,42 @@ class Progress:
                 row["num_samples"],
             )
 
+    def extend(self, epochs: int) -> None:
+        """The bar's end moved to ``epochs`` (a run until converged sampling on)."""
+        if self.bar is not None:
+            self.bar.total = epochs
+            self.bar.refresh()
+
     def close(self) -> None:
         self._redirect.close()
         if self.bar is not None:
             self.bar.close()
+
+
+def say(level: int, text: str) -> None:
+    """Log ``text`` at ``level``, shown bare on a terminal: a handler writing to the standard
+    streams writes the line alone (the verdict's lines fit 100 columns, the logger's prefix
+    would not), every other handler (the run's log file, a test's capture) gets the record as
+    it formats it. Without handlers of its own, logging's usual fallback."""
+    if not log.isEnabledFor(level):
+        return
+    record = log.makeRecord(log.name, level, __file__, 0, text, None, None)
+    handlers = [h for logger in _chain(log) for h in logger.handlers]
+    if not handlers:
+        log.handle(record)
+        return
+    for handler in handlers:
+        stream = getattr(handler, "stream", None)
+        if stream in (sys.stderr, sys.stdout) and not isinstance(handler, logging.FileHandler):
+            if record.levelno >= handler.level:
+                stream.write(text + "\n")
+                stream.flush()
+        elif record.levelno >= handler.level:
+            handler.handle(record)
+
+
+def _chain(logger: logging.Logger):
+    """``logger`` and the ancestors its records propagate to."""
+    while logger is not None:
+        yield logger
+        logger = logger.parent if logger.propagate else None

@@ -169,13 +169,37 @@ def judge_convergence(
     draws = min(len(loop.log_likelihoods) for loop in loops)
     scalars = _scalar_draws(experiment, loops, draws)
     measured = diagnostics.scalar_diagnostics(scalars) if draws >= diagnostics.MIN_DRAWS else {}
-    reasons, notes = diagnostics.verdict(
-        metrics, measured, len(loops), draws, _more_draws(experiment, diagnostics.ESS_PER_CHAIN)
-    )
+    reasons, notes = _verdict(metrics, experiment, loops, scalars, measured)
     metrics.update({f"potential_{k}": v for k, v in measured.get("potential", {}).items()})
     metrics.update(converged=not reasons, reasons=reasons, notes=notes)
     if draws >= diagnostics.MIN_DRAWS:
         _write_summary(scalars, measured, loops, table, directory)
+
+
+def _verdict(
+    metrics: dict[str, Any],
+    experiment: Experiment,
+    loops: list[Loop],
+    scalars: dict[str, np.ndarray],
+    measured: dict[str, dict],
+) -> tuple[list[str], list[str]]:
+    draws = min(len(loop.log_likelihoods) for loop in loops)
+    advice = settings(experiment, loops[0])
+    potential = scalars.get("potential")
+    return diagnostics.verdict(metrics, measured, len(loops), draws, advice, potential)
+
+
+def current_verdict(experiment: Experiment, loops: list[Loop]) -> list[str]:
+    """The verdict's reasons (`judge_convergence`'s) on the chains as they stand, writing
+    nothing: what a run until converged checks before it samples on."""
+    draws = min(len(loop.log_likelihoods) for loop in loops)
+    metrics = divergences(experiment, loops)
+    scalars = _scalar_draws(experiment, loops, draws)
+    measured = {}
+    if draws >= diagnostics.MIN_DRAWS:
+        metrics |= diagnostics.summarise(*_draws(loops, draws))[0]
+        measured = diagnostics.scalar_diagnostics(scalars)
+    return _verdict(metrics, experiment, loops, scalars, measured)[0]
 
 
 def _scalar_draws(experiment: Experiment, loops: list[Loop], draws: int) -> dict[str, np.ndarray]:
@@ -192,15 +216,19 @@ def _scalar_draws(experiment: Experiment, loops: list[Loop], draws: int) -> dict
     }
 
 
-def _more_draws(experiment: Experiment, per_chain: int) -> str:
-    """The ``epochs`` (at this ``thin``) or ``thin`` (at these ``epochs``) that keep
-    ``per_chain`` draws per chain at a constant schedule."""
-    exp = experiment
-    options = [f"epochs={exp.run.burn_in + per_chain * exp.run.thin} (at thin={exp.run.thin})"]
-    thin = (exp.run.epochs - exp.run.burn_in) // per_chain
-    if thin >= 1 and thin != exp.run.thin:
-        options.append(f"thin={thin} (at epochs={exp.run.epochs})")
-    return f"{' or '.join(options)} keep {per_chain}"
+def settings(experiment: Experiment, loop: Loop) -> diagnostics.Settings:
+    """What the verdict's advice changes (`bdl.diagnostics.Settings`): the run's schedule, the
+    config's ``sampler.lr`` and the kernel's acceptance target where it adapts to one."""
+    run, kernel = experiment.run, loop.sampler
+    return diagnostics.Settings(
+        epochs=run.epochs,
+        burn_in=run.burn_in,
+        thin=run.thin,
+        lr=run.lr,
+        target_accept=getattr(kernel, "target_accept", None)
+        if getattr(kernel, "adapt", 0)
+        else None,
+    )
 
 
 def _write_summary(
@@ -320,12 +348,18 @@ def _diagnostics(
     draws = min(len(loop.log_likelihoods) for loop in loops)
     if draws < diagnostics.MIN_DRAWS:
         return {}, {}
-    pointwise = np.stack([torch.stack(loop.log_likelihoods[:draws]).numpy() for loop in loops])
-    probes = np.stack([torch.stack(loop.probes[:draws]).numpy() for loop in loops])
-    metrics, table = diagnostics.summarise(pointwise, probes)
+    metrics, table = diagnostics.summarise(*_draws(loops, draws))
     rows = [dict(zip(table, values, strict=True)) for values in zip(*table.values(), strict=True)]
     directory.write_table(diagnostics.FILE, list(table), rows)
     return metrics, table
+
+
+def _draws(loops: list[Loop], draws: int) -> tuple[np.ndarray, np.ndarray]:
+    """The chains' first ``draws`` log densities of the test points and weight probes,
+    ``(chains, draws, points)`` and ``(chains, draws, probes)``."""
+    pointwise = np.stack([torch.stack(loop.log_likelihoods[:draws]).numpy() for loop in loops])
+    probes = np.stack([torch.stack(loop.probes[:draws]).numpy() for loop in loops])
+    return pointwise, probes
 
 
 def write_pruning(experiment: Experiment, loop: Loop, directory: RunDirectory) -> None:

@@ -13,7 +13,8 @@
    not run again).
 5. **Sample** (`bdl.runner.sampling`): the one epoch loop over the chains' steppers
    (`bdl.runner.steppers`), with the stability check (`bdl.runner.stability`), checkpoints, and a
-   clean stop on SIGTERM or SIGINT (`bdl.runner.interrupts`).
+   clean stop on SIGTERM or SIGINT (`bdl.runner.interrupts`); with ``until_converged=true``, on
+   past ``epochs`` until the verdict passes or the budget is spent.
 6. **Write the outputs** (`bdl.runner.results`): metrics and their verdict, the predictive, the
    chains' table and diagnostics, the pruning curve.
 
@@ -36,7 +37,7 @@ from bdl.runner import checkpoint, distributed
 from bdl.runner.experiment import build_chains
 from bdl.runner.interrupts import Signals
 from bdl.runner.loop import Loop
-from bdl.runner.sampling import Sampling
+from bdl.runner.sampling import Budget, Sampling
 from bdl.storage.outputs import FINAL_STATUSES, RunDirectory, start_wandb
 
 log = logging.getLogger("bdl")
@@ -92,7 +93,16 @@ def _run_in(
     wandb_run = start_wandb(cfg, output.path, header["wandb_id"]) if output.writer else None
     try:
         sampling = Sampling(
-            experiments, loops, output, config, signals, group, header["elapsed_s"], wandb_run
+            experiments,
+            loops,
+            output,
+            config,
+            signals,
+            group,
+            header["elapsed_s"],
+            wandb_run,
+            Budget.of(cfg),
+            header.get("epochs"),
         )
         return sampling.run()
     finally:

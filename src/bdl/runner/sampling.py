@@ -6,11 +6,19 @@ the stability check (`bdl.runner.stability`), the sample kept at the epochs the 
 the curve row. It checkpoints every ``checkpoint_every`` epochs (by default about once a minute)
 and on SIGTERM or SIGINT (`bdl.runner.interrupts`), and writes the outputs at the end
 (`bdl.runner.results`).
+
+**Run until converged** (``until_converged=true``, `Budget`): at the last epoch the verdict
+(`bdl.runner.results.current_verdict`) is taken; while it fails and the budget lasts, the
+epochs are extended so that the draws after burn-in grow by half (checks at growing intervals,
+each costing a verdict) and the run samples on. The epochs reached are in every checkpoint, so
+a killed run resumes to the same end; ``metrics.json``'s ``ended_by`` says what ended it:
+``converged``, ``max_epochs`` or ``max_minutes``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import signal
@@ -26,7 +34,7 @@ from bdl.runner import checkpoint, distributed, results, stability
 from bdl.runner.experiment import Experiment
 from bdl.runner.interrupts import Interrupted, Signals, resume_command
 from bdl.runner.loop import Loop
-from bdl.runner.progress import Progress
+from bdl.runner.progress import Progress, say
 from bdl.runner.stability import DivergedError
 from bdl.runner.steppers import Stepper, steppers
 from bdl.storage import outputs
@@ -37,6 +45,39 @@ log = logging.getLogger("bdl")
 
 #: Seconds of work between checkpoints when ``checkpoint_every`` is not set.
 CHECKPOINT_SECONDS = 60.0
+#: A run until converged extends its draws after burn-in by this factor at each failed check.
+GROWTH = 1.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """What a run until converged may spend: ``max_epochs`` epochs in all, ``max_minutes`` of
+    wall time (its sessions' together); None: no limit of that kind."""
+
+    max_epochs: int | None = None
+    max_minutes: float | None = None
+
+    @classmethod
+    def of(cls, cfg: Any) -> Budget | None:
+        """The budget of config ``cfg``; None unless ``until_converged``."""
+        if not cfg.until_converged:
+            return None
+        return cls(cfg.max_epochs, cfg.max_minutes)
+
+    def spent(self, epoch: int, elapsed_s: float) -> str | None:
+        """The budget spent at ``epoch`` after ``elapsed_s`` seconds (``max_epochs`` or
+        ``max_minutes``); None while some is left."""
+        if self.max_epochs is not None and epoch >= self.max_epochs:
+            return "max_epochs"
+        if self.max_minutes is not None and elapsed_s >= 60 * self.max_minutes:
+            return "max_minutes"
+        return None
+
+    def next_check(self, epoch: int, burn_in: int) -> int:
+        """The epoch of the next check after one at ``epoch``: the draws after ``burn_in``
+        grown by `GROWTH` (at least one epoch more), within ``max_epochs``."""
+        grown = max(epoch + 1, burn_in + math.ceil(GROWTH * (epoch - burn_in)))
+        return grown if self.max_epochs is None else min(grown, self.max_epochs)
 
 
 class Sampling:
@@ -55,7 +96,13 @@ class Sampling:
         group: distributed.Group | None = None,
         elapsed_s: float = 0.0,
         wandb_run: Any = None,
+        budget: Budget | None = None,
+        epochs: int | None = None,
     ) -> None:
+        self.budget = budget
+        self.ended_by: str | None = None
+        if budget is not None and epochs is not None:  # where a run until converged had got to
+            self._extend(experiments, epochs)
         self.experiments = experiments
         self.experiment = experiments[0]  # the first chain, whose run settings all share
         self.loops = loops
@@ -97,16 +144,22 @@ class Sampling:
         exp = self.experiment
         progress = Progress(exp, self.epoch, shown=self.directory.writer)
         try:
-            while self.epoch < exp.run.epochs:
-                if not self.step_epoch():
-                    self._interrupt()
-                row = self._summary_row()
-                progress.update(row)
-                if self.wandb_run is not None:
-                    headline = exp.run.task.headline
-                    self.wandb_run.log(outputs.wandb_row(row, headline), step=row["epoch"])
-                if self._checkpoint_due():
-                    self._checkpoint()
+            while True:
+                while self.epoch < exp.run.epochs:
+                    if not self.step_epoch():
+                        self._interrupt()
+                    row = self._summary_row()
+                    progress.update(row)
+                    if self.wandb_run is not None:
+                        headline = exp.run.task.headline
+                        self.wandb_run.log(outputs.wandb_row(row, headline), step=row["epoch"])
+                    if self._checkpoint_due():
+                        self._checkpoint()
+                    if self.budget and self.budget.spent(self.epoch, self.elapsed):
+                        self._extend(self.experiments, self.epoch)  # the time is up: end here
+                if not self._sample_on():
+                    break
+                progress.extend(exp.run.epochs)
             self._checkpoint()
             metrics = self._finish()
         except DivergedError as error:
@@ -128,6 +181,35 @@ class Sampling:
         finally:
             progress.close()
         return metrics
+
+    def _sample_on(self) -> bool:
+        """Run until converged: at the last epoch, whether to sample on. The verdict taken; if it
+        fails and the budget lasts, the epochs extended (`Budget.next_check`) and checkpointed."""
+        if self.budget is None:
+            return False
+        exp, epoch = self.experiment, self.epoch
+        reasons = results.current_verdict(exp, self.loops)
+        self.ended_by = "converged" if not reasons else self.budget.spent(epoch, self.elapsed)
+        if self.ended_by is not None:
+            return False
+        target = self.budget.next_check(epoch, exp.run.burn_in)
+        log.info(
+            "until_converged: not converged at epoch %d (%d cause%s: %s); sampling on to epoch %d",
+            epoch,
+            len(reasons),
+            "s" * (len(reasons) > 1),
+            reasons[0].split(" (")[0],
+            target,
+        )
+        self._extend(self.experiments, target)
+        self._checkpoint()
+        return True
+
+    @staticmethod
+    def _extend(experiments: list[Experiment], epochs: int) -> None:
+        """Every chain's run settings at ``epochs`` epochs (a run until converged's)."""
+        for experiment in experiments:
+            experiment.run = dataclasses.replace(experiment.run, epochs=epochs)
 
     def step_epoch(self) -> bool:
         """An epoch of every chain (after a stop mid-epoch, of the chains behind); False if a
@@ -295,6 +377,7 @@ class Sampling:
             self.experiments,
             self.loops,
             elapsed_s=self.elapsed_before,
+            epochs=self.experiment.run.epochs,  # a run until converged's, extended
             wandb_id=getattr(self.wandb_run, "id", None),
             threads=torch.get_num_threads(),  # what a resumed run must compute with
         )
@@ -337,16 +420,23 @@ class Sampling:
                 self.elapsed,
                 kept,
             )
-        metrics = self._write_metrics("completed")
+        ended = {} if self.budget is None else {"ended_by": self.ended_by}
+        metrics = self._write_metrics("completed", **ended)
         log.info("%s", outputs.summary_table(metrics))
+        if self.budget is not None:
+            spent = {"max_epochs": self.budget.max_epochs, "max_minutes": self.budget.max_minutes}
+            said = "the verdict passed" if self.ended_by == "converged" else "its budget is spent"
+            if self.ended_by in spent:
+                said += f" ({self.ended_by}={spent[self.ended_by]:g})"
+            log.info("until_converged: ended at epoch %d: %s", self.epoch, said)
         if metrics["status"] == "unsound":
             log.error("NOT A RESULT: %s; %s", metrics["error"], self._kept())
         for warning in metrics.get("warnings", []):
             log.warning("WARNING: %s", warning)
         for reason in metrics.get("reasons", []):
-            log.warning("NOT CONVERGED: %s", reason)
+            say(logging.WARNING, f"NOT CONVERGED: {reason}")
         for note in metrics.get("notes", []):
-            log.info("note: %s", note)
+            say(logging.INFO, f"note: {note}")
         if self.experiment.run.pruning_samples is not None and self.stores is not None:
             results.write_pruning(self.experiment, self.loops[0], self.directory)
         if self.directory.writer and self.experiment.run.figures:

@@ -454,6 +454,6 @@ def summary_table(metrics: dict[str, Any]) -> str:
     if "converged" in metrics:
         count = len(metrics["reasons"])
         plural = "s" if count != 1 else ""
-        verdict = "yes" if metrics["converged"] else f"NO ({count} reason{plural} below)"
+        verdict = "YES" if metrics["converged"] else f"NO ({count} cause{plural} below)"
         lines.append(f"  {'converged':<16}{verdict}")
     return "\n".join(lines)
