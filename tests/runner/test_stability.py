@@ -125,6 +125,33 @@ def test_minibatch_noise_at_a_cold_temperature_is_not_a_divergence(
         assert exact_limits > stability.DIVERGENCE_LIMITS
 
 
+def test_mc_dropout_backs_off_a_step_too_large_and_ends_sound(sharp_root, tmp_path):
+    """MC dropout records U at its weights, not at the step's dropout mask
+    (bdl.samplers.mc_dropout), so burn-in reads its climbs as SGD's: at sampler.lr=1000 it
+    backs off and ends sound; without burn-in the same step diverges, and lowering sampler.lr,
+    which the message says, is the fix that the back-off found."""
+    mc_dropout = ["sampler=mc_dropout", "sampler.lr=1000"]
+    metrics = run(sharp(sharp_root, *mc_dropout, *SHORT_UCI), tmp_path / "backed")
+    assert metrics["status"] == "completed" and metrics["step_scale"] < 1 / 16
+    assert metrics["test_rmse"] < metrics["trivial"]["test_rmse"] / 5
+    with pytest.raises(DivergedError, match="diverged in epoch .*Lower sampler.lr"):
+        run(sharp(sharp_root, *mc_dropout, *SHORT_UCI[:1], "burn_in=0"), tmp_path / "bare")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("p", [0.1, 0.2, 0.5])
+def test_mc_dropout_ends_sound_on_yacht_at_every_dropout_rate(p, data_dir, tmp_path):
+    """At the UCI protocol's defaults (full batches, 2000 burn-in epochs) burn-in read the masks'
+    spread of U as the chain heating and stopped MC dropout in burn-in (epoch 808 at p = 0.5;
+    p = 0.1 and 0.2 alike); with U recorded at the weights each ends sound (17 s of CPU each)."""
+    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+        overrides = ["dataset=yacht", "sampler=mc_dropout", f"sampler.p={p}", "figures=false"]
+        cfg = compose("config", [f"dataset.root={data_dir}", *overrides])
+    metrics = run(cfg, tmp_path)
+    assert metrics["status"] == "completed", metrics.get("error")
+    assert metrics["test_rmse"] < metrics["trivial"]["test_rmse"] / 2
+
+
 def test_a_climb_after_burn_in_is_a_divergence_that_names_the_frozen_step(sharp_root, tmp_path):
     """Burn-in too short for the potential to reach its level: the step frozen at the end of
     burn-in is still too large, and the message gives the step it was taken down to."""
