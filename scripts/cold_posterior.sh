@@ -1,21 +1,31 @@
 #!/usr/bin/env bash
 # The cold-posterior curve (Wenzel et al. 2020): SGHMC on Fashion-MNIST at temperatures from 1e-3
-# to 1, then bdl-report's table of test accuracy, NLL and ECE against T.
+# to 1, then bdl-report's table of test accuracy, NLL and ECE against T (mean and standard error
+# over the seeds).
 #
-#     OMP_NUM_THREADS=1 bash scripts/cold_posterior.sh [OUT] [bdl-run overrides ...]
+#     OMP_NUM_THREADS=1 [SEEDS="0 1 2"] bash scripts/cold_posterior.sh [OUT] [bdl-run overrides ...]
 #
-# bdl tempers by dividing U by T; its per-datum step is on U_T, so at a fixed sampler.lr a colder
-# run takes a 1/T times larger step on U and diverges (bdl says so and stops). As Wenzel et al.'s
-# tempered SGHMC keeps the step on U and scales the injected noise by T, each run here takes
-# sampler.lr = 0.1 T: the same update, v <- (1 - a) v - eta grad U + N(0, 2 a eta T). A run that
-# bdl stops (a chain judged diverged) is listed by bdl-report under its table, not averaged.
+# Each run sets temperature=T alone: bdl's per-datum sampler.lr is the same step on U at every
+# temperature and the injected noise's variance scales by T (Wenzel et al.'s tempered SGHMC,
+# v <- (1 - a) v - eta grad U + N(0, 2 a eta T); bdl.potential). Runs go to OUT/T<T>/seed<S>; a
+# run that has ended (its metrics.json) is not run again and one interrupted is resumed, so the curve can
+# be run in parts (SEEDS=0, then SEEDS="1 2") and the report made from what has finished. A run
+# that bdl stops (a chain judged diverged) is listed by bdl-report under its table, not averaged.
 set -euo pipefail
 out=${1:-multirun/cold_posterior}
 shift || true
 bin=$(dirname "$(command -v python)")
 for t in 0.001 0.003 0.01 0.03 0.1 0.3 1; do
-  lr=$(python -c "print(0.1 * $t)")
-  "$bin/bdl-run" dataset=fashion_mnist sampler=sghmc temperature="$t" sampler.lr="$lr" "$@" \
-    hydra.run.dir="$out/T$t" || echo "T=$t: the run stopped (its reason above); bdl-report lists it"
+  for seed in ${SEEDS:-0}; do
+    dir="$out/T$t/seed$seed"
+    if [[ -f "$dir/metrics.json" ]] && ! grep -q '"status": "interrupted"' "$dir/metrics.json"; then
+      continue
+    fi
+    resume=()
+    [[ -f "$dir/checkpoint.safetensors" ]] && resume=(resume=true)
+    "$bin/bdl-run" dataset=fashion_mnist sampler=sghmc temperature="$t" seed="$seed" \
+      "${resume[@]}" "$@" hydra.run.dir="$dir" ||
+      echo "T=$t seed=$seed: the run stopped (its reason above); bdl-report lists it"
+  done
 done
-"$bin/bdl-report" "$out" --by temperature --metrics test_accuracy test_nll test_ece
+"$bin/bdl-report" "$out" --by temperature --error sem --metrics test_accuracy test_nll test_ece

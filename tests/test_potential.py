@@ -12,6 +12,8 @@ from bdl.potential import Potential
 from bdl.priors import ARD, GammaHierarchical, Laplace, ScaleMixture, StudentT
 from bdl.priors import Gaussian as GaussianPrior
 from bdl.runner.run import run
+from bdl.samplers.sghmc import SGHMC
+from bdl.samplers.sgld import SGLD
 
 
 def make_potential(temperature=1.0, num_data=1000):
@@ -49,7 +51,46 @@ def test_full_closure_equals_one_big_batch_in_float64(chunk):
 
 
 def test_step_size_converts_per_datum_rates():
+    """Chen et al.'s eta = 0.1 per datum is 2e-6 on U at N = 50 000, and on U_T = U / T, whose
+    gradient is 1/T times U's, T times that: the same step on U at every temperature."""
     assert make_potential(num_data=50_000).step_size(0.1) == pytest.approx(2e-6)
+    assert make_potential(0.01, num_data=50_000).step_size(0.1) == pytest.approx(2e-8)
+
+
+@pytest.mark.parametrize("temperature", [1e-3, 0.5, 1.0])
+@pytest.mark.parametrize("sampler", ["sgld", "sghmc"])
+def test_a_tempered_step_is_wenzel_et_als(sampler, temperature):
+    """Wenzel et al. (2020)'s tempered dynamics, by hand from the gradient of the untempered
+    potential (T = 1) with h = lr / N: SGLD θ - h/2 ∇U + √(hT) z, SGHMC from rest θ - h ∇U +
+    √(2αhT) z, the draws z from the sampler's generator. bdl's kernels, stepping on U_T at
+    `step_size`, must take that step."""
+    lr, alpha, num_data = 0.1, 0.1, 1000
+    x, y = torch.randn(10, 3), torch.randint(0, 2, (10,))
+    untempered = make_potential(num_data=num_data)
+    start = [p.detach().clone() for p in untempered.params]
+    _, grads = untempered.closure(x, y)()
+    generator = torch.Generator().manual_seed(3)
+    z = torch.randn(sum(p.numel() for p in start), generator=generator).split(
+        [p.numel() for p in start]
+    )
+    h = lr / num_data
+    drift, noise = (
+        (h / 2, math.sqrt(h * temperature))
+        if sampler == "sgld"
+        else (h, math.sqrt(2 * alpha * h * temperature))
+    )
+    expected = [-drift * g + noise * d.view_as(g) for g, d in zip(grads, z)]
+    tempered = make_potential(temperature, num_data)
+    step = tempered.step_size(lr)
+    generator.manual_seed(3)
+    kernel = (
+        SGLD(step, generator=generator)
+        if sampler == "sgld"
+        else SGHMC(step, alpha, generator=generator)
+    )
+    kernel.step(kernel.init(tempered.params), tempered.closure(x, y))
+    for p, p0, e in zip(tempered.params, start, expected, strict=True):
+        torch.testing.assert_close(p.detach() - p0, e, rtol=1e-4, atol=1e-9)
 
 
 @pytest.mark.parametrize("kwargs", [{"num_data": 0}, {"temperature": 0.0}])
@@ -142,6 +183,9 @@ def test_prior_term_and_gradient_match_autograd_of_the_log_density(prior, prior_
         assert value.item() == pytest.approx(expected.item(), rel=1e-12)
         for g, e in zip(grads, torch.autograd.grad(expected, potential.params, retain_graph=True)):
             torch.testing.assert_close(g, e)
+    # the minibatch closure's value alone, by a forward pass
+    value = potential.closure(x, y, prior_weight).value()
+    assert value.item() == pytest.approx(((data_term - prior_weight * log_prior) / 0.5).item())
 
 
 class _TwoParameters(torch.nn.Module):
@@ -264,6 +308,8 @@ def test_regression_potential_matches_autograd_of_torch_distributions(prior, com
         expected = (data_term - weight * (log_prior + log_p_s)) / 0.7
         value, grads = closure()
         assert value.item() == pytest.approx(expected.item(), rel=1e-12)
+        if n == 10:  # the minibatch closure's value alone, by a forward pass
+            assert closure.value().item() == pytest.approx(expected.item(), rel=1e-12)
         for g, e in zip(grads, torch.autograd.grad(expected, potential.params, retain_graph=True)):
             torch.testing.assert_close(g, e)
 

@@ -13,7 +13,37 @@ target of every sampler is $\propto \exp(-U_T)$: ``T = 1`` is the Bayes posterio
 a cold posterior. Samplers receive ``U_T`` and its gradient through a closure and never rescale
 either. `Potential.step_size` is the single conversion from the per-datum learning rates of
 the configs (the convention of Chen et al.'s code and of deep-learning practice) to the step size
-on the scale of ``U``.
+on the scale of ``U_T``.
+
+**Temperature and the step** (Wenzel et al. 2020, "How good is the Bayes posterior in deep
+neural networks really?", Algorithm 1: tempered SG-MCMC keeps the step on ``U`` and scales the
+injected noise's variance by ``T``). A per-datum learning rate $\eta$ is a step of $h =
+\eta/N$ on the *untempered* ``U`` at every temperature, so `step_size` gives $hT$ on
+``U_T``, and an update on ``U_T`` at that step is the tempered dynamics on ``U``:
+
+$$
+\begin{aligned}
+\text{SGLD:}\quad &\theta \leftarrow \theta - \tfrac{hT}{2}\nabla U_T + \mathcal N(0, hT)
+  = \theta - \tfrac h2 \nabla U + \mathcal N(0, hT), \\
+\text{SGHMC:}\quad &v \leftarrow (1-\alpha) v - hT\,\nabla U_T + \mathcal N(0, 2\alpha hT)
+  = (1-\alpha) v - h\nabla U + \mathcal N(0, 2\alpha h T).
+\end{aligned}
+$$
+
+So ``temperature=T`` alone gives a sane run at any ``T``: the drift, and with it the step's
+stability limit, is the same as at ``T = 1``, and only the injected noise cools. The minibatch
+gradients' noise does not cool with it: at ``T`` far below 1 it, not the injected noise, sets a
+chain's fluctuations (the runner's yardstick allows for it, `bdl.runner.stability.rise_limit`),
+and as ``T → 0`` the dynamics become SGD with momentum on ``U`` at that step. The same
+conversion keeps what the other kernels need: an optimiser's step on ``U`` (SGD's, MC dropout's,
+SWAG's, constant SGD's burn-in) does not depend on ``T``, as the mode it seeks does not; a
+Metropolis kernel (HMC, MALA, random-walk Metropolis) targets $\exp(-U_T)$ exactly, and its
+$\epsilon^2 = hT$ on ``U_T`` keeps $\epsilon^2$ times ``U_T``'s curvature, and so its
+acceptance rate on a Gaussian posterior, the same at every ``T`` before its step adapts.
+Kernels whose ``lr`` is on the scale of ``U`` itself (pSGLD, scale-adapted SGHMC) precondition
+by the gradients' root mean square, which carries a factor $1/T$: their drift on ``U`` is
+already kept and their injected noise's variance already scales by ``T``, so their ``lr`` is
+taken as it is.
 
 **Prior weight.** A minibatch closure may carry a weight $\kappa$ on the prior term,
 $U = [-\frac{N}{n}\sum\log p(y_i\mid x_i,\theta) - \kappa\log p(\theta)]/T$, which leaves
@@ -137,12 +167,14 @@ class Potential:
             self._add_prior = self._compiler.or_eager("prior", self._prior_term)
 
     def step_size(self, lr_per_datum: float) -> float:
-        """The step size on the scale of ``U`` for a per-datum learning rate: ``lr / N``.
+        """The step size on the scale of ``U_T`` for a per-datum learning rate: ``lr T / N``.
 
         A learning rate of 0.1 "per datum" is a step of 0.1 on the mean loss, which is a step of
-        ``0.1 / N`` on ``U`` (Chen et al. 2014's MNIST code: eta = 0.1 is 2e-6 on U at N = 50 000).
+        ``0.1 / N`` on ``U`` (Chen et al. 2014's MNIST code: eta = 0.1 is 2e-6 on U at N = 50 000)
+        and, at every temperature, of ``0.1 T / N`` on ``U_T`` (the module's docstring:
+        Wenzel et al. 2020's tempered dynamics).
         """
-        return lr_per_datum / self.num_data
+        return lr_per_datum * self.temperature / self.num_data
 
     def energy(
         self, log_likelihood: Tensor, log_priors: list[Tensor], batch_size: int, prior_weight: float
@@ -176,6 +208,10 @@ class Potential:
         ``q``'s Monte Carlo estimate of the negative ELBO and its gradient in ``q``'s parameters
         (for `bdl.variational.MeanField`: the gradients in ``q.mean`` followed by those in
         ``q.std``).
+
+        Its attribute ``value()`` is ``U_T`` alone, by a forward pass without the gradient: what a
+        kernel that steps through other parameters than its own (MC dropout's masked weights)
+        reports of the parameters themselves.
         """
 
         def evaluate(q: Variational | None = None) -> Evaluation:
@@ -183,6 +219,13 @@ class Potential:
                 return q.negative_elbo(self, x, y, prior_weight)
             return self._minibatch_evaluation(self.params, x, y, prior_weight)
 
+        @torch.no_grad()
+        def value() -> Tensor:
+            log_likelihood, log_prior_phi = self._joint(x, y)
+            log_priors = [log_prior_phi, self.prior.log_prob(self.model_params)]
+            return self.energy(log_likelihood, log_priors, x.shape[0], prior_weight)
+
+        evaluate.value = value
         return evaluate
 
     def full_closure(self, batches: Callable[[], Iterator[tuple[Tensor, Tensor]]]) -> Closure:

@@ -28,6 +28,15 @@ def test_the_rise_limit_is_the_gamma_tail_it_claims(dimensions):
     assert torch.special.gammaincc(k, limit).item() == pytest.approx(stability.TAIL, rel=1e-6)
 
 
+@pytest.mark.parametrize("temperature", [1e-3, 0.3, 1.0, 4.0])
+def test_below_t_1_the_rise_limit_is_t_1s_on_u(temperature):
+    """U_T = U / T: below T = 1 the limit on U_T is T = 1's limit on U, divided by T (the
+    minibatch gradients' noise heats a cold chain as much, in U, as at T = 1); from T = 1 on it
+    is the Gamma tail's on U_T."""
+    limit = stability.rise_limit(401, temperature)
+    assert limit * min(temperature, 1.0) == pytest.approx(stability.rise_limit(401), rel=1e-12)
+
+
 def test_a_stationary_gaussian_chain_stays_below_the_rise_limit():
     """Exact draws from a 401-dimensional standard Gaussian posterior: U - U* = |θ|²/2, whose
     largest of 10^5 draws is about d/2 + 4.4 sqrt(d/2) (Gumbel), well under the limit, which is
@@ -76,11 +85,20 @@ def sharp(root: Path, *overrides: str):
 SHORT_UCI = ["epochs=400", "burn_in=300", "thin=10"]
 
 
-def test_burn_in_backs_off_a_step_that_heats_the_chain(sharp_root, tmp_path, caplog):
+#: The temperatures the yardstick is held at: the Bayes posterior and the coldest of Wenzel et
+#: al. (2020)'s curve, where the minibatch gradients' noise, not the injected noise, heats a chain.
+TEMPERATURES = [pytest.param("1", id="T=1"), pytest.param("0.001", id="T=1e-3")]
+
+
+@pytest.mark.parametrize("temperature", TEMPERATURES)
+def test_burn_in_backs_off_a_step_that_heats_the_chain(sharp_root, tmp_path, caplog, temperature):
     """SGLD at its MNIST step heats up on this posterior in its first epochs (without burn-in it
-    diverges: below); burn-in halves the step until it holds, and the run ends sound."""
+    diverges: below); burn-in halves the step until it holds, and the run ends sound. The same
+    at T = 1e-3: the step on U is the same at every temperature (bdl.potential), and so is the
+    blow-up, which the yardstick still sees."""
     caplog.set_level(logging.INFO, logger="bdl")
-    metrics = run(sharp(sharp_root, "sampler=sgld", *SHORT_UCI), tmp_path / "backed")
+    sgld = ["sampler=sgld", f"temperature={temperature}"]
+    metrics = run(sharp(sharp_root, *sgld, *SHORT_UCI), tmp_path / "backed")
     assert metrics["status"] == "completed" and metrics["step_scale"] < 1 / 16
     assert metrics["test_rmse"] < metrics["trivial"]["test_rmse"] / 5
     assert "step halved to" in caplog.text
@@ -88,9 +106,56 @@ def test_burn_in_backs_off_a_step_that_heats_the_chain(sharp_root, tmp_path, cap
         scales = [float(row["lr_scale"]) for row in csv.DictReader(file)]
     assert scales[0] <= 1 and set(scales[300:]) == {metrics["step_scale"]}  # frozen after burn-in
     with pytest.raises(DivergedError, match="diverged in epoch .*Lower sampler.lr"):
-        run(sharp(sharp_root, "sampler=sgld", *SHORT_UCI[:1], "burn_in=0"), tmp_path / "bare")
+        run(sharp(sharp_root, *sgld, *SHORT_UCI[:1], "burn_in=0"), tmp_path / "bare")
     written = json.loads((tmp_path / "bare" / "metrics.json").read_text())
     assert written["status"] == "diverged"
+
+
+@pytest.mark.parametrize("temperature", TEMPERATURES)
+def test_minibatch_noise_at_a_cold_temperature_is_not_a_divergence(
+    sharp_root, tmp_path, temperature
+):
+    """SGHMC on minibatches of 32 of the sharp posterior: the minibatch gradients' noise heats
+    the chain by the same amount in U at every temperature. At T = 1e-3 its rises in U_T after
+    burn-in are more than 8 times the limit of an exact sampler at T (the old yardstick stopped
+    such a chain as diverged), within T = 1's limit on U, and the run ends sound, as at T = 1."""
+    cfg = sharp(
+        sharp_root, "sampler=sghmc", f"temperature={temperature}", "batch_size=32",
+        "epochs=100", "burn_in=50", "thin=10",
+    )  # fmt: skip
+    metrics = run(cfg, tmp_path)
+    assert metrics["status"] == "completed", metrics.get("error")
+    assert metrics["test_rmse"] < metrics["trivial"]["test_rmse"] / 5
+    if float(temperature) < 1:
+        exact_limits = metrics["rise_max"] / float(temperature)  # in the exact sampler's limits
+        assert exact_limits > stability.DIVERGENCE_LIMITS
+
+
+def test_mc_dropout_backs_off_a_step_too_large_and_ends_sound(sharp_root, tmp_path):
+    """MC dropout records U at its weights, not at the step's dropout mask
+    (bdl.samplers.mc_dropout), so burn-in reads its climbs as SGD's: at sampler.lr=1000 it
+    backs off and ends sound; without burn-in the same step diverges, and lowering sampler.lr,
+    which the message says, is the fix that the back-off found."""
+    mc_dropout = ["sampler=mc_dropout", "sampler.lr=1000"]
+    metrics = run(sharp(sharp_root, *mc_dropout, *SHORT_UCI), tmp_path / "backed")
+    assert metrics["status"] == "completed" and metrics["step_scale"] < 1 / 16
+    assert metrics["test_rmse"] < metrics["trivial"]["test_rmse"] / 5
+    with pytest.raises(DivergedError, match="diverged in epoch .*Lower sampler.lr"):
+        run(sharp(sharp_root, *mc_dropout, *SHORT_UCI[:1], "burn_in=0"), tmp_path / "bare")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("p", [0.1, 0.2, 0.5])
+def test_mc_dropout_ends_sound_on_yacht_at_every_dropout_rate(p, data_dir, tmp_path):
+    """At the UCI protocol's defaults (full batches, 2000 burn-in epochs) burn-in read the masks'
+    spread of U as the chain heating and stopped MC dropout in burn-in (epoch 808 at p = 0.5;
+    p = 0.1 and 0.2 alike); with U recorded at the weights each ends sound (17 s of CPU each)."""
+    with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
+        overrides = ["dataset=yacht", "sampler=mc_dropout", f"sampler.p={p}", "figures=false"]
+        cfg = compose("config", [f"dataset.root={data_dir}", *overrides])
+    metrics = run(cfg, tmp_path)
+    assert metrics["status"] == "completed", metrics.get("error")
+    assert metrics["test_rmse"] < metrics["trivial"]["test_rmse"] / 2
 
 
 def test_a_climb_after_burn_in_is_a_divergence_that_names_the_frozen_step(sharp_root, tmp_path):

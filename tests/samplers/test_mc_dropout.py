@@ -33,6 +33,39 @@ def test_a_step_is_sgd_through_the_mask():
     s = kept.double() / (1 - p)
     assert 0 < kept.sum() < 4  # this seed drops some columns and keeps others
     torch.testing.assert_close(w1, start - lr * (start * s - target) * s)
+    # the potential recorded is the weights' own, not the dropped out weights'
+    assert state.info["potential"].item() == pytest.approx(
+        0.5 * (start - target).square().sum().item()
+    )
+
+
+def test_the_recorded_potential_is_the_weights_not_the_masks():
+    """The runner's yardstick reads each step's recorded U (bdl.runner.stability). At a step too
+    small to move the weights, U at the weights is the same at every step and equals the
+    potential's own, while U at the masked weights spreads with the masks: the spread that
+    burn-in read as the chain heating."""
+    torch.manual_seed(0)
+    model = MLP(input_shape=(5,), out_features=3, hidden=[16], activation="tanh").double()
+    potential = Potential(model, Categorical(), Gaussian(), 100)
+    x, y = torch.randn(100, 5, dtype=torch.float64), torch.randint(0, 3, (100,))
+    expected = potential.closure(x, y)()[0].item()
+    sampler = MCDropout(lr=1e-300, generator=torch.Generator().manual_seed(1))
+    sampler.attach(potential, lambda: iter(()))
+    state = sampler.init(potential.params)
+    recorded = []
+    for _ in range(20):
+        sampler.step(state, potential.closure(x, y))
+        recorded.append(state.info["potential"].item())
+    assert recorded == pytest.approx([expected] * 20, rel=1e-12)
+    masked, weight, generator = [], model.layers[2].weight, torch.Generator().manual_seed(2)
+    for _ in range(20):
+        kept = weight.detach().clone()
+        with torch.no_grad():
+            weight.mul_((torch.rand(16, generator=generator) >= 0.5).double() / 0.5)
+        masked.append(potential.closure(x, y)()[0].item())
+        with torch.no_grad():
+            weight.copy_(kept)
+    assert torch.tensor(masked).std().item() > 1.0
 
 
 def test_samples_differ_and_average_to_the_network_without_dropout():

@@ -280,7 +280,7 @@ def _settings(
         x_validation=x_validation,
         validation=None if x_validation is None else Task(data, data.y_validation),
         backs_off=sampler.declaration.backs_off and cfg.burn_in > 0,
-        rise_limit=stability.rise_limit(parameters),
+        rise_limit=stability.rise_limit(parameters, cfg.temperature),
         stability_window=stability.window(cfg.burn_in),
         lr=cfg.sampler.lr,
         checkpoint_every=cfg.checkpoint_every,
@@ -361,7 +361,8 @@ def _log_run(
         cfg.temperature,
         run.steps_per_epoch,
         cfg.sampler.lr,
-        f" per datum = step {sampler.lr:.3g} on U"
+        f" per datum = step {sampler.lr / cfg.temperature:.3g} on U"
+        + (f", {sampler.lr:.3g} on U_T" if cfg.temperature != 1 else "")
         if sampler.declaration.step_unit == "per datum"
         else "",
         parameters,

@@ -301,7 +301,10 @@ class Sampling:
             "accept_rate": "" if accept_rate is None else accept_rate,
             "divergences": round(divergent) if loop.tests else "",
         }
-        row.update({k: v.item() for k, v in exp.potential.hyperparameters().items()})
+        # so may a hyperparameter after a step too large (a noise precision e^s past float's
+        # range), which the next epoch's potential shows and backs off from
+        hyperparameters = {k: v.item() for k, v in exp.potential.hyperparameters().items()}
+        row.update({k: v if math.isfinite(v) else None for k, v in hyperparameters.items()})
         loop.curve.append(row)
         loop.epoch, loop.step, loop.order = epoch + 1, 0, None
         loop.potentials, loop.accepted, loop.tests = [], torch.zeros_like(loop.accepted), 0

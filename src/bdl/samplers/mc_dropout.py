@@ -40,12 +40,7 @@ class MCDropout(SGD):
     """SGD (``lr``, ``momentum``) with dropout of rate ``p`` on the hidden units, then
     ``num_samples`` dropout masks on the trained weights as the samples."""
 
-    # No back-off: burn-in's yardstick is the spread of an exact sampler's U about its mode
-    # (bdl.runner.stability), and each step reads U at a fresh dropout mask, whose spread is the
-    # mask's (on yacht's full batches, rises of 100-600 against a limit of 298 at p = 0.5, with
-    # the step already halved to 1e-6 of lr). Backing off read that as heating and stopped the
-    # run on yacht at the defaults; BBB's sampled weights are left alone alike.
-    declaration = Declaration(step_unit="per datum", injects_noise=False)
+    declaration = Declaration(step_unit="per datum", injects_noise=False, backs_off=True)
 
     def __init__(
         self,
@@ -80,20 +75,29 @@ class MCDropout(SGD):
         return scales
 
     def closure_for(self, state: SamplerState, closure: Closure) -> Closure:
+        """``closure``'s gradient through a fresh mask, and ``U`` at the weights themselves: the
+        potential a step records (the runner's yardstick, `bdl.runner.stability`, and the
+        curve) is that of the network being trained. ``U`` at the masked weights spreads with the
+        mask (on yacht's full batches by 100-600 from step to step at ``p`` = 0.5, against a
+        rise limit of 298), which burn-in read as the chain heating: it halved the step twenty
+        times and stopped the run at the defaults, advising a smaller ``lr`` that could not
+        narrow the masks' spread. The potential's closure gives ``U`` by a forward pass
+        (``value``); another closure is evaluated at the weights whole."""
         params, scales = state.params, self._scales(state.params)
+        unmasked = getattr(closure, "value", None) or (lambda: closure()[0])
 
         def dropped_out() -> Evaluation:
             kept = [params[i].clone() for i in self.masked]
             for i, s in zip(self.masked, scales, strict=True):
                 params[i].mul_(s)
             try:
-                potential, grads = closure()
+                _, grads = closure()
             finally:
                 for i, w in zip(self.masked, kept, strict=True):
                     params[i].copy_(w)
             for i, s in zip(self.masked, scales, strict=True):
                 grads[i].mul_(s)
-            return potential, grads
+            return unmasked(), grads
 
         return super().closure_for(state, dropped_out)
 
