@@ -121,32 +121,6 @@ def test_cap_is_arvizs_ess_of_chains_too_short_to_measure_autocorrelation(chains
     np.testing.assert_allclose(diagnostics.ess(draws, "bulk"), diagnostics.cap(chains, length))
 
 
-def test_summary_rows_are_arvizs_summary(draws):
-    """The run's ``summary.csv`` rows: mean, sd, 94% HDI, ESS and R-hat as ``az.summary``
-    computes them (unrounded) for two quantities of the draws, one with a slow tail."""
-    az = diagnostics._arviz()
-    named = {"volatile": draws[..., 0], "shifted": draws[..., 19]}
-    measured = diagnostics.scalar_diagnostics(named)
-    rows = {row["quantity"]: row for row in diagnostics.summary_rows(named, measured)}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        expected = az.summary(az.convert_to_dataset(named), round_to="none")
-    for name in named:
-        row, theirs = rows[name], expected.loc[name]
-        for mine, key in [
-            ("mean", "mean"),
-            ("sd", "sd"),
-            ("hdi_3%", "hdi_3%"),
-            ("hdi_97%", "hdi_97%"),
-        ]:
-            assert row[mine] == pytest.approx(theirs[key], rel=1e-10)
-        for mine, key in [("ess_bulk", "ess_bulk"), ("ess_tail", "ess_tail"), ("rhat", "r_hat")]:
-            assert row[mine] == pytest.approx(theirs[key], rel=1e-10)
-    # the columns are told apart: a swapped bulk and tail, or an R-hat of 1, would be caught
-    assert rows["volatile"]["ess_tail"] < rows["volatile"]["ess_bulk"] / 4
-    assert rows["shifted"]["rhat"] > 1.01
-
-
 @pytest.mark.parametrize(("chains", "draws"), [(4, 100), (1, 200)])
 def test_rhat_limit_is_exceeded_by_one_percent_of_independent_draws(chains, draws):
     """`rhat_limit` from the F distribution against arviz's R-hat of 4000 quantities of

@@ -54,6 +54,8 @@ import torch
 from scipy import stats
 from torch import Tensor
 
+from bdl import summary
+
 #: Vehtari et al. (2021): a scalar summary whose R-hat exceeds this has not converged.
 RHAT_THRESHOLD = 1.01
 #: Izmailov et al. (2021): the limit on the test predictive's R-hat, at its 90th percentile over
@@ -84,10 +86,6 @@ MIN_DRAWS = 4
 FILE = "diagnostics.csv"
 #: A run's ``az.summary``-like table: the potential, the hyperparameters, each test point.
 SUMMARY_FILE = "summary.csv"
-#: Probability mass of the summary's highest-density interval (arviz's default).
-HDI_PROB = 0.94
-#: The summary table's diagnostic columns.
-RATINGS = ("ess_bulk", "ess_tail", "rhat")
 #: Coordinates of the parameter vector followed for weight-space R-hat and ESS.
 WEIGHT_PROBES = 16
 
@@ -113,12 +111,12 @@ def _per_coordinate(function, draws: np.ndarray, **kwargs) -> np.ndarray:
 def ess(draws: np.ndarray, method: str = "bulk") -> np.ndarray:
     """Effective sample size (``bulk`` or ``tail``) of each coordinate of
     ``(chains, draws, dim)``."""
-    return _per_coordinate(_arviz().ess, draws, method=method)
+    return summary.ess(draws, method)
 
 
 def rhat(draws: np.ndarray) -> np.ndarray:
     """Rank-normalised split R-hat of each coordinate of ``(chains, draws, dim)``."""
-    return _per_coordinate(_arviz().rhat, draws)
+    return summary.rhat(draws)
 
 
 def probe_indices(total: int) -> Tensor:
@@ -223,35 +221,6 @@ def scalar_diagnostics(draws: dict[str, np.ndarray]) -> dict[str, dict[str, floa
 def number(value: float) -> float | None:
     """``value`` as a float, None for NaN (not measured)."""
     return None if np.isnan(value) else float(value)
-
-
-def summary_rows(draws: dict[str, np.ndarray], measured: dict[str, dict]) -> list[dict]:
-    """``az.summary``'s columns (mean, sd, the `HDI_PROB` highest-density interval, bulk
-    and tail ESS, R-hat) for each quantity of ``draws`` (name: ``(chains, draws)``), its ESS and
-    R-hat those of ``measured`` (`scalar_diagnostics`; blank where absent)."""
-    az = _arviz()
-    low, high = f"hdi_{(1 - HDI_PROB) / 2:.0%}", f"hdi_{(1 + HDI_PROB) / 2:.0%}"
-    rows = []
-    for name, values in draws.items():
-        finite = values[np.isfinite(values)]
-        if finite.size < values.size or finite.size < 2:
-            continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            dataset = az.convert_to_dataset(values[..., None])
-            interval = np.asarray(az.hdi(dataset, hdi_prob=HDI_PROB)["x"].values).reshape(-1)
-        found = measured.get(name, {})
-        rows.append(
-            {
-                "quantity": name,
-                "mean": float(values.mean()),
-                "sd": float(values.std(ddof=1)),
-                low: float(interval[0]),
-                high: float(interval[1]),
-                **{k: "" if found.get(k) is None else found[k] for k in RATINGS},
-            }
-        )
-    return rows
 
 
 def _measured(values: np.ndarray, chains: int, draws: int) -> np.ndarray:
