@@ -131,6 +131,7 @@ def test_hydra_builds_bdl_s_launchers(name):
 
     with initialize_config_module("bdl.conf", version_base="1.3"):
         cfg = compose("config", [f"hydra/launcher={name}"], return_hydra_config=True)
+    cli.register_launchers()  # as bdl-run does before Hydra starts
     launcher = Plugins.instance()._instantiate(cfg.hydra.launcher)
     assert isinstance(launcher, Launcher)
     assert type(launcher).__module__ + "." + type(launcher).__name__ == cfg.hydra.launcher._target_

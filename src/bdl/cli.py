@@ -194,6 +194,19 @@ def _check_launcher(argv: list[str]) -> None:
                 f"bdl-run: error: hydra/launcher={name} is not installed: install bdl's "
                 f"launchers extra, pip install 'bdl[launchers]' (or pip install {package})"
             )
+    register_launchers()
+
+
+def register_launchers() -> None:
+    """bdl's own launchers made known to Hydra. Hydra finds plugins by walking the folders of
+    the ``hydra_plugins`` namespace, and an editable install (``pip install -e .``) maps bdl's
+    module there without a folder to walk."""
+    from hydra.core.plugins import Plugins
+
+    from hydra_plugins import bdl_launcher
+
+    if getattr(bdl_launcher, "SlurmLauncher", None) is not None:  # the launchers extra
+        Plugins.instance().register(bdl_launcher.SlurmLauncher)
 
 
 def _torchrun_overrides(argv: list[str]) -> tuple[list[str], str | None]:

@@ -105,6 +105,8 @@ class Compiler:
     def __init__(self) -> None:
         # None: no working compiler here, everything eager
         self._functions: dict[Hashable, Callable] | None = {}
+        # set here, not at the first call, so that a caller's patch of Inductor's config holds
+        self._cache_folder = keep_caches()
         self._programs_failed = False
 
     @property
@@ -124,7 +126,6 @@ class Compiler:
             return None
         first = key not in self._functions
         if first:
-            folder = keep_caches()
             self._functions[key] = torch.compile(build())
             tallies, start = _cache_tallies(), _compiling_seconds()
         try:
@@ -140,7 +141,7 @@ class Compiler:
                 self._programs_failed = True
             return None
         if first:
-            _say_how_it_compiled(folder, start, tallies)
+            _say_how_it_compiled(self._cache_folder, start, tallies)
         return result
 
     def or_eager(self, key: Hashable, function: Callable[..., Any]) -> Callable[..., Any]:

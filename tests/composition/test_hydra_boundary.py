@@ -235,7 +235,9 @@ def test_a_preset_s_logging_writes_nothing_anywhere(monkeypatch, folder):
     from omegaconf import OmegaConf
 
     config = OmegaConf.to_container(OmegaConf.create(text).hydra.job_logging)
+    # disable_existing_loggers: bdl's loggers must outlive the test (later tests read them)
     config = {"version": 1, **config, "root": {"handlers": ["file"], "level": "INFO"}}
+    config["disable_existing_loggers"] = False
     config["handlers"]["file"] |= {"class": "logging.FileHandler", "formatter": "simple"}
     line = bdl_run(monkeypatch, folder, "-cd", "presets", "experiment=evil")
     assert line.startswith("bdl-run: error: hydra.job_logging.formatters.simple.format=touch ")
@@ -246,7 +248,7 @@ def test_a_preset_s_logging_writes_nothing_anywhere(monkeypatch, folder):
         logging.getLogger().info("x")
         assert bashrc.read_bytes().startswith(before + f"touch {folder / 'marker'}".encode())
     finally:
-        logging.config.dictConfig({"version": 1, "incremental": False})
+        logging.config.dictConfig({"version": 1, "disable_existing_loggers": False})
         for handler in logging.getLogger().handlers[:]:
             handler.close()
             logging.getLogger().removeHandler(handler)
