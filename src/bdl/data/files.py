@@ -100,7 +100,8 @@ def _read_csv(
             f"{_listing(header)}): set dataset.target to the target's column"
         )
     names = list(features) if features is not None else [n for n in header if n != target]
-    missing = [n for n in names if n not in header]
+    position = {name: k for k, name in reversed(list(enumerate(header)))}  # the first of a name
+    missing = [n for n in names if n not in position]
     if missing:
         raise DataError(
             f"{path} has no column {missing[0]!r} of dataset.features"
@@ -113,7 +114,7 @@ def _read_csv(
         )
     if not names:
         raise DataError(f"{path} has no feature column beside the target {target!r}")
-    columns = [header.index(n) for n in names]
+    columns = [position[n] for n in names]
     x = np.empty((len(rows) - 1, len(names)), dtype=np.float64)
     labels = []
     for line, row in enumerate(rows[1:], start=2):
@@ -123,7 +124,7 @@ def _read_csv(
             )
         for j, (name, column) in enumerate(zip(names, columns, strict=True)):
             x[line - 2, j] = _number(path, line, name, row[column])
-        labels.append(row[header.index(target)].strip())
+        labels.append(row[position[target]].strip())
     if not labels:
         raise DataError(f"{path} has a header and no row: it needs at least one point")
     numbers = [_float(v) for v in labels]
