@@ -41,6 +41,22 @@ class Kill(BaseException):
     """Stands for SIGKILL: nothing in bdl may catch it and tidy up."""
 
 
+def killed_at_call(monkeypatch, owner, name: str, at: int, run) -> None:
+    """``run()`` killed (`Kill`) at the ``at``-th call of ``owner.name``, which is then restored."""
+    real, calls = getattr(owner, name), {"n": 0}
+
+    def dying(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == at:
+            raise Kill
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, dying)
+    with pytest.raises(Kill):
+        run()
+    monkeypatch.setattr(owner, name, real)
+
+
 def write_tiny_uci(root: Path, n: int = 60) -> Path:
     """A regression set ``uci/tiny/`` in the standard splits' layout, with one split."""
     write_fake_uci(root, "tiny", rows=n, columns=4, splits=1)
@@ -161,21 +177,11 @@ def test_a_run_killed_mid_epoch_resumes_bitwise(uci_root, tmp_path, monkeypatch,
     cfg = tiny_config(uci_root, tmp_path / "start", overrides)
     runner.run(cfg, tmp_path / "whole")
 
-    real_step = ChainStepper.closure
-    calls = {"n": 0}
     full_batch = declaration(option_of(overrides)).full_batch
     kill_at = 4 if full_batch else 17  # epoch 5 of the full-batch kernels; mid-epoch 4 otherwise
-
-    def dying(self, *args):
-        calls["n"] += 1
-        if calls["n"] == kill_at:
-            raise Kill
-        return real_step(self, *args)
-
-    monkeypatch.setattr(ChainStepper, "closure", dying)
-    with pytest.raises(Kill):
-        runner.run(cfg, tmp_path / "killed")
-    monkeypatch.setattr(ChainStepper, "closure", real_step)
+    killed_at_call(
+        monkeypatch, ChainStepper, "closure", kill_at, lambda: runner.run(cfg, tmp_path / "killed")
+    )
     runner.run(
         tiny_config(uci_root, tmp_path / "start", overrides, "resume=true"), tmp_path / "killed"
     )
@@ -723,18 +729,10 @@ def test_out_of_distribution_scores_resume_bitwise(
     runner.run(cfg, tmp_path / "whole")
     whole = outputs(tmp_path / "whole")
     assert whole[0]["ood"] == "fashion_mnist" and whole[0]["num_samples"] == 6
-    real_collect, calls = Sampling._collect, {"n": 0}
-
-    def dying(self, *args):
-        calls["n"] += 1
-        if calls["n"] == 5:  # the last epoch's first sample: two of each chain kept before
-            raise Kill
-        return real_collect(self, *args)
-
-    monkeypatch.setattr(Sampling, "_collect", dying)
-    with pytest.raises(Kill):
-        runner.run(cfg, tmp_path / "killed")
-    monkeypatch.setattr(Sampling, "_collect", real_collect)
+    # killed at the last epoch's first sample: two of each chain kept before
+    killed_at_call(
+        monkeypatch, Sampling, "_collect", 5, lambda: runner.run(cfg, tmp_path / "killed")
+    )
     path = tmp_path / "killed" / "checkpoint.safetensors"
     tensors, header = bdl.runner.checkpoint.load(path)
     assert tensors["chain_1/detection/outside/count"] == 2  # two samples scored before

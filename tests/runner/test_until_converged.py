@@ -17,7 +17,7 @@ from bdl.runner import results
 from bdl.runner import run as runner
 from bdl.runner.sampling import Budget
 from bdl.runner.steppers import ChainStepper
-from runner.test_resume import Kill, config, outputs, write_tiny_uci
+from runner.test_resume import config, killed_at_call, outputs, write_tiny_uci
 
 
 @pytest.fixture(scope="module")
@@ -86,18 +86,14 @@ def test_a_run_until_converged_killed_resumes_bitwise(uci_root, tmp_path, monkey
     monkeypatch.setattr(results, "current_verdict", failing(10, []))
     cfg = config(uci_root, *UNTIL, "max_epochs=25")
     runner.run(cfg, tmp_path / "whole")
-    real_step, calls = ChainStepper.closure, {"n": 0}
-
-    def dying(self, *args):
-        calls["n"] += 1
-        if calls["n"] == 4 * 15 + 2:  # 4 steps an epoch: mid-epoch 16
-            raise Kill
-        return real_step(self, *args)
-
-    monkeypatch.setattr(ChainStepper, "closure", dying)
-    with pytest.raises(Kill):
-        runner.run(cfg, tmp_path / "killed")
-    monkeypatch.setattr(ChainStepper, "closure", real_step)
+    killed_at = 4 * 15 + 2  # 4 steps an epoch: mid-epoch 16
+    killed_at_call(
+        monkeypatch,
+        ChainStepper,
+        "closure",
+        killed_at,
+        lambda: runner.run(cfg, tmp_path / "killed"),
+    )
     runner.run(config(uci_root, *UNTIL, "max_epochs=25", "resume=true"), tmp_path / "killed")
     whole = outputs(tmp_path / "whole")
     assert outputs(tmp_path / "killed") == whole

@@ -27,7 +27,7 @@ from safetensors.torch import load as _st_load
 from safetensors.torch import save as _st_save
 from torch import Tensor
 
-from bdl.composition.config import ConfigError
+from bdl.composition.config import ConfigError, RunConfig
 from bdl.runner.experiment import Experiment
 from bdl.runner.loop import Loop
 from bdl.samplers.base import Cached, SamplerState, cached
@@ -367,8 +367,18 @@ def resumable_config(cfg: DictConfig) -> dict[str, Any]:
     return flat
 
 
+#: The root's keys and their defaults: a checkpoint written before a key existed ran as its default.
+_ROOT_DEFAULTS = {
+    field.name: field.default
+    for field in dataclasses.fields(RunConfig)
+    if field.default is not dataclasses.MISSING
+}
+
+
 def check_same_config(cfg: DictConfig, header: dict[str, Any], path: Path) -> None:
-    saved, now = header["config"], resumable_config(cfg)
+    now = resumable_config(cfg)
+    added = (now.keys() - header["config"].keys()) & _ROOT_DEFAULTS.keys()
+    saved = {k: _ROOT_DEFAULTS[k] for k in added} | header["config"]
     differ = sorted(k for k in saved.keys() | now.keys() if saved.get(k) != now.get(k))
     if differ:
         shown = ", ".join(f"{k} ({saved.get(k)!r} there, {now.get(k)!r} now)" for k in differ[:6])
