@@ -78,15 +78,24 @@ def test_a_fresh_run_writes_nothing_through_a_linked_file(uci_root, tmp_path):
     assert not (folder / ".bdl.lock").exists()
 
 
-def test_hydra_s_log_is_not_appended_through_a_link(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("link", "said"),
+    [(Path.symlink_to, "is a symbolic link"), (Path.hardlink_to, "has 1 other hard link(s): bdl")],
+    ids=["symbolic", "hard"],
+)
+def test_hydra_s_log_is_not_appended_through_a_link(tmp_path, monkeypatch, link, said):
+    """A resumed run appends to its ``cli.log``: one that is a link to a file elsewhere, symbolic
+    or hard, would hand that file the lines."""
     run = tmp_path / "run"
     run.mkdir()
     folder, before = victim(tmp_path)
-    (run / "cli.log").symlink_to(folder / "precious.txt")
+    link(run / "cli.log", folder / "precious.txt")
     monkeypatch.setattr(sys, "argv", ["bdl-run", f"hydra.run.dir={run}", "resume=true"])
     with pytest.raises(SystemExit) as stop:
         cli.main()
-    assert str(stop.value.code).startswith(f"bdl-run: error: {run / 'cli.log'} is a symbolic link")
+    line = str(stop.value.code)
+    assert line.startswith(f"bdl-run: error: {run / 'cli.log'} {said}")
+    assert len(line.splitlines()) == 1
     assert snapshot(folder) == before
 
 
@@ -125,22 +134,6 @@ def test_wandb_s_own_links_are_its_business(uci_root, tmp_path):
     directory = RunDirectory(run)
     directory.claim(config(uci_root), resume=False)
     directory.release()
-
-
-def test_hydra_s_log_is_not_appended_through_a_hard_link(uci_root, tmp_path, monkeypatch):
-    """A resumed run appends to its ``cli.log``: one that is also a file elsewhere (a hard link)
-    would receive the lines."""
-    run = tmp_path / "run"
-    run.mkdir()
-    folder, before = victim(tmp_path)
-    (run / "cli.log").hardlink_to(folder / "precious.txt")
-    monkeypatch.setattr(sys, "argv", ["bdl-run", f"hydra.run.dir={run}", "resume=true"])
-    with pytest.raises(SystemExit) as stop:
-        cli.main()
-    line = str(stop.value.code)
-    assert line.startswith(f"bdl-run: error: {run / 'cli.log'} has 1 other hard link(s): bdl")
-    assert len(line.splitlines()) == 1
-    assert snapshot(folder) == before
 
 
 def test_a_run_writes_nothing_through_a_hard_linked_file(uci_root, tmp_path):
