@@ -24,6 +24,7 @@ from hydra import compose, initialize_config_module
 from torch import nn
 from torch._inductor import cpp_builder
 from torch._inductor.exc import InvalidCxxCompiler
+from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
 from bdl.composition import plugins
 from bdl.composition.instantiation import resolve
@@ -32,7 +33,9 @@ from bdl.samplers.base import Declaration
 # One Inductor cache for every test of this process and the commands it starts, as one user's
 # runs share theirs (bdl.compiled.keep_caches): a test that isolates bdl's cache folder would
 # otherwise compile every program from nothing, which tests nothing more.
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="bdl-tests-inductor-"))
+# (Inductor writes its default into the environment when torch is imported: not the user's.)
+if os.environ.get("TORCHINDUCTOR_CACHE_DIR", default_cache_dir()) == default_cache_dir():
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bdl-tests-inductor-")
 
 SAMPLER_CONFIGS = Path(__file__).parents[1] / "conf" / "sampler"
 #: bdl's own sampler options (the docs' table lists these).

@@ -23,9 +23,12 @@ whether it compiled or loaded, and in how long.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import logging
 import os
+import platform
 from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
@@ -57,14 +60,29 @@ Finish = Callable[..., Evaluation]
 
 def keep_caches() -> Path:
     """Keep Inductor's FX graph and AOT autograd caches in bdl's cache folder (unless
-    ``TORCHINDUCTOR_CACHE_DIR`` names another), both on; returns the folder."""
+    ``TORCHINDUCTOR_CACHE_DIR`` names another), both on; returns the folder. bdl's folder has one
+    subfolder per CPU kind (`cpu_kind`): Inductor's keys do not hold the instruction set its
+    kernels and oneDNN's packed weights were made for, and a home folder shared by a cluster's
+    Intel and AMD nodes would otherwise hand one node's kernels to the other."""
     folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     # Inductor writes its default into the environment when it first looks for its folder
     if folder is None or Path(folder) == Path(default_cache_dir()):
-        folder = os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir() / "inductor")
+        folder = os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir() / "inductor" / cpu_kind())
     torch._inductor.config.fx_graph_cache = True
     torch._functorch.config.enable_autograd_cache = True
     return Path(folder)
+
+
+def cpu_kind() -> str:
+    """The CPU that compiled kernels are made for, as a folder's name: the processor's model and
+    the instruction sets torch, MKL and oneDNN are allowed (``ATEN_CPU_CAPABILITY``,
+    ``MKL_ENABLE_INSTRUCTIONS``, ``ONEDNN_MAX_CPU_ISA``)."""
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as info:
+        model = next((line for line in info if line.startswith("model name")), model)
+    allowed = [os.environ.get(k, "") for k in ("MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")]
+    said = "|".join([model.strip(), torch.backends.cpu.get_cpu_capability(), *allowed])
+    return hashlib.sha256(said.encode()).hexdigest()[:16]
 
 
 def _compiling_seconds() -> float:
