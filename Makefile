@@ -9,7 +9,7 @@ export BDL_DATA_DIR ?= $(SHARED_DATA)
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-dev run demo test test-generic test-slow lint format docs docs-serve bench mutation mutation-full reproduce-chen-mnist reproduce-uci reproduce-uci-quick check \
+.PHONY: help install install-dev run demo test test-generic test-slow lint format docs docs-serve bench bench-peers mutation mutation-full reproduce-chen-mnist reproduce-uci reproduce-uci-quick check \
 	reproduce-izmailov-mnist reproduce-blundell-mnist reproduce-blundell-mnist-1200
 
 help: ## list the targets
@@ -92,6 +92,9 @@ bench: install ## bdl vs bare PyTorch, same process: SGHMC vs SGD-momentum epoch
 	$(BIN)/python scripts/bench_store.py
 	$(BIN)/python scripts/bench_store.py --run 100
 	$(BIN)/python scripts/bench_peers.py
+
+bench-peers: install ## the guard on bdl's lead over BlackJAX (extra peers; a quiet machine, ~15 min): fails when a ratio crosses its line
+	OMP_NUM_THREADS=1 $(BIN)/python scripts/bench_peers.py --guard --rounds 10
 
 CHEN := multirun/chen2014_mnist
 CHEN_SEEDS ?= 0,1,2,3,4

@@ -581,7 +581,11 @@ def start_libraries() -> None:
     )
 
 
-def yacht(rounds: int, settings: Settings, contenders: set[str] | None) -> None:
+def yacht(
+    rounds: int, settings: Settings, contenders: set[str] | None
+) -> dict[str, list[list[float]]]:
+    """Runs the yacht contenders; per contender, per round, the four `RATES` of the whole run
+    then of the sampling after warm-up."""
     # every iteration after burn-in a draw, as the peers keep theirs; no figures, which the
     # peers do not draw (a short run's summary.png is a second of its time)
     common = [
@@ -681,6 +685,7 @@ def yacht(rounds: int, settings: Settings, contenders: set[str] | None) -> None:
         for ours in ADAPTIVE:
             print_ratios(measured, ours, FIXED, offset, "fixed")
     print("max|z| over rounds: " + ", ".join(f"{name} {z:.2f}" for name, z in worst_z.items()))
+    return measured
 
 
 def print_ratios(
@@ -704,12 +709,13 @@ def print_ratios(
 GRADIENT_ITERATIONS = 20
 
 
-def gradient_cost(rounds: int) -> None:
+def gradient_cost(rounds: int) -> list[float]:
     """CPU and wall seconds per gradient of the yacht network in an HMC iteration of 16 stacked
     chains: bdl's compiled trajectory (``chains=16 compile=true``, after burn-in, the iteration as
     ``bdl-run`` runs it, no draw kept: momentum, trajectory, Metropolis test) against
     BlackJAX's HMC kernel vmapped over as many chains on the same posterior (the NumPyro model's
-    log density), 50 leapfrog steps each, a jitted scan over the iterations; interleaved rounds."""
+    log density), 50 leapfrog steps each, a jitted scan over the iterations; interleaved rounds.
+    Returns bdl / BlackJAX in CPU seconds, a ratio a round."""
     # no draw kept in the timed iterations (the first at the run's last epoch): its files and
     # test predictions are not a gradient's cost
     overrides = ["thin=300", "epochs=400", "burn_in=100", f"chains={CHAINS}", "compile=true"]
@@ -766,12 +772,16 @@ def gradient_cost(rounds: int) -> None:
         cpu = statistics.median(s.cpu for s in seconds) / gradients * 1e6
         wall = statistics.median(s.wall for s in seconds) / gradients * 1e6
         print(f"{name:<10} {cpu:7.1f} µs CPU {wall:7.1f} µs wall (median)")
-    for clock in ("cpu", "wall"):
-        ratios = [
+    by_clock = {
+        clock: [
             getattr(ours, clock) / getattr(theirs, clock)
             for ours, theirs in zip(costs["bdl"], costs["BlackJAX"], strict=True)
         ]
+        for clock in ("cpu", "wall")
+    }
+    for clock, ratios in by_clock.items():
         print(f"bdl / BlackJAX per gradient, {clock.upper()}: {spread(ratios)}  (goal <= 1.2)")
+    return by_clock["cpu"]
 
 
 class BlackJAXSGHMC:
@@ -863,7 +873,8 @@ def first_layer_products(experiment: Experiment) -> tuple[Callable, Callable]:
     return torch_epoch, xla_epoch
 
 
-def mnist(rounds: int) -> None:
+def mnist(rounds: int) -> list[float]:
+    """Times the MNIST SGHMC epochs; returns bdl's compiled epoch / BlackJAX's, a ratio a round."""
     with tempfile.TemporaryDirectory() as directory:
         cfg = composed([*MNIST, *BDL_THREADS])
         loop = sampling(cfg, Path(directory) / "sghmc")  # burn-in: steps only
@@ -906,12 +917,15 @@ def mnist(rounds: int) -> None:
             f"{name + ' epoch:':<32} {statistics.median(times) * 1e3:8.1f} ms   / bare "
             f"{spread(ratios)}"
         )
-    for name, times in (
-        ("bdl", ours),
-        ("bdl compiled steps", ours_steps),
-        ("bdl compile=true", ours_compiled),
-    ):
-        ratios = [o / t for o, t in zip(times, theirs, strict=True)]
+    against_blackjax = {
+        name: [o / t for o, t in zip(times, theirs, strict=True)]
+        for name, times in (
+            ("bdl", ours),
+            ("bdl compiled steps", ours_steps),
+            ("bdl compile=true", ours_compiled),
+        )
+    }
+    for name, ratios in against_blackjax.items():
         print(f"{name} / BlackJAX epoch: {spread(ratios)}  (goal <= 1)")
     ratios = [t / x for t, x in zip(torch_products, xla_products, strict=True)]
     print(
@@ -923,6 +937,60 @@ def mnist(rounds: int) -> None:
         f"test accuracy of the last state, {rounds + 1} epochs: bdl {accuracy:.3f}, BlackJAX "
         f"{blackjax.accuracy(sghmc.run.x_test, y_test):.3f}"
     )
+    return against_blackjax["bdl compile=true"]
+
+
+#: bdl's 16-chain setting the guard holds against ChEES x16: the learnt length alone, as BlackJAX
+#: learns it (with the identity mass)
+GUARDED = "bdl 16 length"
+
+
+@dataclass(frozen=True)
+class Goal:
+    """A ratio's pass line: its median over the rounds at most (or at least) ``line``."""
+
+    name: str
+    ratios: list[float]
+    line: float
+    at_most: bool
+
+    def held(self) -> bool:
+        median = statistics.median(self.ratios)
+        return median <= self.line if self.at_most else median >= self.line
+
+    def row(self) -> str:
+        sign = "<=" if self.at_most else ">="
+        verdict = "held" if self.held() else "FAILED"
+        return f"{self.name:<58} {spread(self.ratios):>17}  goal {sign} {self.line:<4} {verdict}"
+
+
+def guard(rounds: int, settings: Settings) -> int:
+    """Measures the three ratios that keep bdl's lead and judges each at its pass line; returns
+    the exit status: 0 all held, 1 one failed, 2 not judged (the machine was not quiet)."""
+    before = os.getloadavg()[0]
+    measured = yacht(rounds, settings, {GUARDED, CHEES})
+    at_median = RATES.index("med/CPU-s")  # the whole run's, compilation and warm-up included
+    goals = [
+        Goal("bdl / BlackJAX, CPU seconds per gradient", gradient_cost(rounds), 1.3, True),
+        Goal("bdl compile=true / BlackJAX, MNIST SGHMC epoch", mnist(rounds), 1.1, True),
+        Goal(
+            f"{GUARDED} / {CHEES}, ESS per CPU-second (median point)",
+            [
+                ours[at_median] / theirs[at_median]
+                for ours, theirs in zip(measured[GUARDED], measured[CHEES], strict=True)
+            ],
+            1.0,
+            False,
+        ),
+    ]
+    print(f"guard, median (min-max) over {rounds} rounds:")
+    print("\n".join(goal.row() for goal in goals))
+    if max(before, os.getloadavg()[0]) > 1.5:
+        print("guard: NOT JUDGED, other work shared the machine; rerun it on a quiet one")
+        return 2
+    failed = [goal.name for goal in goals if not goal.held()]
+    print(f"guard: {'FAILED: ' + '; '.join(failed) if failed else 'every goal held'}")
+    return 1 if failed else 0
 
 
 def main() -> None:
@@ -942,6 +1010,12 @@ def main() -> None:
         "after it; the peers' warm-up is unchanged",
     )
     parser.add_argument(
+        "--guard",
+        action="store_true",
+        help="measure only the ratios that keep bdl's lead and judge them at their pass lines "
+        "(exit 1 when one fails, 2 when the machine was not quiet)",
+    )
+    parser.add_argument(
         "--default-threads",
         action="store_true",
         help="each contender at its default thread count (bdl: threads=auto), not one thread",
@@ -951,6 +1025,12 @@ def main() -> None:
         torch.set_num_threads(1)
     # the runs' own verdicts (short chains that have not converged) are not what is measured
     logging.getLogger("bdl").setLevel(logging.ERROR)
+    if args.guard:
+        if DEFAULT_THREADS or args.part != "all" or args.contenders or args.burn_in is not None:
+            parser.error("--guard runs its own parts and contenders on one thread: drop the rest")
+        with machine_load(1):
+            status = guard(args.rounds, QUICK if args.quick else FULL)
+        sys.exit(status)
     with machine_load(os.cpu_count() if DEFAULT_THREADS else 1):
         if args.part in ("yacht", "all"):
             contenders = None if args.contenders is None else set(args.contenders.split(","))

@@ -179,3 +179,43 @@ def test_quick_run_prints_sane_ratios_and_agreeing_posteriors(data_dir):
     # Euler step moves the position before the momentum, a step behind Chen et al.'s): both
     # learn, where a sampler that does not move stays near 10%
     assert float(accuracy.group(1)) > 0.85 and float(accuracy.group(2)) > 0.6
+
+
+def test_the_guard_refuses_options_that_would_change_what_it_measures():
+    pytest.importorskip("numpyro")
+    pytest.importorskip("blackjax")
+    result = run_process(["--guard", "--part", "yacht"], {})
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        "bench_peers.py: error: --guard runs its own parts and contenders on one thread: drop "
+        "the rest"
+    )
+
+
+#: a guard row: the ratio's name, its median (min-max), its line and the verdict
+GUARD_ROW = r"(.+?)\s+" + SPREAD + r"\s+goal (<=|>=) (\d+\.?\d*)\s+(held|FAILED)"
+
+
+@pytest.mark.slow
+def test_the_guards_verdicts_follow_its_figures_and_its_exit_status_follows_them(data_dir):
+    pytest.importorskip("numpyro")
+    pytest.importorskip("blackjax")
+    result = run_process(["--guard", "--quick", "--rounds", "1"], {"BDL_DATA_DIR": str(data_dir)})
+    rows = [re.fullmatch(GUARD_ROW, line) for line in result.stdout.splitlines()]
+    rows = [row for row in rows if row]
+    assert [(row.group(1), row.group(5), row.group(6)) for row in rows] == [
+        ("bdl / BlackJAX, CPU seconds per gradient", "<=", "1.3"),
+        ("bdl compile=true / BlackJAX, MNIST SGHMC epoch", "<=", "1.1"),
+        ("bdl 16 length / ChEES x16, ESS per CPU-second (median point)", ">=", "1.0"),
+    ]
+    failed = False
+    for row in rows:
+        median, low, high, line = (float(row.group(k)) for k in (2, 3, 4, 6))
+        assert 0 < low <= median <= high
+        held = median <= line if row.group(5) == "<=" else median >= line
+        assert row.group(7) == ("held" if held else "FAILED"), row.group(0)
+        failed |= not held
+    if "guard: NOT JUDGED" in result.stdout:
+        assert result.returncode == 2
+    else:
+        assert result.returncode == (1 if failed else 0), result.stderr

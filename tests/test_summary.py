@@ -104,6 +104,7 @@ def test_rhat_and_ess_are_arvizs_on_every_coordinate(chains, length):
         (summary.rhat(draws), arviz_each(az.rhat, draws)),
         (summary.ess(draws, "bulk"), arviz_each(az.ess, draws, method="bulk")),
         (summary.ess(draws, "tail"), arviz_each(az.ess, draws, method="tail")),
+        (summary.ess(draws, "mean"), arviz_each(az.ess, draws, method="mean")),
     ]:
         np.testing.assert_array_equal(np.isnan(mine), np.isnan(theirs))
         np.testing.assert_allclose(mine, theirs, rtol=1e-12)
@@ -111,5 +112,5 @@ def test_rhat_and_ess_are_arvizs_on_every_coordinate(chains, length):
 
 
 def test_ess_refuses_an_unknown_method():
-    with pytest.raises(ValueError, match="choose bulk or tail"):
-        summary.ess(np.zeros((1, 8, 1)), "mean")
+    with pytest.raises(ValueError, match="choose bulk, tail or mean"):
+        summary.ess(np.zeros((1, 8, 1)), "median")

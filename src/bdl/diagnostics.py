@@ -109,7 +109,7 @@ def _per_coordinate(function, draws: np.ndarray, **kwargs) -> np.ndarray:
 
 
 def ess(draws: np.ndarray, method: str = "bulk") -> np.ndarray:
-    """Effective sample size (``bulk`` or ``tail``) of each coordinate of
+    """Effective sample size (``bulk``, ``tail`` or ``mean``) of each coordinate of
     ``(chains, draws, dim)``."""
     return summary.ess(draws, method)
 

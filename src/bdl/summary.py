@@ -90,10 +90,12 @@ def rhat(draws: np.ndarray) -> np.ndarray:
 
 
 def ess(draws: np.ndarray, method: str = "bulk") -> np.ndarray:
-    """Bulk or tail effective sample size (Vehtari et al. 2021; arviz's ``az.ess``) of each
+    """Bulk, tail or mean effective sample size (Vehtari et al. 2021; arviz's ``az.ess``) of each
     coordinate of ``draws`` ``(chains, draws, dim)``: the bulk's of the rank-normalised split
-    chains, the tail's the smaller of the split indicators' of the 5% and 95% quantiles; NaN
-    under `MIN_DRAWS` draws or for a coordinate with a NaN."""
+    chains, the tail's the smaller of the split indicators' of the 5% and 95% quantiles, the
+    mean's of the split chains as they are (the one whose square root divides the standard
+    deviation into the mean's Monte Carlo error); NaN under `MIN_DRAWS` draws or for a
+    coordinate with a NaN."""
     if draws.shape[1] < MIN_DRAWS:
         return np.full(draws.shape[-1], np.nan)
     coordinates = _by_coordinate(draws)
@@ -104,8 +106,10 @@ def ess(draws: np.ndarray, method: str = "bulk") -> np.ndarray:
         found = np.minimum(
             *(_ess(_split(coordinates <= _quantile(flat, p)[:, None, None]) * 1.0) for p in TAIL)
         )
+    elif method == "mean":
+        found = _ess(_split(coordinates))
     else:
-        raise ValueError(f"method={method!r}: choose bulk or tail")
+        raise ValueError(f"method={method!r}: choose bulk, tail or mean")
     return np.where(_any_nan(draws), np.nan, found)
 
 
