@@ -961,7 +961,7 @@ class Goal:
     def row(self) -> str:
         sign = "<=" if self.at_most else ">="
         verdict = "held" if self.held() else "FAILED"
-        return f"{self.name:<58} {spread(self.ratios):>17}  goal {sign} {self.line:<4} {verdict}"
+        return f"{self.name:<62} {spread(self.ratios):>17}  goal {sign} {self.line:<4} {verdict}"
 
 
 def guard(rounds: int, settings: Settings) -> int:

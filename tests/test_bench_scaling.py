@@ -14,7 +14,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_scaling.py"
 NUMBER = r"(-?\d+\.\d+)"
 #: chains, training rows, test points, then the fixed seconds, ms a draw (wall, CPU), ms a
 #: chain's draw, and the check's measured / predicted seconds
-ROW = r"\s*(\d+)\s+(\d+)\s+(\d+)\s+" + r"\s+".join([NUMBER] * 5) + r"\s+/\s+" + NUMBER
+ROW = r"\s*(\d+)\s+(\d+)\s+(\d+)\s+" + r"\s+".join([NUMBER] * 5) + r"\s+/\s+" + NUMBER + r"\s*"
 
 
 @pytest.mark.slow
