@@ -26,7 +26,7 @@ from torch import Tensor
 
 from bdl import diagnostics
 from bdl.atomic import TEMPORARY
-from bdl.composition.config import ConfigError
+from bdl.errors import ConfigError
 from bdl.storage.store import (
     PREDICTIVE,
     SampleStore,
