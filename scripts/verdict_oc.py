@@ -60,7 +60,7 @@ def hmc(rng, chains: int, draws: int, scales: np.ndarray, step: float):
     out, divergent = [], 0
     for _ in range(draws):
         sampler.step(state, closure)
-        divergent += int(torch.as_tensor(state.info.get("diverging", 0)).sum())
+        divergent += int(torch.as_tensor(state.info.get("divergent", 0)).sum())
         out.append(params[0].clone())
     return torch.stack(out, 1).numpy() / scales, divergent
 

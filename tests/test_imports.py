@@ -5,6 +5,9 @@ does not remove it) and under ``if TYPE_CHECKING:`` (a module that needs another
 read depends on it)."""
 
 import ast
+import functools
+import subprocess
+import sys
 from pathlib import Path
 
 import bdl
@@ -117,7 +120,7 @@ ENTRY_POINTS = {"bdl", "bdl.cli"}
 #: what each application package may import besides the library
 MAY_IMPORT = {
     "bdl.composition": set(),
-    "bdl.storage": {"bdl.composition"},
+    "bdl.storage": set(),
     "bdl.analysis": {"bdl.composition", "bdl.storage"},
     "bdl.checks": {"bdl.composition", "bdl.storage", "bdl.analysis"},
     "bdl.runner": {"bdl.composition", "bdl.storage", "bdl.analysis"},
@@ -158,6 +161,7 @@ def test_the_layer_rules_are_read_from_the_graph():
         "bdl.analysis.report -> bdl.runner.results",
         "bdl.priors -> bdl.runner.run",
         "bdl.runner.run -> bdl.cli",
+        "bdl.storage.outputs -> bdl.composition.config",
         "bdl.storage.outputs -> bdl.runner.checkpoint",
     ]
 
@@ -166,3 +170,70 @@ def test_the_package_is_layered_by_job():
     graph = import_graph()
     assert {layer(module) for module in graph} == {"library", *APPLICATION, *ENTRY_POINTS}
     assert crossings(graph) == []
+
+
+def folder(module: str) -> str:
+    """The unit of ``module`` in the graph of folders: its folder below ``bdl`` (``bdl.runner``
+    for ``bdl.runner.loop``), or itself for a module of ``bdl``'s own folder, whose modules are
+    the library's flat pieces and the entry points, each a unit of its own."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 and (SOURCE / parts[1]).is_dir() else module
+
+
+def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    folders: dict[str, set[str]] = {}
+    for module, imports in graph.items():
+        own = folder(module)
+        folders.setdefault(own, set()).update(folder(name) for name in imports)
+        folders[own].discard(own)
+    return folders
+
+
+def longest_chain(graph: dict[str, set[str]]) -> list[str]:
+    """The longest chain of imports in ``graph`` (which holds no cycle), as its units from the
+    importing one down: how many layers a reader climbs from the bottom to the top."""
+
+    @functools.cache
+    def from_(node: str) -> tuple[str, ...]:
+        below = [from_(successor) for successor in sorted(graph[node])]
+        return (node, *max(below, key=len, default=()))
+
+    return list(max((from_(node) for node in sorted(graph)), key=len))
+
+
+#: The most layers the longest import chain between bdl's folders may climb: each layer more is
+#: one more module a reader holds in mind to follow the top one (docs/development.md).
+MOST_LAYERS = 10
+
+
+def test_the_longest_chain_is_read_from_the_graph():
+    graph = {"a": {"b", "c"}, "b": {"d"}, "c": set(), "d": set()}
+    assert longest_chain(graph) == ["a", "b", "d"]
+    modules = {"bdl.runner.loop": {"bdl.potential", "bdl.runner.steppers"}}
+    modules |= {"bdl.runner.steppers": {"bdl.samplers.sghmc"}, "bdl.potential": set()}
+    assert folder_graph(modules | {"bdl.samplers.sghmc": {"bdl.samplers.base"}}) == {
+        "bdl.runner": {"bdl.potential", "bdl.samplers"},
+        "bdl.samplers": set(),
+        "bdl.potential": set(),
+    }
+
+
+def test_the_folders_climb_at_most_ten_layers():
+    chain = longest_chain(folder_graph(import_graph()))
+    assert chain[0] in ENTRY_POINTS
+    assert len(chain) <= MOST_LAYERS, " -> ".join(chain)
+
+
+def test_import_bdl_loads_no_hydra():
+    """``import bdl`` (a saved run, a potential, the samplers) leaves Hydra unread: only
+    composing a config needs it, and ``bdl.run_model`` brings it on first use."""
+    program = (
+        "import sys, bdl\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'hydra', 'bdl'}))\n"
+        "bdl.run_model\n"
+        "print('hydra' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    assert out[:2] == ["['bdl']", "True"]

@@ -270,6 +270,7 @@ def config_reference() -> str:
         _table(("key", "type", "default", "note"), _schema_rows(schema.RunConfig)),
     ]
     GlobalHydra.instance().clear()
+    schema.register()  # a folder of configs, not the package bdl.conf whose import registers
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         for group in GROUPS:
             sections.append(f"## {group}")

@@ -29,7 +29,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from bdl.composition.config import (  # registers the schema
+from bdl.composition.config import (
     ConfigError,
     constructor_error,
     print_sweep,

@@ -91,10 +91,11 @@ WEIGHT_PROBES = 16
 
 
 def _arviz():
-    # arviz's import warns of its coming API and logs which preview packages are missing
+    # arviz's import warns of its coming API (once a day) and logs which preview packages are
+    # missing
     logging.getLogger("arviz.preview").setLevel(logging.WARNING)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        warnings.filterwarnings("ignore", "\nArviZ is undergoing", FutureWarning)
         import arviz
 
     return arviz
@@ -104,7 +105,11 @@ def _per_coordinate(function, draws: np.ndarray, **kwargs) -> np.ndarray:
     """arviz's ``function`` on ``(chains, draws, dim)``, one value per coordinate."""
     az = _arviz()
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # chains > draws; constant coordinates
+        warnings.filterwarnings("ignore", "More chains", UserWarning)  # chains > draws
+        # a constant coordinate's variances are 0, its R-hat NaN
+        warnings.filterwarnings(
+            "ignore", "(invalid value|divide by zero) encountered", RuntimeWarning
+        )
         return np.asarray(function(az.convert_to_dataset(draws), **kwargs)["x"].values)
 
 

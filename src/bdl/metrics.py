@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import Tensor
@@ -331,6 +332,16 @@ class Detection:
 
     def __init__(self) -> None:
         self.inside, self.outside = UncertaintyAverage(), UncertaintyAverage()
+
+    @classmethod
+    def of(cls, predictions: Iterable[Sequence[Tensor]]) -> Detection:
+        """The detection of stored samples from each one's class probabilities on the two sets
+        (`bdl.composition.network.predict_samples` on the in- and out-of-distribution inputs):
+        what ``bdl-eval ood=`` and a run's end that scores its stored samples both call."""
+        detection = cls()
+        for inside, outside in predictions:
+            detection.update(inside, outside)
+        return detection
 
     @property
     def count(self) -> int:

@@ -17,7 +17,10 @@ from safetensors.torch import load_file
 import bdl
 from bdl.analysis.evaluate import evaluate
 from bdl.analysis.plots import summary_figure
+from bdl.runner.experiment import build
+from bdl.runner.results import _stored_detections
 from bdl.runner.run import run
+from bdl.storage.outputs import RunDirectory
 from bdl.storage.store import read_manifest
 
 # minibatches of 32 and the UCI step size (sampler=sghmc_uci's), which these runs were written for
@@ -282,6 +285,11 @@ def test_mnist_run_scores_fashion_mnist_as_out_of_distribution(run_with, fake_da
     evaluated, _ = evaluate(directory, {"ood": "fashion_mnist", "device": "cpu"})
     scored = {k: v for k, v in metrics.items() if k.startswith("ood")}
     assert {k: evaluated[k] for k in scored} == scored
+    # and so does a run's end whose checkpoint kept no scores (an older bdl's): the run's own
+    # network, each stored sample put into it (bdl.composition.network.predict_samples)
+    experiment = build(posterior.config)
+    (stored,) = _stored_detections(experiment, RunDirectory(directory), chains=1)
+    assert {"ood": "fashion_mnist", **stored.metrics()} == scored
 
 
 def test_a_bad_ood_name_is_one_line_naming_the_choices(fake_data_root):

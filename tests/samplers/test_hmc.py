@@ -39,7 +39,7 @@ def test_one_iteration_by_hand(quadratic):
     assert state.info["accept_prob"].item() == pytest.approx(min(1, math.exp(-energy_error)))
 
 
-def test_diverged_trajectory_is_rejected_and_the_position_restored(quadratic):
+def test_a_divergent_trajectory_is_rejected_and_the_position_restored(quadratic):
     params = [torch.tensor([1.0, -0.5])]
     sampler = HMC(lr=100.0, num_steps=5, adapt=False, generator=torch.Generator().manual_seed(0))
     state = sampler.init(params)
@@ -77,7 +77,7 @@ def test_divergent_transitions_are_counted_per_chain_at_the_transitions_whose_st
         q, p = leapfrog(start, p0, eps, 10, lambda q: q / sigma.square())
         error = 0.5 * (q.square() - start.square()) / sigma.square() + 0.5 * (p.square() - p0**2)
         torch.testing.assert_close(state.info["energy_error"], error, rtol=1e-9, atol=1e-12)
-        assert state.info["diverging"].tolist() == [False, t in large], t
+        assert state.info["divergent"].tolist() == [False, t in large], t
         if t in large:
             assert error[1] > 1e6 and error[0].abs() < 10
 
@@ -90,7 +90,7 @@ def test_the_divergence_threshold_is_a_validated_hyperparameter(quadratic):
     state = sampler.init(params)
     sampler.step(state, quadratic(params))
     error = state.info["energy_error"].item()
-    assert bool(state.info["diverging"]) == (error > 1e-300)
+    assert bool(state.info["divergent"]) == (error > 1e-300)
 
 
 def test_closure_is_called_once_per_leapfrog_step_after_the_first_iteration(quadratic, counting):
@@ -292,7 +292,7 @@ def test_compiled_trajectory_follows_the_closures(chains, mass, adapt_length, co
         trace = []
         for _ in range(4):
             sampler.step(state, closure())
-            decisions = torch.stack([state.info["accepted"], state.info["diverging"]])
+            decisions = torch.stack([state.info["accepted"], state.info["divergent"]])
             trace.append(([p.clone() for p in params], decisions))
         runs.append(trace)
     for (eager, accepted), (compiled, compiled_accepted) in zip(*runs, strict=True):

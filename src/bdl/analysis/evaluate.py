@@ -296,9 +296,7 @@ def evaluate(run_dir: Path, options: dict[str, str]) -> tuple[dict[str, Any], Pa
                 f"ood={options['ood']}: out-of-distribution detection needs a classifier"
             )
         x_ood = ood_inputs(options["ood"], posterior.data, posterior.config.dataset)
-        scores = Detection()
-        for _, (inside, outside) in posterior.predictions_on([x, x_ood], device):
-            scores.update(inside, outside)
+        scores = Detection.of(p for _, p in posterior.predictions_on([x, x_ood], device))
         average = scores.inside
         detection = {"ood": options["ood"], **scores.metrics()}
         label += f"-ood-{options['ood']}"

@@ -326,7 +326,8 @@ class Posterior:
           times the schedule), ``acceptance_rate`` (kernels with a Metropolis test),
           ``diverging`` (whether a divergent transition, `bdl.samplers.metropolis`, happened
           since the draw before, or after burn-in for the first draw: with ``thin`` above 1 a
-          draw stands for several transitions) and ``n_divergent`` (how many);
+          draw stands for several transitions) and ``n_divergent`` (how many): ArviZ's names
+          (``az.plot_trace`` reads ``diverging``) for what bdl counts as ``divergences``;
         - with ``log_likelihood``: ``log_likelihood`` (``y``, ``log p(y_i | x_i, θ)`` of each test
           point, in the targets' original units), ``posterior_predictive`` (``y``, one draw of
           the likelihood per sample, seeded ``seed``) and ``observed_data`` (``y``, the test

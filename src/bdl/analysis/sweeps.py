@@ -120,7 +120,9 @@ def find_runs(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def _flatten(obj: Any, prefix: str = "", out: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Dotted keys for nested dicts; lists become strings so that they can label a group."""
+    """Dotted keys for nested dicts; lists become strings so that they can label a group.
+    (``pandas.json_normalize`` dots them too, but puts every nested key after the top-level
+    ones: the report's columns would leave the config's order.)"""
     out = {} if out is None else out
     if isinstance(obj, dict):
         for k, v in obj.items():

@@ -13,20 +13,18 @@ data once, so that their constructors' own range checks run before the data are 
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import inspect
 import itertools
 import math
+import sys
 import types
 import typing
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from typing import Any
 
-from hydra import compose, initialize_config_module
-from hydra.core.config_store import ConfigStore
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import HydraException, InstantiationException
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -34,7 +32,6 @@ from bdl.composition import plugins
 from bdl.composition.instantiation import check_targets, instantiate
 from bdl.errors import ConfigError
 from bdl.likelihoods import Gaussian
-from bdl.samplers.base import Sampler
 
 
 class Device(Enum):
@@ -146,8 +143,16 @@ class RunConfig:
     schedule: Any = None
 
 
-ConfigStore.instance().store(name="base_config", node=RunConfig)
-plugins.register()  # the options of installed packages join the groups (bdl.composition.plugins)
+@functools.cache
+def register() -> None:
+    """Put in Hydra's config store what ``config.yaml`` names beside its files: this schema (as
+    ``base_config``) and the installed packages' options (`bdl.composition.plugins`). The
+    package ``bdl.conf`` calls it when Hydra imports it to read the files, so that every way of
+    composing them finds both, while ``import bdl`` (which reads no config) loads no Hydra."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="base_config", node=RunConfig)
+    plugins.register()
 
 
 # The groups whose config names a ``_target_``, and the arguments the runner passes when it builds
@@ -283,7 +288,12 @@ def _check_group(cfg: Any, group: str) -> None:
             f"{group}._target_={node._target_} cannot be imported: choose a {group} option "
             "listed by bdl-run --help"
         ) from None
-    if group == "sampler" and not (inspect.isclass(target) and issubclass(target, Sampler)):
+    # Sampler by the module already loaded: a target that subclasses it imported it, and the
+    # composition stays below the samplers in the layers (docs/development.md)
+    base = sys.modules.get("bdl.samplers.base")
+    if group == "sampler" and not (
+        base and inspect.isclass(target) and issubclass(target, base.Sampler)
+    ):
         raise ConfigError(
             f"sampler._target_={node._target_} is no bdl.samplers.base.Sampler: a sampler "
             "subclasses it and declares what it is (docs/adding-a-sampler.md)"
@@ -378,6 +388,8 @@ def constructor_error(error: Exception, kinds: tuple[type[Exception], ...]) -> E
     """The constructor's own error inside Hydra's ``InstantiationException`` when it is one of
     ``kinds`` (its message names the key or the fix, e.g. where the data should be); else
     ``error``."""
+    from hydra.errors import InstantiationException
+
     if isinstance(error, InstantiationException) and isinstance(error.__cause__, kinds):
         return error.__cause__
     return error
@@ -386,6 +398,8 @@ def constructor_error(error: Exception, kinds: tuple[type[Exception], ...]) -> E
 def _build_without_data(cfg: Any) -> None:
     """Build once what needs no data (prior, likelihood, sampler, schedule), so that their
     constructors' range checks fail before the data are read; the runner builds them again."""
+    from hydra.errors import InstantiationException
+
     try:
         instantiate(cfg.prior)
         Gaussian(**cfg.likelihood)
@@ -403,6 +417,10 @@ def print_sweep(argv: list[str]) -> bool:
     """``bdl-run -m <sweep> --cfg job [--resolve]``: print the config of each job the sweep would
     launch (Hydra refuses to combine ``-m`` and ``--cfg``); ``False``, printing nothing, for any
     other command line. A mistake ends the program with one line."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
     if not {"-m", "--multirun"} & set(argv) or not {"-c", "--cfg"} & set(argv):
         return False
     after_cfg = [arg for flag, arg in itertools.pairwise(argv) if flag in ("-c", "--cfg")]

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hydra.utils import instantiate as _hydra_instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf._utils import get_yaml_loader
 from omegaconf.errors import InterpolationResolutionError, OmegaConfBaseException
@@ -131,7 +130,9 @@ def instantiate(node: DictConfig, *args: Any, **kwargs: Any) -> Any:
     # again, so that a run directory's literal "${oc.env:...}" would call the resolver it names.
     resolved = OmegaConf.to_container(node, resolve=True)
     _refuse_interpolation_text(resolved, where)
-    return _hydra_instantiate(OmegaConf.create(resolved), *args, **kwargs)
+    from hydra.utils import instantiate as hydra_instantiate  # Hydra loaded when first used
+
+    return hydra_instantiate(OmegaConf.create(resolved), *args, **kwargs)
 
 
 def _refuse_interpolation_text(value: Any, key: str) -> None:

@@ -13,9 +13,9 @@ import torch
 from omegaconf import DictConfig
 from torch import Tensor, nn
 
-from bdl.composition.config import ConfigError
 from bdl.composition.instantiation import instantiate
 from bdl.data import Dataset
+from bdl.errors import ConfigError
 from bdl.task import Task
 
 

@@ -17,7 +17,7 @@ into K classes; any other numeric target a regression. Declared a classification
 other than 0..K-1 (a wine's quality scores 3..8) are mapped in order onto 0..K-1, said in the
 log. The features, and a regression's target,
 are standardised with the training rows' mean and standard deviation alone, by the UCI loader's
-own code (`bdl.data.uci._standardise`), so that nothing leaks from the test rows; RMSE and
+own code (`bdl.data.uci.standardise`), so that nothing leaks from the test rows; RMSE and
 log-likelihood are reported in the target's own units. A validation split (``val_*`` metrics,
 where settings are chosen, never on the test rows) is a third file, or a fraction of the training
 rows held out before the statistics are taken.
@@ -54,8 +54,9 @@ import torch
 
 from bdl.atomic import atomic_file
 
+from . import uci
 from .base import DataError, Dataset
-from .uci import LARGEST_CELL, _standardise
+from .uci import LARGEST_CELL
 
 log = logging.getLogger("bdl")
 
@@ -462,7 +463,7 @@ def load(
     ys = [parts[n][1] for n in names]
     if standardise:
         flat = [x.reshape(len(x), -1) for x in xs]
-        _, _, *scaled = _standardise(*flat)
+        _, _, *scaled = uci.standardise(*flat)
         xs = [s.reshape(x.shape) for s, x in zip(scaled, xs, strict=True)]
     num_classes, mean, std = None, 0.0, 1.0
     if task == "classification":
@@ -479,7 +480,7 @@ def load(
                 "set dataset.task=classification"
             )
         if standardise:
-            mean, std, *ys = _standardise(*ys)
+            mean, std, *ys = uci.standardise(*ys)
 
     _check_disjoint(paths, read)
 

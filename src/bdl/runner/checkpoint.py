@@ -301,7 +301,7 @@ def _chain_state(loop: Loop, experiment: Experiment) -> tuple[dict[str, Tensor],
     if loop.potentials:
         tensors["loop/potentials"] = torch.stack(loop.potentials)
     tensors["loop/accepted"] = loop.accepted
-    tensors["loop/divergent"] = loop.divergent
+    tensors["loop/divergent"] = loop.divergences  # the key of the checkpoints written so far
     for name in _PER_SAMPLE:
         if getattr(loop, name):
             tensors[f"loop/{name}"] = torch.stack(getattr(loop, name))
@@ -335,7 +335,7 @@ def _restore_chain(
     if "loop/potentials" in tensors:
         loop.potentials = list(tensors["loop/potentials"].to(device).unbind())
     loop.accepted = tensors["loop/accepted"].to(device)
-    loop.divergent = tensors["loop/divergent"].to(device)
+    loop.divergences = tensors["loop/divergent"].to(device)
     for name in _PER_SAMPLE:
         if f"loop/{name}" in tensors:
             setattr(loop, name, list(tensors[f"loop/{name}"].unbind()))

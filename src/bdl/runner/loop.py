@@ -47,11 +47,11 @@ class Loop:
     accepted: Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.float64))
     tests: int = 0  # Metropolis tests in the epoch so far
     # divergent transitions in the epoch so far (bdl.samplers.metropolis), a tensor like accepted
-    divergent: Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.float64))
+    divergences: Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.float64))
     sampling_tests: int = 0  # Metropolis tests after burn-in: the divergences' denominator
     curve: list[dict[str, Any]] = field(default_factory=list)
     accept_rates: list[float] = field(default_factory=list)  # per sampling epoch
-    initial_potential: float | None = None  # U at the first step: the divergence yardstick
+    initial_potential: float | None = None  # U at the first step: the yardstick of a diverged chain
     #: the mean potentials of the last epochs (bdl.runner.stability's yardstick is their lowest, the
     #: ``level``); during burn-in, the state the chain began the lowest of them in (to return to
     #: when a step proves too large), and the state it began this epoch in (whose potential this
@@ -109,7 +109,8 @@ class Loop:
         epochs (`bdl.runner.stability`): during burn-in, a climb or a non-finite state returns the
         chain to its snapshot and halves the run's step; after burn-in (and for kernels that do
         not back off), a climb past `DIVERGENCE_LIMITS` limits, or a
-        non-finite state, is a divergence."""
+        non-finite state, ends the run: the chain diverged (not a divergent transition, which
+        a Metropolis test counts: `bdl.samplers.metropolis`)."""
         exp = experiment
         finite = torch.stack(torch._foreach_norm(self.sampler.params)).isfinite().all().item()
         finite = finite and math.isfinite(mean_potential)

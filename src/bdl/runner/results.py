@@ -115,12 +115,10 @@ def _stored_detections(
     stores = [folder for folder in directory.store_folders(chains) if folder.is_dir()]
     model, likelihood = exp.potential.model, exp.potential.likelihood
     detections = []
+    inputs = [exp.run.x_test, exp.run.x_ood]
     for store in stores:
-        detections.append(Detection())
         samples = (params for params, _ in load_samples(store))
-        inputs = [exp.run.x_test, exp.run.x_ood]
-        for inside, outside in predict_samples(model, likelihood, samples, inputs):
-            detections[-1].update(inside, outside)
+        detections.append(Detection.of(predict_samples(model, likelihood, samples, inputs)))
     return detections
 
 

@@ -283,7 +283,7 @@ class Sampling:
         loop.check_stability(exp, mean_potential, self._name(chain))
         if exp.collects(epoch):
             self._collect(chain, epoch)
-        accepted, divergent = torch.stack([loop.accepted, loop.divergent]).tolist()  # one sync
+        accepted, divergences = torch.stack([loop.accepted, loop.divergences]).tolist()  # one sync
         accept_rate = accepted / loop.tests if loop.tests else None
         if accept_rate is not None and epoch >= exp.run.burn_in:
             loop.accept_rates.append(accept_rate)
@@ -299,7 +299,7 @@ class Sampling:
             "test_metric": self._test_metric(chain),
             "wall_time_s": round(self.elapsed, 3),
             "accept_rate": "" if accept_rate is None else accept_rate,
-            "divergences": round(divergent) if loop.tests else "",
+            "divergences": round(divergences) if loop.tests else "",
         }
         # so may a hyperparameter after a step too large (a noise precision e^s past float's
         # range), which the next epoch's potential shows and backs off from
@@ -308,7 +308,7 @@ class Sampling:
         loop.curve.append(row)
         loop.epoch, loop.step, loop.order = epoch + 1, 0, None
         loop.potentials, loop.accepted, loop.tests = [], torch.zeros_like(loop.accepted), 0
-        loop.divergent = torch.zeros_like(loop.divergent)
+        loop.divergences = torch.zeros_like(loop.divergences)
         return row
 
     def _test_metric(self, chain: int) -> float | str:

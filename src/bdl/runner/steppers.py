@@ -182,7 +182,7 @@ class Stepper(ABC):
         self._tally(info["potential"].reshape(1, -1))  # one per chain
         if "accepted" in info:  # this step made a Metropolis test in every chain
             self._accepted = self._accepted + info["accepted"].double().reshape(-1)
-            self._divergent = self._divergent + info["diverging"].double().reshape(-1)
+            self._divergences = self._divergences + info["divergent"].double().reshape(-1)
             self._tests += 1
 
     @torch.no_grad()
@@ -252,7 +252,7 @@ class Stepper(ABC):
         """Tally the potentials of steps just taken: one row per step, one value per chain."""
         self._potentials.extend(potentials.unbind(0))
         self._steps += len(potentials)
-        if self.loops[0].initial_potential is None:  # once a run: the divergence yardstick
+        if self.loops[0].initial_potential is None:  # once a run: the yardstick of a diverged chain
             for loop, value in zip(self.loops, potentials[0].tolist(), strict=True):
                 loop.initial_potential = value
 
@@ -274,7 +274,7 @@ class Stepper(ABC):
                 loop.potentials.extend(columns[k].unbind())
             if self._tests:
                 loop.accepted = loop.accepted + self._accepted[k]
-                loop.divergent = loop.divergent + self._divergent[k]
+                loop.divergences = loop.divergences + self._divergences[k]
                 loop.tests += self._tests
             loop.step += self._steps
         self._reset_tallies()
@@ -282,7 +282,7 @@ class Stepper(ABC):
     def _reset_tallies(self) -> None:
         self._potentials: list[Tensor] = []
         self._accepted: Tensor | float = 0.0
-        self._divergent: Tensor | float = 0.0
+        self._divergences: Tensor | float = 0.0
         self._tests = self._steps = 0
 
 

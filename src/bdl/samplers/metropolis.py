@@ -5,7 +5,7 @@ $\min[1, \exp(\log r)]$ (Bühler, eq. 11); for Hamiltonian proposals
 $\log r = H(q, p) - H(q^*, p^*)$ with $H = U + \tfrac12\lVert p\rVert^2$
 (eqs. 14–15, 29). Energies are computed in float64: on a network the potential is of order
 $10^5$ and the differences that decide the test are of order one. A NaN or infinite energy
-(a diverged trajectory) is a rejection, so a bad step size shows up as a low acceptance rate, never
+(a divergent trajectory) is a rejection, so a bad step size shows up as a low acceptance rate, never
 as a crashed chain.
 
 **Divergent transitions.** A proposal whose energy error $\Delta H = -\log r$ exceeds
@@ -13,8 +13,10 @@ $\Delta_{\max}$ (``divergence_threshold``, Stan's 1000; Betancourt 2017), or is 
 finite, is a divergent transition: the integrator has left the region where it tracks the
 Hamiltonian flow, typically because the step is too large for the posterior's narrowest scale
 there, and the chain under-samples that region. Each test records it per chain in
-``state.info["diverging"]``; the runner counts them per epoch (the curve's ``divergences``) and
-after burn-in (``metrics.json``), and a run with any after burn-in is not judged converged.
+``state.info["divergent"]`` (Stan's ``divergent__``); the runner counts them, its
+``divergences``, per epoch (the curve's column) and after burn-in (``metrics.json``), and a run
+with any after burn-in is not judged converged. (A chain whose potential blows up is another
+thing, *diverged*: the run stops, `bdl.runner.loop.Loop.check_stability`.)
 
 **The leapfrog** (eqs. 18–20), with $\epsilon$ the step and $L$ the number of steps,
 is written as a half kick, $L - 1$ fused "kick ε, drift ε" steps and a closing half kick,
@@ -200,16 +202,16 @@ def metropolis_test(
     threshold: float = DIVERGENCE_THRESHOLD,
 ) -> Tensor:
     """Accept with probability ``min(1, exp(log_ratio))``; records the diagnostics in
-    ``state.info`` (``accepted``, ``accept_prob``, ``energy_error`` = −log r, and ``diverging``,
+    ``state.info`` (``accepted``, ``accept_prob``, ``energy_error`` = −log r, and ``divergent``,
     an energy error above ``threshold`` or not finite) and returns the boolean decision per
     chain."""
     log_ratio = log_ratio.double()
     draws = uniform(log_ratio.shape, generator, log_ratio.device)
-    accept = draws.log() < log_ratio  # False for NaN: a diverged proposal is rejected
+    accept = draws.log() < log_ratio  # False for NaN: a divergent proposal is rejected
     state.info["accepted"] = accept
     state.info["accept_prob"] = torch.nan_to_num(log_ratio.clamp(max=0).exp(), nan=0.0)
     state.info["energy_error"] = -log_ratio
-    state.info["diverging"] = ~(-log_ratio <= threshold)  # NaN and -inf ratios diverge too
+    state.info["divergent"] = ~(-log_ratio <= threshold)  # NaN and -inf ratios too
     return accept
 
 

@@ -51,7 +51,7 @@ from bdl.samplers.metropolis import (
     select_,
 )
 
-TEST_KEYS = ("accepted", "accept_prob", "energy_error", "diverging")
+TEST_KEYS = ("accepted", "accept_prob", "energy_error", "divergent")
 
 
 @dataclass

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from bdl import diagnostics
 from bdl.atomic import TEMPORARY
-from bdl.composition.config import ConfigError
+from bdl.errors import ConfigError
 from bdl.storage.store import (
     PREDICTIVE,
     SampleStore,
@@ -319,7 +319,9 @@ class RunDirectory:
 
 def _lock(path: Path) -> int | None:
     """An exclusive ``flock`` on ``path`` (created if need be), held until its descriptor is
-    closed or the process ends; None if another process holds it."""
+    closed or the process ends; None if another process holds it. By hand, not filelock's:
+    a directory it cannot write to must stay an OSError here, not a lock held elsewhere, and
+    filelock's reentrancy and fork rules changed between the 3.x and 4.x versions bdl allows."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
