@@ -257,7 +257,7 @@ def test_a_costly_cell_of_the_matrix_ends_sound_when_shortened(
     epochs with 2 predictive draws in place of 20-30, HMC for two epochs. Each must end sound:
     measured, the classifiers beat the trivial predictor by 101 (mfvi) to 302 standard errors
     of the paired gain in accuracy, HMC by 8.8 in squared error (the tie margin is 1; seed 0,
-    the machine's own kernels)."""
+    the same with ATEN_CPU_CAPABILITY=default)."""
     if data == "classification":
         cfg = classification(fake_data_root, sampler, "sampler.num_samples=2")
     else:
