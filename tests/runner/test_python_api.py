@@ -14,7 +14,7 @@ import arviz
 import numpy as np
 import pytest
 import torch
-from conftest import networks_of_samples
+from conftest import gaussian_mixture_of_samples
 from torch import nn
 
 import bdl
@@ -87,18 +87,10 @@ def recorded_log_likelihoods(directory) -> np.ndarray:
 def log_likelihoods(posterior) -> np.ndarray:
     """Each stored sample's Gaussian log-density of each test target in original units,
     ``(chains, draws, points)``, rebuilt with torch.distributions."""
-    data = posterior.data
-    y = data.y_test.double() * data.target_std + data.target_mean
     chains = []
     for chain in range(posterior.num_chains):
-        draws = []
-        for model, likelihood in networks_of_samples(posterior, chain):
-            with torch.no_grad():
-                mean, var = likelihood.predict(model(data.x_test)).double().unbind(-1)
-            scale = var.sqrt() * data.target_std
-            normal = torch.distributions.Normal(mean * data.target_std + data.target_mean, scale)
-            draws.append(normal.log_prob(y))
-        chains.append(torch.stack(draws))
+        targets, mixture = gaussian_mixture_of_samples(posterior, chain)
+        chains.append(mixture.component_distribution.log_prob(targets[:, None]).T)
     return torch.stack(chains).numpy()
 
 
