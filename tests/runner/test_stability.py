@@ -166,34 +166,57 @@ def test_a_climb_after_burn_in_is_a_divergence_that_names_the_frozen_step(sharp_
         run(cfg, tmp_path)
 
 
-# a few samples: each is scored on the 10 000 test images
-CLASSIFICATION = ["dataset=mnist", "dataset.validation=59000", "epochs=12", "burn_in=8", "thin=2"]
-#: In these twelve epochs at their defaults, these predict the majority class everywhere (or
-#: beat it by 0.0013 in accuracy, within one standard error): a tie with the trivial
-#: predictor, unsound, and said so. SWAG and MC dropout take SGD's steps, and tie as it does.
-TIE_IN_TWELVE_EPOCHS = {"bbb_sgd", "mala", "mfvi", "rwmh", "sgd", "sghmc_uci", "swag", "mc_dropout"}
+# a few samples: each is scored on the 10 000 test images. Minibatches of 50: twenty steps an
+# epoch on the 1000 training images (MNIST's protocol takes 100 of 500 on its 50 000). At 500,
+# twelve epochs are 24 steps, which leave SGD's, SWAG's, MC dropout's, bbb_sgd's, MFVI's and
+# SGHMC's at the UCI step networks at their start, predicting the majority class: an exact tie
+# (0 ± 0), unsound. With 240 steps every cell that completes, but MALA's and RWMH's (below),
+# beats the trivial predictor by 33 (sghmc_uci) to 302 standard errors of the paired gain in
+# accuracy, the tie margin being 1 (seed 0; the same to three digits with
+# ATEN_CPU_CAPABILITY=default).
+CLASSIFICATION = [
+    "dataset=mnist",
+    "dataset.validation=59000",
+    "batch_size=50",
+    "epochs=12",
+    "burn_in=8",
+    "thin=2",
+]
+#: What an option needs beyond the defaults on these 1000 images: SWAG collects an iterate once
+#: an epoch, as Maddox et al. (2019) do and as its default of 100 steps does on MNIST; at 100
+#: steps here it would collect none in the four sampled epochs and keep SGD's last point. HMC
+#: sums its full-data gradient over chunks of batch_size: chunks of 500 keep its cell at 7 s
+#: rather than 15 (one core under load), for the same full-data potential.
+ON_FAKE_MNIST = {"swag": ["sampler.collect_every=20"], "hmc": ["batch_size=500"]}
+#: Random-walk Metropolis and MALA take full-data steps: twelve iterations leave them near their
+#: start (measured: a gain of 0.0013 ± 0.0045, z = 0.3), so they may end unsound, saying so;
+#: the real-data matrix below judges them at their defaults.
+TIE_IN_TWELVE_EPOCHS = {"mala", "rwmh"}
 #: Constant SGD's fitted step is past a network's stability limit (the csgd module): where it
 #: does not refuse, it may diverge, and must then say so.
 MAY_DIVERGE = {"csgd"}
 
 
-def classification(root: Path, *overrides: str):
+def classification(root: Path, sampler: str, *overrides: str):
+    options = [f"sampler={sampler}", *ON_FAKE_MNIST.get(sampler, []), *overrides]
     with initialize_config_module(version_base="1.3", config_module="bdl.conf"):
         return compose(
-            "config", [f"dataset.root={root}", "figures=false", *CLASSIFICATION, *overrides]
+            "config", [f"dataset.root={root}", "figures=false", *CLASSIFICATION, *options]
         )
 
 
 DATA = ["classification", "sharp regression"]
-#: The matrix's cells that take 10-20 s each (of its 140 s, one core under load): the variational
-#: fits score 20-30 predictive draws on the 69 000 held-out and test images, and HMC takes 50
-#: leapfrog steps of the full data per iteration. They run with the slow tests, and for two
-#: epochs in the default suite; every other cell runs in full in the default suite.
+#: The matrix's cells that take 10-20 s each (one core under load): the variational fits, SWAG
+#: and MC dropout score 20-30 predictive draws on the 69 000 held-out and test images, and HMC
+#: takes 50 leapfrog steps of the full data per iteration. They run in full with the slow tests,
+#: and shortened in the default suite (the test below the matrix); every other cell runs in full
+#: in the default suite.
 COSTLY = {
     ("classification", "bbb"),
     ("classification", "bbb_sgd"),
     ("classification", "mfvi"),
     ("classification", "mc_dropout"),
+    ("classification", "swag"),
     ("sharp regression", "hmc"),
 }
 
@@ -215,7 +238,7 @@ def test_every_sampler_at_its_defaults_ends_sound_or_refuses(
     sharply peaked regression above, each sampler option either refuses before training, in one
     line, or completes with a posterior that beats the trivial predictor. Never 'unsound'."""
     if data == "classification":
-        cfg = classification(fake_data_root, f"sampler={sampler}")
+        cfg = classification(fake_data_root, sampler)
         assert_sound_or_refused(sampler, cfg, tmp_path, may_be_unsound=TIE_IN_TWELVE_EPOCHS)
         return
     cfg = sharp(sharp_root, f"sampler={sampler}", *SHORT_UCI)
@@ -227,25 +250,20 @@ TWO_EPOCHS = ["epochs=2", "burn_in=1", "thin=1"]
 
 
 @pytest.mark.parametrize(("data", "sampler"), cells(True))
-def test_a_costly_cell_of_the_matrix_runs_two_epochs_or_refuses(
+def test_a_costly_cell_of_the_matrix_ends_sound_when_shortened(
     sampler, data, sharp_root, fake_data_root, isolated_cache, tmp_path
 ):
-    """The costly cells' quick tier: the same defaults and data, two epochs. Too short to judge
-    the posterior (the matrix above does, with the slow tests), long enough that the option
-    builds, takes its burn-in and its sampled steps, scores a sample and writes the run, or
-    refuses in one line before training, or stops at a divergence that names what to change:
-    never a traceback."""
+    """The costly cells' quick tier, on the same defaults and data: the classifiers' twelve
+    epochs with 2 predictive draws in place of 20-30, HMC for two epochs. Each must end sound:
+    measured, the classifiers beat the trivial predictor by 101 (mfvi) to 302 standard errors
+    of the paired gain in accuracy, HMC by 8.8 in squared error (the tie margin is 1; seed 0,
+    the same with ATEN_CPU_CAPABILITY=default)."""
     if data == "classification":
-        cfg = classification(fake_data_root, f"sampler={sampler}", *TWO_EPOCHS)
-        if "num_samples" in cfg.sampler:  # 2 predictive draws, not 20-30, on the 69 000 images
-            cfg = classification(
-                fake_data_root, f"sampler={sampler}", *TWO_EPOCHS, "sampler.num_samples=2"
-            )
+        cfg = classification(fake_data_root, sampler, "sampler.num_samples=2")
     else:
         cfg = sharp(sharp_root, f"sampler={sampler}", *SHORT_UCI, *TWO_EPOCHS)
-    everyone = set(SAMPLER_OPTIONS)
-    fixes = ("Choose another sampler", "sampler.lr")  # the sampler's own advice is enough here
-    assert_sound_or_refused(sampler, cfg, tmp_path, everyone, everyone, fixes)
+    metrics = run(cfg, tmp_path)
+    assert metrics["status"] == "completed", metrics.get("error")
 
 
 def assert_sound_or_refused(
@@ -254,7 +272,6 @@ def assert_sound_or_refused(
     directory: Path,
     may_diverge=MAY_DIVERGE,
     may_be_unsound=(),
-    fixes=("Choose another sampler", "try sampler.lr="),
 ) -> None:
     try:
         metrics = run(cfg, directory)
@@ -264,6 +281,7 @@ def assert_sound_or_refused(
         return
     except DivergedError as divergence:
         assert sampler in may_diverge, str(divergence)
+        fixes = ("Choose another sampler", "try sampler.lr=")
         assert any(fix in str(divergence) for fix in fixes), str(divergence)
         return
     if sampler in may_be_unsound and metrics["status"] == "unsound":

@@ -119,6 +119,8 @@ def assert_same_run(run: Path, other: Path) -> None:
     assert len(draws[0]) == len(draws[1]) == 4
     for (tensors, entry), (others, other_entry) in zip(*draws, strict=True):
         assert tensors.keys() == others.keys()
+        # the shard's SHA-256 digests its tensors' last bits: they are compared to RTOL below
+        del entry["sha256"], other_entry["sha256"]
         assert_close(entry, other_entry, "the sample's entry")
         for key, value in tensors.items():
             scale = others[key].abs().max().item()
