@@ -193,9 +193,9 @@ class Stepper(ABC):
         sampler, state = self.sampler, self.state
         sampler.tuning = tune
         settings = [setting(s) for s in range(step, step + count)]
-        rows = [sampler.coefficients(sampler.lr * lr_scale) for lr_scale, _ in settings]
-        if rows[0] is None:  # the same for every step of the span: it hangs on tuning alone
+        if sampler.watches_gradients():  # the same for every step of the span: it hangs on tuning
             return False
+        rows = [sampler.coefficients(sampler.step_size(lr_scale)) for lr_scale, _ in settings]
         generators = [g for g in self._generators() if g is not None]
         before = [g.get_state() for g in generators]
         inputs = self._program_inputs(step, settings, rows)
