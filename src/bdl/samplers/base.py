@@ -54,7 +54,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -308,6 +308,22 @@ class Sampler(ABC):
         return self._normal.like(tensors, self.generator)
 
 
+#: A rule's result: the new parameters and buffers, by name
+Update = tuple[list[Tensor], dict[str, list[Tensor]]]
+
+
+class RuleInputs(NamedTuple):
+    """What `RuleSampler.rule` reads at a step: the parameters, the buffers by name, the
+    gradients of ``U``, the step's `RuleSampler.coefficients` and its standard normal ``draws``
+    shaped like ``params`` (None where the step injects no noise; zeros in a program)."""
+
+    params: list[Tensor]
+    buffers: dict[str, list[Tensor]]
+    grads: list[Tensor]
+    coefficients: Sequence[float | Tensor]
+    draws: list[Tensor] | None
+
+
 class RuleSampler(Sampler):
     """A sampler whose update is one rule (`rule`), written for any `Arithmetic`: `step` runs
     it in place with ``torch._foreach_*`` operations (`IN_PLACE`) or tensor by tensor
@@ -320,20 +336,10 @@ class RuleSampler(Sampler):
         """The scalars that `rule` reads, as numbers, for a step of ``step_size``."""
 
     @abstractmethod
-    def rule(
-        self,
-        arithmetic: Arithmetic,
-        params: list[Tensor],
-        buffers: dict[str, list[Tensor]],
-        grads: list[Tensor],
-        coefficients: Sequence[float | Tensor],
-        draws: list[Tensor] | None,
-    ) -> tuple[list[Tensor], dict[str, list[Tensor]]]:
-        """The new parameters and buffers from ``params``, ``buffers``, the gradients ``grads``,
-        the step's `coefficients` and its standard normal ``draws`` shaped like ``params``
-        (None where the step injects no noise; zeros in a program). The in-place forms
-        overwrite the first list of each operation: a rule passes there only the state it
-        updates, never ``grads`` or ``draws``."""
+    def rule(self, arithmetic: Arithmetic, step: RuleInputs) -> Update:
+        """The new parameters and buffers after ``step``. The in-place forms overwrite the first
+        list of each operation: a rule passes there only the state it updates, never
+        ``step.grads`` or ``step.draws``."""
 
     def watches_gradients(self) -> bool:
         """Whether this step watches its gradients (an online noise estimate while tuning), so
@@ -360,7 +366,7 @@ class RuleSampler(Sampler):
     ) -> None:
         draws = self.gaussian_like(state.params) if noise else None
         coefficients = self.coefficients(step_size)
-        self.rule(arithmetic, state.params, state.buffers, grads, coefficients, draws)
+        self.rule(arithmetic, RuleInputs(state.params, state.buffers, grads, coefficients, draws))
 
     def update_values(
         self,
@@ -369,18 +375,17 @@ class RuleSampler(Sampler):
         grads: list[Tensor],
         coefficients: Tensor,
         draws: list[Tensor],
-    ) -> tuple[list[Tensor], dict[str, list[Tensor]]]:
+    ) -> Update:
         """`rule` as a pure function that ``torch.compile`` traces into an epoch's program
         (`minibatch_program`), its `coefficients` a 1-d tensor: new tensors, or a buffer it
         leaves as it was."""
-        return self.rule(PURE, params, buffers, grads, coefficients.unbind(), draws)
+        return self.rule(PURE, RuleInputs(params, buffers, grads, coefficients.unbind(), draws))
 
 
 #: `RuleSampler.update_values`:
 #: ``(params, buffers, grads, coefficients, draws) -> (params, buffers)``
 PureUpdate = Callable[
-    [list[Tensor], dict[str, list[Tensor]], list[Tensor], Tensor, list[Tensor]],
-    tuple[list[Tensor], dict[str, list[Tensor]]],
+    [list[Tensor], dict[str, list[Tensor]], list[Tensor], Tensor, list[Tensor]], Update
 ]
 
 

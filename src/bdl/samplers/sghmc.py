@@ -39,7 +39,6 @@ is SGD with momentum 0.99.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -47,7 +46,7 @@ from torch import Tensor
 from bdl.closures import Closure
 from bdl.noise import Generator
 from bdl.samplers.arithmetic import Arithmetic
-from bdl.samplers.base import Declaration, RuleSampler, SamplerState
+from bdl.samplers.base import Declaration, RuleInputs, RuleSampler, SamplerState, Update
 from bdl.samplers.gradient_noise import observing
 
 
@@ -100,22 +99,14 @@ class SGHMC(RuleSampler):
         friction = self.burn_in_alpha if self.tuning else self.alpha
         return [1 - friction, step_size, noise_std(friction, step_size, self.grad_var), friction]
 
-    def rule(
-        self,
-        arithmetic: Arithmetic,
-        params: list[Tensor],
-        buffers: dict[str, list[Tensor]],
-        grads: list[Tensor],
-        coefficients: Sequence[float | Tensor],
-        draws: list[Tensor] | None,
-    ) -> tuple[list[Tensor], dict[str, list[Tensor]]]:
-        decay, eta, std, friction = coefficients
-        v = arithmetic.added(arithmetic.scaled(buffers["momentum"], decay), grads, -eta)
-        if draws is not None:
-            if self.online and "grad_var" in buffers:  # elementwise, from the frozen estimate
-                std = [noise_std(friction, eta, variance) for variance in buffers["grad_var"]]
-            v = arithmetic.added(v, draws, std)
-        return arithmetic.added(params, v), {**buffers, "momentum": v}
+    def rule(self, arithmetic: Arithmetic, step: RuleInputs) -> Update:
+        decay, eta, std, friction = step.coefficients
+        v = arithmetic.added(arithmetic.scaled(step.buffers["momentum"], decay), step.grads, -eta)
+        if step.draws is not None:
+            if self.online and "grad_var" in step.buffers:  # elementwise: the frozen estimate
+                std = [noise_std(friction, eta, variance) for variance in step.buffers["grad_var"]]
+            v = arithmetic.added(v, step.draws, std)
+        return arithmetic.added(step.params, v), {**step.buffers, "momentum": v}
 
 
 def noise_std(alpha: float | Tensor, eta: float | Tensor, V: float | Tensor) -> float | Tensor:

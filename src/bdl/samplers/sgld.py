@@ -15,12 +15,9 @@ $\eta = \epsilon/2$.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-
-from torch import Tensor
 
 from bdl.samplers.arithmetic import Arithmetic
-from bdl.samplers.base import Declaration, RuleSampler
+from bdl.samplers.base import Declaration, RuleInputs, RuleSampler, Update
 
 
 class SGLD(RuleSampler):
@@ -33,17 +30,9 @@ class SGLD(RuleSampler):
     def coefficients(self, step_size: float) -> list[float]:
         return [step_size / 2, math.sqrt(step_size)]
 
-    def rule(
-        self,
-        arithmetic: Arithmetic,
-        params: list[Tensor],
-        buffers: dict[str, list[Tensor]],
-        grads: list[Tensor],
-        coefficients: Sequence[float | Tensor],
-        draws: list[Tensor] | None,
-    ) -> tuple[list[Tensor], dict[str, list[Tensor]]]:
-        half_step, noise_std = coefficients
-        theta = arithmetic.added(params, grads, -half_step)
-        if draws is not None:
-            theta = arithmetic.added(theta, draws, noise_std)
-        return theta, buffers
+    def rule(self, arithmetic: Arithmetic, step: RuleInputs) -> Update:
+        half_step, noise_std = step.coefficients
+        theta = arithmetic.added(step.params, step.grads, -half_step)
+        if step.draws is not None:
+            theta = arithmetic.added(theta, step.draws, noise_std)
+        return theta, step.buffers
