@@ -15,9 +15,10 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor
 
-#: A factor: a number (a Python float in the eager forms, a 0-dim tensor in a program) or one
-#: tensor per list entry (elementwise).
-Factor = float | Tensor | list[Tensor]
+#: A number: a Python float in the eager forms, a 0-dim tensor in a program.
+Number = float | Tensor
+#: A factor of `Arithmetic.added`: a number, or one tensor per list entry (elementwise).
+Factor = Number | list[Tensor]
 
 
 class Arithmetic(ABC):
@@ -25,7 +26,7 @@ class Arithmetic(ABC):
     ``added(xs, ys, a)`` is ``xs + a · ys`` (``a = 1`` when None)."""
 
     @abstractmethod
-    def scaled(self, xs: list[Tensor], a: Factor) -> list[Tensor]: ...
+    def scaled(self, xs: list[Tensor], a: Number) -> list[Tensor]: ...
 
     @abstractmethod
     def added(
@@ -36,7 +37,7 @@ class Arithmetic(ABC):
 class InPlace(Arithmetic):
     """``torch._foreach_*`` operations that overwrite ``xs`` and return it."""
 
-    def scaled(self, xs: list[Tensor], a: Factor) -> list[Tensor]:
+    def scaled(self, xs: list[Tensor], a: Number) -> list[Tensor]:
         torch._foreach_mul_(xs, a)
         return xs
 
@@ -51,9 +52,9 @@ class InPlace(Arithmetic):
 class Loop(Arithmetic):
     """`InPlace`'s operations one tensor at a time."""
 
-    def scaled(self, xs: list[Tensor], a: Factor) -> list[Tensor]:
-        for i, x in enumerate(xs):
-            x.mul_(a[i] if isinstance(a, list) else a)
+    def scaled(self, xs: list[Tensor], a: Number) -> list[Tensor]:
+        for x in xs:
+            x.mul_(a)
         return xs
 
     def added(self, xs: list[Tensor], ys: list[Tensor], a: Factor | None = None) -> list[Tensor]:
@@ -68,7 +69,7 @@ class Loop(Arithmetic):
 class Pure(Arithmetic):
     """``torch._foreach_*`` operations returning new tensors; a factor may be a tensor."""
 
-    def scaled(self, xs: list[Tensor], a: Factor) -> list[Tensor]:
+    def scaled(self, xs: list[Tensor], a: Number) -> list[Tensor]:
         return torch._foreach_mul(xs, a)
 
     def added(self, xs: list[Tensor], ys: list[Tensor], a: Factor | None = None) -> list[Tensor]:
