@@ -22,8 +22,9 @@ Factor = Number | list[Tensor]
 
 
 class Arithmetic(ABC):
-    """Elementwise arithmetic on lists of tensors: ``scaled(xs, a)`` is ``a · xs`` and
-    ``added(xs, ys, a)`` is ``xs + a · ys`` (``a = 1`` when None)."""
+    """Elementwise arithmetic on lists of tensors: ``scaled(xs, a)`` is ``a · xs``,
+    ``added(xs, ys, a)`` is ``xs + a · ys`` (``a = 1`` when None) and ``subtracted(xs, ys, a)``
+    is ``xs − a · ys`` (a step down a gradient, without negating ``a`` in a program)."""
 
     @abstractmethod
     def scaled(self, xs: list[Tensor], a: Number) -> list[Tensor]: ...
@@ -32,6 +33,9 @@ class Arithmetic(ABC):
     def added(
         self, xs: list[Tensor], ys: list[Tensor], a: Factor | None = None
     ) -> list[Tensor]: ...
+
+    @abstractmethod
+    def subtracted(self, xs: list[Tensor], ys: list[Tensor], a: Number) -> list[Tensor]: ...
 
 
 class InPlace(Arithmetic):
@@ -46,6 +50,10 @@ class InPlace(Arithmetic):
             torch._foreach_addcmul_(xs, ys, a)
         else:
             torch._foreach_add_(xs, ys, alpha=1 if a is None else a)
+        return xs
+
+    def subtracted(self, xs: list[Tensor], ys: list[Tensor], a: Number) -> list[Tensor]:
+        torch._foreach_add_(xs, ys, alpha=-a)
         return xs
 
 
@@ -65,6 +73,11 @@ class Loop(Arithmetic):
                 x.add_(y, alpha=1 if a is None else a)
         return xs
 
+    def subtracted(self, xs: list[Tensor], ys: list[Tensor], a: Number) -> list[Tensor]:
+        for x, y in zip(xs, ys, strict=True):
+            x.add_(y, alpha=-a)
+        return xs
+
 
 class Pure(Arithmetic):
     """``torch._foreach_*`` operations returning new tensors; a factor may be a tensor."""
@@ -74,6 +87,9 @@ class Pure(Arithmetic):
 
     def added(self, xs: list[Tensor], ys: list[Tensor], a: Factor | None = None) -> list[Tensor]:
         return torch._foreach_add(xs, ys if a is None else torch._foreach_mul(ys, a))
+
+    def subtracted(self, xs: list[Tensor], ys: list[Tensor], a: Number) -> list[Tensor]:
+        return torch._foreach_sub(xs, torch._foreach_mul(ys, a))
 
 
 IN_PLACE, LOOP, PURE = InPlace(), Loop(), Pure()

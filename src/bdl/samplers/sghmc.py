@@ -101,7 +101,8 @@ class SGHMC(RuleSampler):
 
     def rule(self, arithmetic: Arithmetic, step: RuleInputs) -> Update:
         decay, eta, std, friction = step.coefficients
-        v = arithmetic.added(arithmetic.scaled(step.buffers["momentum"], decay), step.grads, -eta)
+        v = arithmetic.scaled(step.buffers["momentum"], decay)
+        v = arithmetic.subtracted(v, step.grads, eta)
         if step.draws is not None:
             if self.online and "grad_var" in step.buffers:  # elementwise: the frozen estimate
                 std = [noise_std(friction, eta, variance) for variance in step.buffers["grad_var"]]

@@ -32,7 +32,7 @@ class SGLD(RuleSampler):
 
     def rule(self, arithmetic: Arithmetic, step: RuleInputs) -> Update:
         half_step, noise_std = step.coefficients
-        theta = arithmetic.added(step.params, step.grads, -half_step)
+        theta = arithmetic.subtracted(step.params, step.grads, half_step)
         if step.draws is not None:
             theta = arithmetic.added(theta, step.draws, noise_std)
         return theta, step.buffers
