@@ -85,6 +85,32 @@ def assert_adapts_to():
     return _assert_adapts_to
 
 
+def _step_in(form, sampler, state, closure, lr_scale=1.0):
+    """One step of a `bdl.samplers.base.RuleSampler` in one of the three forms of its rule:
+    ``"foreach"`` or ``"loop"``, `Sampler.step` with either update, or ``"program"``, its pure
+    ``update_values`` as an epoch's program takes it (with the draws the step would make)."""
+    if form != "program":
+        sampler.foreach = form == "foreach"
+        return sampler.step(state, closure, lr_scale)
+    _, grads = closure()
+    if sampler.declaration.injects_noise:
+        draws = [z.clone() for z in sampler.gaussian_like(state.params)]
+    else:  # a program's draws are zeros where the step injects no noise
+        draws = [torch.zeros_like(p) for p in state.params]
+    coefficients = sampler.coefficients(sampler.step_size(lr_scale))
+    coefficients = torch.tensor(coefficients, dtype=state.params[0].dtype)
+    params, buffers = sampler.update_values(state.params, state.buffers, grads, coefficients, draws)
+    torch._foreach_copy_(state.params, params)
+    for name, values in buffers.items():
+        torch._foreach_copy_(state.buffers[name], values)
+    return state
+
+
+@pytest.fixture
+def step_in():
+    return _step_in
+
+
 @pytest.fixture
 def assert_foreach_matches_loop():
     return _assert_foreach_matches_loop

@@ -68,6 +68,19 @@ def test_a_sampler_that_declares_nothing_is_refused_when_defined():
     )
 
 
+def test_an_epoch_program_without_a_rule_is_refused_when_defined():
+    """An epoch program runs the sampler's one update rule: a sampler that declares one writes
+    its update as a `RuleSampler`."""
+    with pytest.raises(TypeError, match="declares epoch_program: it must be a RuleSampler"):
+
+        class Unruled(Sampler):
+            declaration = Declaration(step_unit="per datum", epoch_program=True)
+
+            def _update_foreach(self, state, grads, step_size, noise): ...
+
+            def _update_loop(self, state, grads, step_size, noise): ...
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [

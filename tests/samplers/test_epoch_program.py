@@ -72,7 +72,7 @@ SETTINGS = [(1.0, True), (0.5, True), (0.8, False), (1.0, True), (0.3, True)]
 def program_steps(sampler, params, state, indices, tune, chains):
     """`minibatch_program` over `SETTINGS` as the runner's stepper feeds it."""
     sampler.tuning = tune
-    rows = [sampler.coefficients(sampler.lr * scale) for scale, _ in SETTINGS]
+    rows = [sampler.coefficients(sampler.step_size(scale)) for scale, _ in SETTINGS]
     numel = sum(p.numel() for p in params)
     draws = torch.zeros(STEPS + 2, numel)  # two rows more than used: a padded span, and zeros
     # where a step injects no noise
@@ -103,7 +103,7 @@ def program_steps(sampler, params, state, indices, tune, chains):
 @pytest.mark.parametrize("chains", [None, 3])
 @pytest.mark.parametrize("option", PROGRAMS)
 def test_the_program_takes_the_samplers_own_steps(option, chains, tune):
-    if tune and sampler_of(option, None, tuning=True).coefficients(1.0) is None:
+    if tune and sampler_of(option, None, tuning=True).watches_gradients():
         pytest.skip("steps one by one while tuning")
     lead = () if chains is None else (chains,)
     order = torch.randperm(N, generator=torch.Generator().manual_seed(2))[: STEPS * BATCH]
@@ -138,7 +138,7 @@ def test_the_program_takes_the_samplers_own_steps(option, chains, tune):
 
 def test_sghmcs_frozen_online_noise_estimate_is_the_programs_too():
     """After burn-in an online estimate of the gradient noise sets each weight's injected noise
-    (`SGHMC._online_noise_std`); the program's update reads it from the buffers."""
+    (`bdl.samplers.sghmc.noise_std`); the program's update reads it from the buffers."""
     variances = [torch.full((D,), 4.0), torch.full((1,), 0.5)]
     results = []
     for program in (False, True):
@@ -159,9 +159,9 @@ def test_sghmcs_frozen_online_noise_estimate_is_the_programs_too():
     for ours, theirs in zip(*results, strict=True):
         for a, b in zip(ours, theirs, strict=True):
             torch.testing.assert_close(a, b)
-    assert sampler.coefficients(0.01) is not None
+    assert not sampler.watches_gradients()
     sampler.tuning = True  # the estimate is made step by step: no program while it is
-    assert sampler.coefficients(0.01) is None
+    assert sampler.watches_gradients()
 
 
 def test_a_full_batch_kernel_cannot_declare_an_epoch_program():

@@ -1,4 +1,5 @@
-"""The SG samplers: one hand-computed update each, foreach = loop, and SGHMC's noise-free limit."""
+"""The SG samplers: one hand-computed update each (for SGLD, SGHMC and SGD in each form of their
+rule: foreach, loop and an epoch program's), foreach = loop, and SGHMC's noise-free limit."""
 
 import math
 
@@ -32,18 +33,20 @@ def draws(seed, params):
     return [z.view_as(p) for z, p in zip(flat.split([p.numel() for p in params]), params)]
 
 
-def test_sgld_hand_computed_update():
+@pytest.mark.parametrize("form", ["foreach", "loop", "program"])
+def test_sgld_hand_computed_update(step_in, form):
     params = two_params()
     z = draws(0, params)
     sampler = SGLD(lr=0.01, generator=torch.Generator().manual_seed(0))
     state = sampler.init(params)
     expected = [p - 0.005 * p + 0.1 * zi for p, zi in zip(two_params(), z)]
-    sampler.step(state, quadratic_closure(params))
+    step_in(form, sampler, state, quadratic_closure(params))
     for got, want in zip(params, expected):
         torch.testing.assert_close(got, want)
 
 
-def test_sghmc_hand_computed_two_steps():
+@pytest.mark.parametrize("form", ["foreach", "loop", "program"])
+def test_sghmc_hand_computed_two_steps(step_in, form):
     eta, alpha = 0.01, 0.1
     params = [torch.tensor([2.0])]
     sampler = SGHMC(lr=eta, alpha=alpha, generator=torch.Generator().manual_seed(3))
@@ -55,15 +58,16 @@ def test_sghmc_hand_computed_two_steps():
         z = torch.randn(1, generator=gen).item()
         v = (1 - alpha) * v - eta * theta + sigma * z
         theta = theta + v
-        sampler.step(state, quadratic_closure(params))
+        step_in(form, sampler, state, quadratic_closure(params))
     assert params[0].item() == pytest.approx(theta, rel=1e-5)
     assert state.buffers["momentum"][0].item() == pytest.approx(v, rel=1e-5)
 
 
-def test_sgd_hand_computed_update():
+@pytest.mark.parametrize("form", ["foreach", "loop", "program"])
+def test_sgd_hand_computed_update(step_in, form):
     params = [torch.tensor([1.0, -3.0])]
     state = SGD(lr=0.1).init(params)
-    SGD(lr=0.1).step(state, quadratic_closure(params, scale=2.0))
+    step_in(form, SGD(lr=0.1), state, quadratic_closure(params, scale=2.0))
     torch.testing.assert_close(params[0], torch.tensor([0.8, -2.4]))
 
 

@@ -9,14 +9,15 @@ import torch
 from bdl.samplers import SGHMC
 
 
-def test_fixed_grad_var_lowers_the_injected_noise_by_hand(quadratic):
+@pytest.mark.parametrize("form", ["foreach", "loop", "program"])
+def test_fixed_grad_var_lowers_the_injected_noise_by_hand(quadratic, step_in, form):
     eta, alpha, v_hat = 0.01, 0.3, 4.0
     params = [torch.tensor([1.0])]
     sampler = SGHMC(eta, alpha=alpha, grad_var=v_hat, generator=torch.Generator().manual_seed(1))
     replay = torch.Generator().manual_seed(1)
     sigma = math.sqrt(2 * (alpha - 0.5 * eta * v_hat) * eta)
     v = -eta * 1.0 + sigma * torch.randn(1, generator=replay).item()
-    sampler.step(sampler.init(params), quadratic(params))
+    step_in(form, sampler, sampler.init(params), quadratic(params))
     assert params[0].item() == pytest.approx(1.0 + v, rel=1e-6)
 
 
@@ -39,7 +40,8 @@ def test_online_estimate_is_taken_during_burn_in_only(quadratic):
     torch.testing.assert_close(state.buffers["grad_var"], frozen)
 
 
-def test_online_noise_is_elementwise_by_hand():
+@pytest.mark.parametrize("form", ["foreach", "loop", "program"])
+def test_online_noise_is_elementwise_by_hand(step_in, form):
     eta, alpha = 0.02, 0.5
     params = [torch.zeros(2, dtype=torch.float64)]
     sampler = SGHMC(eta, alpha=alpha, grad_var="online", generator=torch.Generator().manual_seed(3))
@@ -48,7 +50,7 @@ def test_online_noise_is_elementwise_by_hand():
     replay = torch.Generator().manual_seed(3)
     z = torch.randn(2, generator=replay, dtype=torch.float64)
     beta = 0.5 * eta * torch.tensor([10.0, 60.0], dtype=torch.float64)
-    sampler.step(state, lambda: (torch.zeros(()), [torch.zeros(2, dtype=torch.float64)]))
+    step_in(form, sampler, state, lambda: (torch.zeros(()), [torch.zeros(2, dtype=torch.float64)]))
     expected = (2 * eta * (alpha - beta).clamp(min=0)).sqrt() * z
     torch.testing.assert_close(params[0], expected)
 

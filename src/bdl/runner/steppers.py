@@ -125,14 +125,14 @@ class Stepper(ABC):
         self._reset_tallies()
         run, potential = self.experiment.run, self.experiment.potential
         self.program: Program | None = None
-        if sampler.declaration.epoch_program and not run.augment and not potential.has_gibbs_step:
-            self.program = self.minibatch_program()
         generator = sampler.generator
         self._chains = len(generator) if isinstance(generator, list) else None
-        # built once: the function is the compiled program's key
-        self._program_fn = functools.partial(
-            minibatch_program, update=sampler.update_values, chains=self._chains
-        )
+        if sampler.declaration.epoch_program and not run.augment and not potential.has_gibbs_step:
+            self.program = self.minibatch_program()
+            # built once: the function is the compiled program's key
+            self._program_fn = functools.partial(
+                minibatch_program, update=sampler.update_values, chains=self._chains
+            )
         self._numel = sum(p.numel() for p in state.params)
         #: the steps of one program: the epoch's, or as many as `PROGRAM_DRAWS` numbers draw for
         self._span = max(1, min(run.steps_per_epoch, PROGRAM_DRAWS // max(self._numel, 1)))
@@ -193,9 +193,9 @@ class Stepper(ABC):
         sampler, state = self.sampler, self.state
         sampler.tuning = tune
         settings = [setting(s) for s in range(step, step + count)]
-        rows = [sampler.coefficients(sampler.lr * lr_scale) for lr_scale, _ in settings]
-        if rows[0] is None:  # the same for every step of the span: it hangs on tuning alone
+        if sampler.watches_gradients():  # the same for every step of the span: it hangs on tuning
             return False
+        rows = [sampler.coefficients(sampler.step_size(lr_scale)) for lr_scale, _ in settings]
         generators = [g for g in self._generators() if g is not None]
         before = [g.get_state() for g in generators]
         inputs = self._program_inputs(step, settings, rows)

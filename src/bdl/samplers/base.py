@@ -31,8 +31,9 @@ parameters (a Gibbs update of prior hyperparameters) calls `Sampler.potential_ch
 a kernel drops what it cached. ``state.info`` holds diagnostics only (``potential``, ``U`` at
 the step, is every kernel's), as tensors, so that no step forces a device synchronisation.
 Updates have a ``torch._foreach_*`` implementation and a plain per-tensor loop twin
-(``foreach=False``) that the tests hold equal; noise comes from the sampler's own
-``torch.Generator``, so a run is reproducible from its seed.
+(``foreach=False``) that the tests hold equal (a `RuleSampler` writes its update once and gets
+both, and a compiled one, from it); noise comes from the sampler's own ``torch.Generator``, so a
+run is reproducible from its seed.
 
 **Chains stacked as one** (`bdl.runner.steppers`). A sampler that declares ``vectorisable`` also
 moves ``K`` independent chains at once: every tensor of the state stacks them along its first
@@ -51,9 +52,9 @@ import functools
 import inspect
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -61,6 +62,7 @@ from torch import Tensor
 from bdl.closures import Closure, Evaluation
 from bdl.noise import Generator, StandardNormal, split_like
 from bdl.potential import Potential
+from bdl.samplers.arithmetic import IN_PLACE, LOOP, PURE, Arithmetic
 
 #: The training set in order, in chunks: ``batches()`` yields ``(x, y)`` pairs covering all N.
 Batches = Callable[[], Iterator[tuple[Tensor, Tensor]]]
@@ -115,10 +117,10 @@ class Declaration:
             burn-in when the potential climbs (`bdl.runner.stability`).
         needs_trained_start: it expands the posterior around a trained network, given by
             ``init_from`` (Laplace).
-        epoch_program: its minibatch update is also a pure function of tensors
-            (`Sampler.coefficients`, `Sampler.update_values`), so that with ``compile=true``
-            the runner takes an epoch of its steps as one compiled program (`minibatch_program`).
-            Such a sampler gathers nothing after its steps (`Sampler.after_step`).
+        epoch_program: its minibatch update is one rule written for any arithmetic
+            (`RuleSampler`), so that with ``compile=true`` the runner takes an epoch of its steps
+            as one compiled program (`minibatch_program`). Such a sampler gathers nothing after
+            its steps (`Sampler.after_step`).
     """
 
     step_unit: str
@@ -186,6 +188,9 @@ class Sampler(ABC):
             raise TypeError(
                 f"{cls.__name__} must declare what it is: declaration = Declaration(step_unit=...)"
             )
+        declaration = getattr(cls, "declaration", None)
+        if declaration and declaration.epoch_program and not issubclass(cls, RuleSampler):
+            raise TypeError(f"{cls.__name__} declares epoch_program: it must be a RuleSampler")
 
     @_hyperparameters_only
     def __init__(self, lr: float, *, foreach: bool = True, generator: Generator = None) -> None:
@@ -233,12 +238,15 @@ class Sampler(ABC):
         potential, grads = self.closure_for(state, closure)()
         state.grad_evals += 1
         update = self._update_foreach if self.foreach else self._update_loop
-        step_size = self.lr * lr_scale
-        update(state, grads, step_size, noise and self.declaration.injects_noise)
+        update(state, grads, self.step_size(lr_scale), noise and self.declaration.injects_noise)
         state.step += 1
         state.info["potential"] = potential
         self.after_step(state)
         return state
+
+    def step_size(self, lr_scale: float) -> float:
+        """The step of a step at the schedule's multiplier ``lr_scale``: ``lr · lr_scale``."""
+        return self.lr * lr_scale
 
     def closure_for(self, state: SamplerState, closure: Closure) -> Closure:
         """The closure that `step` evaluates: ``closure`` itself (the default). A kernel that
@@ -294,11 +302,71 @@ class Sampler(ABC):
         self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
     ) -> None: ...
 
-    def coefficients(self, step_size: float) -> list[float] | None:
-        """The scalars of one step of `update_values` at ``step_size``, for a sampler that
-        declares ``epoch_program``; None where this step must be taken by `step` (a kernel that
-        watches its gradients while tuning)."""
-        raise NotImplementedError(f"{type(self).__name__} does not declare epoch_program")
+    def gaussian_like(self, tensors: list[Tensor]) -> list[Tensor]:
+        """Standard normal draws shaped like ``tensors`` from the sampler's generator
+        (`bdl.noise.StandardNormal`: one draw, overwritten by the next call)."""
+        return self._normal.like(tensors, self.generator)
+
+
+#: A rule's result: the new parameters and buffers, by name
+Update = tuple[list[Tensor], dict[str, list[Tensor]]]
+
+
+class RuleInputs(NamedTuple):
+    """What `RuleSampler.rule` reads at a step: the parameters, the buffers by name, the
+    gradients of ``U``, the step's `RuleSampler.coefficients` and its standard normal ``draws``
+    shaped like ``params`` (None where the step injects no noise; zeros in a program)."""
+
+    params: list[Tensor]
+    buffers: dict[str, list[Tensor]]
+    grads: list[Tensor]
+    coefficients: Sequence[float | Tensor]
+    draws: list[Tensor] | None
+
+
+class RuleSampler(Sampler):
+    """A sampler whose update is one rule (`rule`), written for any `Arithmetic`: `step` runs
+    it in place with ``torch._foreach_*`` operations (`IN_PLACE`) or tensor by tensor
+    (``foreach=False``, `LOOP`), and ``compile=true`` traces it returning new tensors (`PURE`,
+    `update_values`) into an epoch's program. Every sampler that declares ``epoch_program`` is
+    one."""
+
+    @abstractmethod
+    def coefficients(self, step_size: float) -> list[float]:
+        """The scalars that `rule` reads, as numbers, for a step of ``step_size``."""
+
+    @abstractmethod
+    def rule(self, arithmetic: Arithmetic, step: RuleInputs) -> Update:
+        """The new parameters and buffers after ``step``. The in-place forms overwrite the first
+        list of each operation: a rule passes there only the state it updates, never
+        ``step.grads`` or ``step.draws``."""
+
+    def watches_gradients(self) -> bool:
+        """Whether this step watches its gradients (an online noise estimate while tuning), so
+        that it must be taken by `step`, not in a program. Never, by default."""
+        return False
+
+    def _update_foreach(
+        self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
+    ) -> None:
+        self._run(IN_PLACE, state, grads, step_size, noise)
+
+    def _update_loop(
+        self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
+    ) -> None:
+        self._run(LOOP, state, grads, step_size, noise)
+
+    def _run(
+        self,
+        arithmetic: Arithmetic,
+        state: SamplerState,
+        grads: list[Tensor],
+        step_size: float,
+        noise: bool,
+    ) -> None:
+        draws = self.gaussian_like(state.params) if noise else None
+        coefficients = self.coefficients(step_size)
+        self.rule(arithmetic, RuleInputs(state.params, state.buffers, grads, coefficients, draws))
 
     def update_values(
         self,
@@ -307,24 +375,17 @@ class Sampler(ABC):
         grads: list[Tensor],
         coefficients: Tensor,
         draws: list[Tensor],
-    ) -> tuple[list[Tensor], dict[str, list[Tensor]]]:
-        """`_update_foreach` as a pure function that ``torch.compile`` traces into an epoch's
-        program (`minibatch_program`): the new parameters and buffers from ``params``,
-        ``buffers`` and the gradients ``grads``, with the step's `coefficients` as a 1-d tensor
-        and its standard normal ``draws`` shaped like ``params`` (zeros where the step injects
-        no noise). Returns new tensors, or a buffer it leaves as it was."""
-        raise NotImplementedError(f"{type(self).__name__} does not declare epoch_program")
-
-    def gaussian_like(self, tensors: list[Tensor]) -> list[Tensor]:
-        """Standard normal draws shaped like ``tensors`` from the sampler's generator
-        (`bdl.noise.StandardNormal`: one draw, overwritten by the next call)."""
-        return self._normal.like(tensors, self.generator)
+    ) -> Update:
+        """`rule` as a pure function that ``torch.compile`` traces into an epoch's program
+        (`minibatch_program`), its `coefficients` a 1-d tensor: new tensors, or a buffer it
+        leaves as it was."""
+        return self.rule(PURE, RuleInputs(params, buffers, grads, coefficients.unbind(), draws))
 
 
-#: `Sampler.update_values`: ``(params, buffers, grads, coefficients, draws) -> (params, buffers)``
+#: `RuleSampler.update_values`:
+#: ``(params, buffers, grads, coefficients, draws) -> (params, buffers)``
 PureUpdate = Callable[
-    [list[Tensor], dict[str, list[Tensor]], list[Tensor], Tensor, list[Tensor]],
-    tuple[list[Tensor], dict[str, list[Tensor]]],
+    [list[Tensor], dict[str, list[Tensor]], list[Tensor], Tensor, list[Tensor]], Update
 ]
 
 

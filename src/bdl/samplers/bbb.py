@@ -192,7 +192,7 @@ class BBB(Sampler):
             torch._foreach_div_(grads, self.num_mc)
         torch._foreach_mul_(grads[len(rho) :], slope)  # now in ρ
         update = self._update_foreach if self.foreach else self._update_loop
-        update(state, grads, self.lr * lr_scale, noise)
+        update(state, grads, self.step_size(lr_scale), noise)
         state.step += 1
         state.grad_evals += self.num_mc
         state.info["potential"] = value

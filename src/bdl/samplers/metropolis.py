@@ -317,7 +317,7 @@ class MetropolisSampler(Sampler):
     def _scale(self, state: MetropolisState, lr_scale: float, tune: bool) -> float:
         r"""This iteration's $\epsilon = \sqrt{\mathrm{lr}\cdot\mathrm{lr\_scale}}\,x$."""
         multiplier = state.adaptation.multiplier(tune) if self.adapt else 1.0
-        return math.sqrt(self.lr * lr_scale) * multiplier
+        return math.sqrt(self.step_size(lr_scale)) * multiplier
 
     def _current(self, state: MetropolisState, closure: Closure) -> tuple[Tensor, list[Tensor]]:
         """``(U, ∇U)`` at the current position: cached since the last step, unless

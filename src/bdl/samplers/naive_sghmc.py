@@ -97,7 +97,7 @@ class NaiveSGHMC(LeapfrogUpdate, Sampler):
         noise: bool = True,
         tune: bool = False,
     ) -> SamplerState:
-        epsilon = math.sqrt(self.lr * lr_scale)
+        epsilon = math.sqrt(self.step_size(lr_scale))
         position = state.step % self.resample_every
         momenta = state.buffers["momentum"]
         for key in TEST_KEYS:  # diagnostics of a test belong to the step that made it

@@ -45,11 +45,12 @@ from torch import Tensor
 
 from bdl.closures import Closure
 from bdl.noise import Generator
-from bdl.samplers.base import Declaration, Sampler, SamplerState
+from bdl.samplers.arithmetic import Arithmetic
+from bdl.samplers.base import Declaration, RuleInputs, RuleSampler, SamplerState, Update
 from bdl.samplers.gradient_noise import observing
 
 
-class SGHMC(Sampler):
+class SGHMC(RuleSampler):
     """SGHMC with learning rate ``lr`` ($\\eta$) and friction ``alpha`` ($\\alpha$)."""
 
     declaration = Declaration(
@@ -84,86 +85,35 @@ class SGHMC(Sampler):
         state.buffers["momentum"] = [torch.zeros_like(p) for p in params]
         return state
 
+    def watches_gradients(self) -> bool:
+        return self.tuning and self.online
+
     def closure_for(self, state: SamplerState, closure: Closure) -> Closure:
-        if self.tuning and self.online:
+        if self.watches_gradients():
             return observing(state, closure, self.foreach)
         return closure
 
-    @property
-    def _friction(self) -> float:
-        """This step's friction: ``burn_in_alpha`` while tuning, else ``alpha``."""
-        return self.burn_in_alpha if self.tuning else self.alpha
+    def coefficients(self, step_size: float) -> list[float]:
+        # this step's friction: ``burn_in_alpha`` while tuning, else ``alpha``; 1 - α apart from
+        # α, rounded from double in every form
+        friction = self.burn_in_alpha if self.tuning else self.alpha
+        return [1 - friction, step_size, noise_std(friction, step_size, self.grad_var), friction]
 
-    def _noise_std(self, eta: float) -> float:
-        return math.sqrt(2 * eta * max(self._friction - 0.5 * eta * self.grad_var, 0.0))
+    def rule(self, arithmetic: Arithmetic, step: RuleInputs) -> Update:
+        decay, eta, std, friction = step.coefficients
+        v = arithmetic.scaled(step.buffers["momentum"], decay)
+        v = arithmetic.subtracted(v, step.grads, eta)
+        if step.draws is not None:
+            if self.online and "grad_var" in step.buffers:  # elementwise: the frozen estimate
+                std = [noise_std(friction, eta, variance) for variance in step.buffers["grad_var"]]
+            v = arithmetic.added(v, step.draws, std)
+        return arithmetic.added(step.params, v), {**step.buffers, "momentum": v}
 
-    def _online_noise_std(self, state: SamplerState, eta: float) -> list[Tensor] | None:
-        """Elementwise $\\sqrt{2\\eta\\,\\max(\\alpha - \\hat\\beta, 0)}$, or None
-        without an online estimate (yet)."""
-        if not self.online or "grad_var" not in state.buffers:
-            return None
-        std = torch._foreach_mul(state.buffers["grad_var"], -0.5 * eta)
-        torch._foreach_add_(std, self._friction)
-        torch._foreach_clamp_min_(std, 0.0)
-        torch._foreach_mul_(std, 2 * eta)
-        torch._foreach_sqrt_(std)
-        return std
 
-    def _update_foreach(
-        self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
-    ) -> None:
-        v = state.buffers["momentum"]
-        torch._foreach_mul_(v, 1 - self._friction)
-        torch._foreach_add_(v, grads, alpha=-step_size)
-        if noise:
-            std = self._online_noise_std(state, step_size)
-            if std is None:
-                torch._foreach_add_(v, self.gaussian_like(v), alpha=self._noise_std(step_size))
-            else:
-                torch._foreach_addcmul_(v, self.gaussian_like(v), std)
-        torch._foreach_add_(state.params, v)
-
-    def coefficients(self, step_size: float) -> list[float] | None:
-        if self.tuning and self.online:  # the gradients are watched step by step
-            return None
-        friction = self._friction
-        # 1 - α apart from α: rounded from double, as the foreach update's decay is
-        return [1 - friction, step_size, self._noise_std(step_size), friction]
-
-    def update_values(
-        self,
-        params: list[Tensor],
-        buffers: dict[str, list[Tensor]],
-        grads: list[Tensor],
-        coefficients: Tensor,
-        draws: list[Tensor],
-    ) -> tuple[list[Tensor], dict[str, list[Tensor]]]:
-        decay, eta, noise_std, friction = coefficients.unbind()
-        v = torch._foreach_mul(buffers["momentum"], decay)
-        v = torch._foreach_sub(v, torch._foreach_mul(grads, eta))
-        if self.online and "grad_var" in buffers:  # elementwise, as `_online_noise_std`
-            # per tensor: a foreach sum with a tensor's value is read out of it, which a program
-            # may not do
-            std = [
-                (friction - 0.5 * eta * variance).clamp(min=0).mul(2 * eta).sqrt()
-                for variance in buffers["grad_var"]
-            ]
-            v = torch._foreach_add(v, torch._foreach_mul(draws, std))
-        else:
-            v = torch._foreach_add(v, torch._foreach_mul(draws, noise_std))
-        return torch._foreach_add(params, v), {**buffers, "momentum": v}
-
-    def _update_loop(
-        self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
-    ) -> None:
-        v = state.buffers["momentum"]
-        draws = self.gaussian_like(v) if noise else [None] * len(v)
-        variances = state.buffers.get("grad_var") if self.online else None
-        for i, (theta, v_i, g, z) in enumerate(zip(state.params, v, grads, draws, strict=True)):
-            v_i.mul_(1 - self._friction).add_(g, alpha=-step_size)
-            if z is not None and variances is not None:
-                beta = 0.5 * step_size * variances[i]
-                v_i.addcmul_(z, (self._friction - beta).clamp_(min=0).mul_(2 * step_size).sqrt_())
-            elif z is not None:
-                v_i.add_(z, alpha=self._noise_std(step_size))
-            theta.add_(v_i)
+def noise_std(alpha: float | Tensor, eta: float | Tensor, V: float | Tensor) -> float | Tensor:
+    r"""The injected noise's standard deviation $\sqrt{2\eta\,\max(\alpha - \hat\beta, 0)}$,
+    $\hat\beta = \tfrac12\eta\hat V$: a number, or elementwise where ``V`` ($\hat V$)
+    is a tensor (an online estimate) or the coefficients are (a program's)."""
+    excess = alpha - 0.5 * eta * V
+    excess = excess.clamp(min=0) if isinstance(excess, Tensor) else max(excess, 0.0)
+    return (2 * eta * excess) ** 0.5

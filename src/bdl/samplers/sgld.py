@@ -16,47 +16,23 @@ from __future__ import annotations
 
 import math
 
-import torch
-from torch import Tensor
-
-from bdl.samplers.base import Declaration, Sampler, SamplerState
+from bdl.samplers.arithmetic import Arithmetic
+from bdl.samplers.base import Declaration, RuleInputs, RuleSampler, Update
 
 
-class SGLD(Sampler):
+class SGLD(RuleSampler):
     """SGLD with step size ``lr`` ($\\epsilon$)."""
 
     declaration = Declaration(
         step_unit="per datum", vectorisable=True, backs_off=True, epoch_program=True
     )
 
-    def _update_foreach(
-        self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
-    ) -> None:
-        torch._foreach_add_(state.params, grads, alpha=-step_size / 2)
-        if noise:
-            draws = self.gaussian_like(state.params)
-            torch._foreach_add_(state.params, draws, alpha=math.sqrt(step_size))
-
     def coefficients(self, step_size: float) -> list[float]:
         return [step_size / 2, math.sqrt(step_size)]
 
-    def update_values(
-        self,
-        params: list[Tensor],
-        buffers: dict[str, list[Tensor]],
-        grads: list[Tensor],
-        coefficients: Tensor,
-        draws: list[Tensor],
-    ) -> tuple[list[Tensor], dict[str, list[Tensor]]]:
-        half_step, noise_std = coefficients[0], coefficients[1]
-        moved = torch._foreach_sub(params, torch._foreach_mul(grads, half_step))
-        return torch._foreach_add(moved, torch._foreach_mul(draws, noise_std)), buffers
-
-    def _update_loop(
-        self, state: SamplerState, grads: list[Tensor], step_size: float, noise: bool
-    ) -> None:
-        draws = self.gaussian_like(state.params) if noise else [None] * len(grads)
-        for theta, g, z in zip(state.params, grads, draws, strict=True):
-            theta.add_(g, alpha=-step_size / 2)
-            if z is not None:
-                theta.add_(z, alpha=math.sqrt(step_size))
+    def rule(self, arithmetic: Arithmetic, step: RuleInputs) -> Update:
+        half_step, noise_std = step.coefficients
+        theta = arithmetic.subtracted(step.params, step.grads, half_step)
+        if step.draws is not None:
+            theta = arithmetic.added(theta, step.draws, noise_std)
+        return theta, step.buffers
