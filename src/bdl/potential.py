@@ -229,9 +229,9 @@ class Potential:
             output = self.model.chain_forward(model, x, shared=data_dim is None)
             return self.likelihood.chain_forward(output, y, values[len(model) :])
         named = dict(zip(self.param_names, values, strict=True))
-        log_lik, _ = vmap(
-            lambda v, x, y: self.log_joint(v, x, y), in_dims=(0, data_dim, data_dim)
-        )(named, x, y)
+        log_lik, _ = vmap(lambda v, x, y: self.log_joint(v, x, y), in_dims=(0, data_dim, data_dim))(
+            named, x, y
+        )
         return log_lik
 
     def log_prior(self, values: list[Tensor] | None, stacked: bool = False) -> Tensor:
@@ -350,7 +350,7 @@ class Potential:
         `closure`'s ``U_T`` and gradient on the rows ``index`` at values ``q`` (for ``chains``
         stacked chains, a row of ``index`` per chain, or one row ``shared`` by all), so that a
         sampler runs an epoch of steps, the gathers included, without Python between them
-        (`bdl.samplers.base.epoch_of_steps`). None where `at` cannot be traced whole (a prior
+        (`bdl.samplers.base.minibatch_steps_loop`). None where `at` cannot be traced whole (a prior
         not in closed form, a potential summed over processes)."""
         return self._paths.indexed_minibatch_program(x, y, chains, shared)
 

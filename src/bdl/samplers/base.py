@@ -117,7 +117,7 @@ class Declaration:
             ``init_from`` (Laplace).
         epoch_program: its minibatch update is also a pure function of tensors
             (`Sampler.coefficients`, `Sampler.update_values`), so that with ``compile=true``
-            the runner takes an epoch of its steps as one compiled program (`minibatch_program`).
+            the runner takes an epoch of its steps as one compiled program (`minibatch_steps_loop`).
             Such a sampler gathers nothing after its steps (`Sampler.after_step`).
     """
 
@@ -309,7 +309,7 @@ class Sampler(ABC):
         draws: list[Tensor],
     ) -> tuple[list[Tensor], dict[str, list[Tensor]]]:
         """`_update_foreach` as a pure function that ``torch.compile`` traces into an epoch's
-        program (`minibatch_program`): the new parameters and buffers from ``params``,
+        program (`minibatch_steps_loop`): the new parameters and buffers from ``params``,
         ``buffers`` and the gradients ``grads``, with the step's `coefficients` as a 1-d tensor
         and its standard normal ``draws`` shaped like ``params`` (zeros where the step injects
         no noise). Returns new tensors, or a buffer it leaves as it was."""
@@ -328,7 +328,7 @@ PureUpdate = Callable[
 ]
 
 
-def minibatch_program(
+def minibatch_steps_loop(
     evaluate: Callable[[list[Tensor], Tensor, Tensor], Evaluation],
     params: list[Tensor],
     buffers: dict[str, list[Tensor]],
@@ -345,7 +345,7 @@ def minibatch_program(
 ) -> tuple[list[Tensor], dict[str, list[Tensor]], Tensor]:
     """The minibatch steps of the rows ``start`` to ``stop`` of the inputs, each
     ``evaluate(θ, indices[s], prior_weights[s])`` (the potential and its gradient on the
-    minibatch of rows ``indices[s]``, `bdl.potential.Potential.minibatch_program`) and then
+    minibatch of rows ``indices[s]``, `bdl.potential.Potential.indexed_minibatch_program`) and then
     ``update`` with ``coefficients[s]`` and ``draws[s]`` (laid out as `bdl.noise.fill_normal`
     draws for ``chains`` stacked chains, None: one), as one program for ``torch.compile``, its
     loop a ``torch.while_loop``: an epoch of SGLD, SGHMC or SGD without Python between its steps.
