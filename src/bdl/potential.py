@@ -11,9 +11,12 @@ an unbiased estimate of $-\log p(\theta\mid\mathcal{D})/T$ from a minibatch
 $\mathcal{B}$ of size $n$ out of $N$ training points (Bühler, eq. 30). The
 target of every sampler is $\propto \exp(-U_T)$: ``T = 1`` is the Bayes posterior, ``T < 1``
 a cold posterior. Samplers receive ``U_T`` and its gradient through a closure and never rescale
-either. `Potential.step_size` is the single conversion from the per-datum learning rates of
-the configs (the convention of Chen et al.'s code and of deep-learning practice) to the step size
-on the scale of ``U_T``.
+either. This module says what ``U_T`` is: its factors (`Potential.weights`) and ``U_T`` as one
+pure function of the parameters (`Potential.at`); every way of evaluating it, eager or compiled,
+one chain or stacked chains, a minibatch or the training set in chunks, is an adapter of that
+function (`bdl.potential_evaluation`). `Potential.step_size` is the single conversion from the
+configs' per-datum learning rates (the convention of Chen et al.'s code and of deep-learning
+practice) to the step size on the scale of ``U_T``.
 
 **Temperature and the step** (Wenzel et al. 2020, "How good is the Bayes posterior in deep
 neural networks really?", Algorithm 1: tempered SG-MCMC keeps the step on ``U`` and scales the
@@ -63,7 +66,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
@@ -72,7 +75,7 @@ from torch.func import functional_call, vmap
 
 from bdl.closures import Closure, Evaluation, Program
 from bdl.likelihoods import Likelihood
-from bdl.potential_evaluation import Evaluations
+from bdl.potential_evaluation import Batches, Evaluations
 from bdl.priors import Prior
 
 
@@ -107,11 +110,6 @@ class _Joint(nn.Module):
 class Potential:
     """``U_T`` for a network, its likelihood and its prior on ``num_data`` training points.
 
-    `weights` holds the scaling ``N/n``, the temperature and the prior's weight, `at` is ``U_T``
-    as one pure function of the parameters, and every evaluation of ``U_T`` and its gradient
-    (eager or compiled, one chain or stacked chains, a minibatch or the training set in chunks,
-    `bdl.potential_evaluation`) is an adapter of `at`.
-
     Args:
         model: the network ``f(x; θ)``.
         likelihood: ``log p(y | f(x), φ)`` summed over a batch; may own parameters φ (a
@@ -122,14 +120,10 @@ class Potential:
         reduce: for a training set split across processes (`bdl.runner.distributed`), sums a list
             of tensors in place over the processes; the full-data closure and the Gibbs step
             pass it their per-process data terms, before the prior is added once.
-        compile: differentiate `at` by ``torch.compile`` of ``torch.func.grad_and_value``
-            instead of eager autograd (`bdl.compiled`): the forward and backward passes become
-            one fused function per input shape, compiled at its first call (seconds). A
-            full-data closure on one chunk also offers a sampler's program (`Program`): HMC's
-            whole trajectory as one compiled loop. Gradients agree with autograd's to float
-            rounding. The variational closure (a ``MeanField`` ``q``) stays eager. Without a
-            working compiler (Inductor needs a C++ compiler on the CPU) the run warns and goes
-            on eagerly.
+        compile: differentiate `at` compiled (`bdl.compiled`): the forward and backward passes
+            as one fused function per input shape, and HMC's trajectory on a training set of one
+            chunk as one compiled loop (`Program`); the variational closure stays eager. Without
+            a working compiler (Inductor needs g++ on the CPU) the run warns and goes on eagerly.
     """
 
     def __init__(
@@ -275,16 +269,12 @@ class Potential:
 
     def closure(self, x: Tensor, y: Tensor, prior_weight: float = 1.0) -> Closure:
         """A closure returning ``(U_T, ∇U_T)`` on ``(x, y)`` at the parameters' current values.
-
         Called with a variational distribution ``q`` (`Variational`), it returns instead
         ``q``'s Monte Carlo estimate of the negative ELBO and its gradient in ``q``'s parameters
         (for `bdl.variational.MeanField`: the gradients in ``q.mean`` followed by those in
-        ``q.std``).
-
-        Its attribute ``value()`` is ``U_T`` alone, by a forward pass without the gradient: what a
-        kernel that steps through other parameters than its own (MC dropout's masked weights)
-        reports of the parameters themselves.
-        """
+        ``q.std``). Its attribute ``value()`` is ``U_T`` alone, by a forward pass without the
+        gradient: what a kernel that steps through other parameters than its own (MC dropout's
+        masked weights) reports of the parameters themselves."""
 
         def evaluate(q: Variational | None = None) -> Evaluation:
             if q is not None:
@@ -298,20 +288,10 @@ class Potential:
         evaluate.value = value
         return evaluate
 
-    def full_closure(self, batches: Callable[[], Iterator[tuple[Tensor, Tensor]]]) -> Closure:
-        """A closure for the full-data ``U_T`` and gradient, accumulated chunk by chunk.
-
-        Memory stays that of one chunk whatever ``N``. The chunks' values and gradients are
-        accumulated in float64: Metropolis tests on differences of ``U`` are then not swamped by
-        rounding, and a sum of a few float32 numbers in float64 is exact whatever its order, so
-        the same chunks summed in another order or on other processes (``reduce``: ``batches``
-        is this process's shard, and the data term is summed over the processes before the
-        prior term is added) give the same ``U`` and, rounded back, the same gradient.
-
-        With ``compile``, a training set of one chunk (a UCI set at ``batch_size`` beyond its
-        size) on one process and a prior in closed form, the closure has a ``program``
-        (`Program`); otherwise that attribute is None.
-        """
+    def full_closure(self, batches: Batches) -> Closure:
+        """A closure for the full-data ``U_T`` and gradient, accumulated chunk by chunk in
+        float64 (`bdl.potential_evaluation.Evaluations.chunked`), with a ``program`` attribute
+        (`Program`, or None)."""
         return self._paths.chunked(self.params, batches, stacked=False)
 
     def chain_closure(
@@ -335,9 +315,7 @@ class Potential:
 
         return evaluate
 
-    def chain_full_closure(
-        self, params: list[Tensor], batches: Callable[[], Iterator[tuple[Tensor, Tensor]]]
-    ) -> Closure:
+    def chain_full_closure(self, params: list[Tensor], batches: Batches) -> Closure:
         """`full_closure` for ``K`` chains stacked as in `chain_closure`, every
         chunk of the training set shared by all chains; sums in float64 as there."""
         return self._paths.chunked(params, batches, stacked=True)
@@ -345,20 +323,19 @@ class Potential:
     def indexed_minibatch_program(
         self, x: Tensor, y: Tensor, chains: int | None = None, shared: bool = False
     ) -> Program | None:
-        """With ``compile``, the `Program` of minibatch steps on the whole training set ``(x,
-        y)``, each minibatch given by its rows: its ``evaluate(q, index, prior_weight)`` is
-        `closure`'s ``U_T`` and gradient on the rows ``index`` at values ``q`` (for ``chains``
-        stacked chains, a row of ``index`` per chain, or one row ``shared`` by all), so that a
-        sampler runs an epoch of steps, the gathers included, without Python between them
-        (`bdl.samplers.base.minibatch_steps_loop`). None where `at` cannot be traced whole (a prior
-        not in closed form, a potential summed over processes)."""
+        """With ``compile``, the `Program` of minibatch steps on the training set ``(x, y)``,
+        each minibatch given by its rows: its ``evaluate(q, index, prior_weight)`` is `closure`'s
+        ``U_T`` and gradient on the rows ``index`` at values ``q`` (for ``chains`` stacked
+        chains, a row of ``index`` per chain, or one row ``shared`` by all), so that a sampler
+        runs an epoch of steps without Python between them
+        (`bdl.samplers.base.minibatch_steps_loop`); None where `at` cannot be traced whole."""
         return self._paths.indexed_minibatch_program(x, y, chains, shared)
 
     @torch.no_grad()
     def gibbs_step(
         self,
         generator: torch.Generator,
-        batches: Callable[[], Iterator[tuple[Tensor, Tensor]]] | None = None,
+        batches: Batches | None = None,
     ) -> None:
         """Resample the prior's and the likelihood's hyperparameters from their conditionals given
         the current parameters (Neal's Gibbs step between dynamics updates; Neal 1996).

@@ -104,7 +104,18 @@ class Evaluations:
 
     def chunked(self, params: list[Tensor], batches: Batches, stacked: bool) -> Closure:
         """The full-data closure (`Potential.full_closure`; ``stacked``: ``params`` stacked
-        chains, a value each, `Potential.chain_full_closure`), with its ``program``."""
+        chains, a value each, `Potential.chain_full_closure`), with its ``program``.
+
+        Memory stays that of one chunk whatever ``N``. The chunks' values and gradients are
+        accumulated in float64: Metropolis tests on differences of ``U`` are then not swamped by
+        rounding, and a sum of a few float32 numbers in float64 is exact whatever its order, so
+        the same chunks summed in another order or on other processes (``reduce``: ``batches``
+        is this process's shard, and the data term is summed over the processes before the
+        prior term is added) give the same ``U`` and, rounded back, the same gradient.
+
+        With ``compile``, a training set of one chunk (a UCI set at ``batch_size`` beyond its
+        size) on one process and a prior in closed form, the closure has a ``program``
+        (`Program`, `full_data_program`); otherwise that attribute is None."""
 
         def evaluate() -> Evaluation:
             leaves = [p.detach().requires_grad_() for p in params] if stacked else params
