@@ -49,8 +49,6 @@ class UT(Protocol):
         exact: bool = False,
     ) -> tuple[Tensor, Tensor]: ...
 
-    def log_prior(self, values: list[Tensor] | None, stacked: bool = False) -> Tensor: ...
-
     def prior_scale(self, prior_weight: float) -> float: ...
 
     def prior_stds(self) -> list[Tensor | float] | None: ...
@@ -225,7 +223,8 @@ class Evaluations:
         ``stacked`` holds the leaves standing for the parameters; the value is then one per
         chain.
 
-        A prior that is Gaussian given its hyperparameters is differentiated in closed form,
+        A prior that is Gaussian given its hyperparameters is differentiated in closed form (its
+        value is still `Potential.at`'s),
         $\kappa\theta/\sigma^2 T$ added to the gradient, and so is the likelihood's
         $\log p(\phi)$ (`bdl.likelihoods.Likelihood.log_prior_grad`), at the factor
         `Potential.weights` gives, instead of through autograd: a backward pass through the
@@ -235,19 +234,17 @@ class Evaluations:
         if not prior_weight:
             return value, grads
         potential = self.potential
-        params = potential.params if stacked is None else stacked
+        params, chains = (potential.params, False) if stacked is None else (stacked, True)
         stds = potential.prior_stds()
         if stds is None:
             with torch.enable_grad():
-                energy, prior_value = potential.at(
-                    stacked, None, None, None, prior_weight, stacked is not None
-                )
+                energy, prior_value = potential.at(stacked, None, None, None, prior_weight, chains)
                 prior_grads = torch.autograd.grad(energy.sum(), params, materialize_grads=True)
             torch._foreach_add_(grads, prior_grads)
             return value + prior_value, grads
         weight = potential.prior_scale(prior_weight)
         with torch.no_grad():
-            value = value - weight * potential.log_prior(stacked, stacked is not None)
+            value = value + potential.at(stacked, None, None, None, prior_weight, chains)[1]
             model = len(potential.model_params)  # the model's parameters come first
             if potential.samples_likelihood:
                 _, phi_grads = potential.likelihood.log_prior_grad(params[model:])
