@@ -36,18 +36,8 @@ class UT(Protocol):
     likelihood: Likelihood
     samples_likelihood: bool
     reduce: Callable[[list[Tensor]], None] | None
-
-    def at(
-        self,
-        values: list[Tensor] | None,
-        x: Tensor | None,
-        y: Tensor | None,
-        batch_size: int | None = None,
-        prior_weight: Tensor | float = 1.0,
-        stacked: bool = False,
-        data_dim: int | None = None,
-        exact: bool = False,
-    ) -> tuple[Tensor, Tensor]: ...
+    #: `Potential.at`: ``at(values, x, y, batch_size, prior_weight, stacked, data_dim, exact)``
+    at: Callable[..., tuple[Tensor, Tensor]]
 
     def prior_scale(self, prior_weight: float) -> float: ...
 
