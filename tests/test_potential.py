@@ -1,3 +1,4 @@
+import copy
 import csv
 import functools
 import math
@@ -349,19 +350,24 @@ def test_stacked_closures_are_each_chains_own(prior):
             torch.testing.assert_close(mine[k], theirs)
 
 
-@pytest.mark.parametrize("model", ["mlp", "sequential"])
-def test_compiled_stacked_closures_equal_eager_ones(model, compiler):
+@pytest.mark.parametrize(
+    "model, prior",
+    [("mlp", Laplace(0.5)), ("sequential", Laplace(0.5)), ("mlp", GaussianPrior(0.8))],
+    ids=["mlp", "sequential", "mlp, prior in closed form"],
+)
+def test_compiled_stacked_closures_equal_eager_ones(model, prior, compiler):
     """With ``compile=True`` the stacked closures, by the MLP's ``chain_forward`` or by ``vmap``
     of a module without one, each per-chain minibatch and shared, give the eager closures' values
-    and gradients (themselves checked chain by chain above) to float64 rounding."""
+    and gradients (themselves checked chain by chain above) to float64 rounding; with a prior in
+    closed form, the minibatch closures compile the prior's term with the data's."""
     torch.manual_seed(2)
     if model == "mlp":
         network = MLP(input_shape=(4,), out_features=1, hidden=[8], activation="relu")
     else:
         network = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
     likelihood = Gaussian(prior_shape=2.0, prior_rate=3.0).double()
-    eager = Potential(network.double(), likelihood, Laplace(0.5), 40, temperature=0.7)
-    compiled = Potential(eager.model, likelihood, Laplace(0.5), 40, 0.7, compile=True)
+    compiled = Potential(network.double(), likelihood, prior, 40, 0.7, compile=True)
+    eager = Potential(network, likelihood, copy.deepcopy(prior), 40, temperature=0.7)
     chains, generator = 3, torch.Generator().manual_seed(0)
     stacked = [
         torch.randn(chains, *p.shape, dtype=p.dtype, generator=generator) for p in eager.params

@@ -196,6 +196,12 @@ class Compiler:
         call to call comes in ``args``, never in what ``function`` captures."""
 
         def build() -> Callable:
+            # the potential keeps constants of each layout from its first use (the priors do),
+            # which it may not make inside the compiled transform (torch 2.14: "Cannot access
+            # storage of TensorWrapper" for stacked chains): that use is an eager one, as in
+            # `program`
+            with torch.no_grad():
+                function(params, x, y, *args)
             differentiated = grad_and_value(_summed(function), has_aux=True)
 
             def evaluation(params: list[Tensor], x: Tensor, y: Tensor, *args: Any) -> Any:
