@@ -1,4 +1,6 @@
+import copy
 import csv
+import functools
 import math
 
 import pytest
@@ -348,19 +350,24 @@ def test_stacked_closures_are_each_chains_own(prior):
             torch.testing.assert_close(mine[k], theirs)
 
 
-@pytest.mark.parametrize("model", ["mlp", "sequential"])
-def test_compiled_stacked_closures_equal_eager_ones(model, compiler):
+@pytest.mark.parametrize(
+    "model, prior",
+    [("mlp", Laplace(0.5)), ("sequential", Laplace(0.5)), ("mlp", GaussianPrior(0.8))],
+    ids=["mlp", "sequential", "mlp, prior in closed form"],
+)
+def test_compiled_stacked_closures_equal_eager_ones(model, prior, compiler):
     """With ``compile=True`` the stacked closures, by the MLP's ``chain_forward`` or by ``vmap``
     of a module without one, each per-chain minibatch and shared, give the eager closures' values
-    and gradients (themselves checked chain by chain above) to float64 rounding."""
+    and gradients (themselves checked chain by chain above) to float64 rounding; with a prior in
+    closed form, the minibatch closures compile the prior's term with the data's."""
     torch.manual_seed(2)
     if model == "mlp":
         network = MLP(input_shape=(4,), out_features=1, hidden=[8], activation="relu")
     else:
         network = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
     likelihood = Gaussian(prior_shape=2.0, prior_rate=3.0).double()
-    eager = Potential(network.double(), likelihood, Laplace(0.5), 40, temperature=0.7)
-    compiled = Potential(eager.model, likelihood, Laplace(0.5), 40, 0.7, compile=True)
+    compiled = Potential(network.double(), likelihood, prior, 40, 0.7, compile=True)
+    eager = Potential(network, likelihood, copy.deepcopy(prior), 40, temperature=0.7)
     chains, generator = 3, torch.Generator().manual_seed(0)
     stacked = [
         torch.randn(chains, *p.shape, dtype=p.dtype, generator=generator) for p in eager.params
@@ -469,3 +476,73 @@ def test_energy_is_the_minibatch_potential_over_t_with_the_prior_weighted_by_kap
     without_prior = potential.energy(log_lik, log_priors, batch_size=10, prior_weight=0.0)
     assert without_prior.item() == pytest.approx(300 / 2)
     assert potential.prior_scale(0.5) == pytest.approx(0.25)
+
+
+def tempered_regression_potential(values, x, y, batch_size, prior_weight):
+    """``U_T`` at T = 0.5 of a Linear(4, 8)-tanh-Linear(8, 1) network at ``values`` (its
+    weights and biases, then the noise's log precision s) on N = 40 points, written with
+    torch.distributions: ``-(N/n Σ log N(y | f(x), e^{-s/2}) + κ [Σ log N(θ | 0, 0.8²) + log
+    Gamma(e^s | 2, 3) + s - (2 log 3 - log Γ(2))]) / T``, the Gamma density's constant left out
+    as bdl leaves it out."""
+    w1, b1, w2, b2, s = values
+    f = (torch.tanh(x @ w1.T + b1) @ w2.T + b2).squeeze(-1)
+    log_lik = torch.distributions.Normal(f, (-s / 2).exp()).log_prob(y).sum()
+    double = functools.partial(torch.tensor, dtype=torch.float64)  # 0.8 not rounded to float32
+    normal = torch.distributions.Normal(double(0.0), double(0.8))
+    gamma = torch.distributions.Gamma(double(2.0), double(3.0))
+    log_p_s = gamma.log_prob(s.exp()) + s - (2.0 * math.log(3.0) - math.lgamma(2.0))
+    log_prior = sum(normal.log_prob(v).sum() for v in (w1, b1, w2, b2)) + log_p_s
+    return -(40 / batch_size * log_lik + prior_weight * log_prior) / 0.5
+
+
+def evaluated_once(evaluate, params, *at):
+    """A sampler's program that evaluates the potential once, at ``params``."""
+    value, grads = evaluate(params, *at)
+    return value, list(grads)
+
+
+def test_compiled_programs_are_the_tempered_potential_of_torch_distributions(compiler):
+    """At T = 0.5 with a Gaussian prior (std 0.8) and a sampled noise precision under its Gamma
+    prior: HMC's full-data program and the minibatch samplers' program, of one chain and of two
+    stacked, give the value and the autograd gradient of `tempered_regression_potential`
+    (κ = 0.5 on the minibatches), so that neither the temperature nor the prior term can be
+    left out of the compiled paths alone."""
+    torch.manual_seed(4)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    likelihood = Gaussian(prior_shape=2.0, prior_rate=3.0).double()
+    potential = Potential(model.double(), likelihood, GaussianPrior(0.8), 40, 0.5, compile=True)
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(40, 4, dtype=torch.float64, generator=generator)
+    y = torch.randn(40, dtype=torch.float64, generator=generator)
+    stacked = [
+        torch.randn(2, *p.shape, dtype=p.dtype, generator=generator) for p in potential.params
+    ]
+    index = torch.tensor([[3, 7, 11, 20, 31], [0, 5, 6, 22, 39]])
+    kappa = torch.tensor(0.5, dtype=torch.float64)
+    full_data = potential.full_closure(lambda: iter([(x, y)])).program
+    one_chain = potential.indexed_minibatch_program(x, y)
+    two_chains = potential.indexed_minibatch_program(x, y, chains=2)
+
+    def chain(k):
+        return [s[k] for s in stacked]
+
+    def minibatch(k):  # chain k's minibatch, its size and κ
+        return x[index[k]], y[index[k]], 5, 0.5
+
+    cases = [  # a program's U_T and gradients, and each chain's arguments of the closed form
+        (full_data(evaluated_once, chain(0)), [(chain(0), x, y, 40, 1.0)]),
+        (one_chain(evaluated_once, chain(1), index[1], kappa), [(chain(1), *minibatch(1))]),
+        (
+            two_chains(evaluated_once, stacked, index, kappa),
+            [(chain(0), *minibatch(0)), (chain(1), *minibatch(1))],
+        ),
+    ]
+    for (values, grads), expected in cases:
+        assert values.dtype == torch.float64 and values.numel() == len(expected)
+        for k, (at, *arguments) in enumerate(expected):
+            at = [v.clone().requires_grad_() for v in at]
+            expected_value = tempered_regression_potential(at, *arguments)
+            expected_grads = torch.autograd.grad(expected_value, at)
+            assert values.reshape(-1)[k].item() == pytest.approx(expected_value.item(), rel=1e-12)
+            for grad, expected_grad in zip(grads, expected_grads, strict=True):
+                torch.testing.assert_close(grad[k] if len(expected) > 1 else grad, expected_grad)

@@ -1,7 +1,7 @@
 """``compile=true``: a potential's functions compiled by ``torch.compile``, else eager.
 
-`bdl.potential.Potential` scales and sums; a `Compiler` runs what it hands over compiled: the
-data term's gradient (``torch.func.grad_and_value`` of the forward pass, one fused function per
+`bdl.potential_evaluation` hands over `bdl.potential.Potential.at`, and a `Compiler` runs it
+compiled: its gradient (``torch.func.grad_and_value`` of the forward pass, one fused function per
 input shape, which removes most of a small network's per-operation cost), the prior's term, and a
 sampler's whole program (`bdl.closures.Program`: HMC's trajectory on the full-data potential, or
 an epoch of minibatch steps, as one compiled loop). Each function is compiled at its first call
@@ -51,11 +51,19 @@ FALLBACKS = {
     "computed one by one",
 }
 
-#: ``f(params, x, y) -> value`` (one value, or one per chain), differentiable in ``params``
-Function = Callable[[list[Tensor], Tensor, Tensor], Tensor]
-#: ``then(params, values, gradients, *args) -> (value, gradients)``: `Compiler.grad_and_value`'s
-#: finish, compiled with it
-Finish = Callable[..., Evaluation]
+#: ``f(params, x, y, *args) -> (U, value)``: a potential (`bdl.potential.Potential.at`), one
+#: ``U`` or one per chain as a graph differentiable in ``params``, and the value to hand back
+Function = Callable[..., tuple[Tensor, Tensor]]
+
+
+def _summed(function: Function) -> Function:
+    """``function`` with its ``U`` summed over the chains, to be differentiated."""
+
+    def summed(*args: Any) -> tuple[Tensor, Tensor]:
+        energy, value = function(*args)
+        return energy.sum(), value
+
+    return summed
 
 
 def keep_caches() -> Path:
@@ -179,32 +187,25 @@ class Compiler:
         params: list[Tensor],
         x: Tensor,
         y: Tensor,
-        then: Finish | None = None,
         args: tuple[Any, ...] = (),
     ) -> tuple[list[Tensor], Tensor] | None:
-        """The gradient of ``function``'s values summed, in ``params`` (detached values), and its
-        values, detached, by the compiled ``torch.func.grad_and_value`` of ``function``, which
-        ``torch.compile`` traces whole; None: compute them eagerly. The gradients can be added
-        to in place.
-
-        ``then(params, values, gradients, *args)``, where given, finishes the two in the same
-        compiled function and returns the ``(value, gradients)`` handed back (as gradients and
-        value): a step then pays one call of a compiled function, its guards' check and its
-        wrapper's Python, instead of two. It is built once under ``key``: what varies from call
-        to call comes in ``args``, never in what it captures."""
+        """The gradient of ``function(params, x, y, *args)``'s ``U`` summed, in ``params``
+        (detached values), and its value, by the compiled ``torch.func.grad_and_value`` of
+        ``function``, which ``torch.compile`` traces whole; None: compute them eagerly. The
+        gradients can be added to in place. It is built once under ``key``: what varies from
+        call to call comes in ``args``, never in what ``function`` captures."""
 
         def build() -> Callable:
-            def summed(params: list[Tensor], x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-                value = function(params, x, y)
-                return value.sum(), value.detach()
-
-            differentiated = grad_and_value(summed, has_aux=True)
+            # the potential keeps constants of each layout from its first use (the priors do),
+            # which it may not make inside the compiled transform (torch 2.14: "Cannot access
+            # storage of TensorWrapper" for stacked chains): that use is an eager one, as in
+            # `program`
+            with torch.no_grad():
+                function(params, x, y, *args)
+            differentiated = grad_and_value(_summed(function), has_aux=True)
 
             def evaluation(params: list[Tensor], x: Tensor, y: Tensor, *args: Any) -> Any:
-                grads, (_, value) = differentiated(params, x, y)
-                if then is None:
-                    return grads, value
-                value, grads = then(params, value, list(grads), *args)
+                grads, (_, value) = differentiated(params, x, y, *args)
                 return grads, value
 
             return evaluation
@@ -218,22 +219,23 @@ class Compiler:
     def program(
         self,
         key: Hashable,
-        potential: Callable[..., tuple[Tensor, Tensor]],
+        potential: Function,
         x: Tensor,
         y: Tensor,
         *example: Any,
     ) -> Program:
         """The `Program` of a closure on the training set ``(x, y)`` whose potential at values
-        ``q`` is ``potential(q, x, y, *at) -> (U summed over the chains, U of each chain)``: a
-        sampler's ``fn`` run as one compiled program, its ``evaluate(q, *at)`` the gradient of
-        the first by ``torch.func`` and the second, a pure function that ``torch.compile`` traces
+        ``q`` is ``potential(q, x, y, *at) -> (U, value)`` (`Function`): a sampler's ``fn`` run
+        as one compiled program, its ``evaluate(q, *at)`` the value and the gradient of ``U``
+        summed over the chains by ``torch.func``, a pure function that ``torch.compile`` traces
         into ``fn``. ``at`` says where in the data the potential is taken (a minibatch's
         indices); the full-data potential takes none. The potential keeps constants of each
         layout from its first use (the priors do), which a traced loop's body may not do: that
         first use is an eager evaluation at ``example``, before the program is compiled."""
 
         def evaluate(values: list[Tensor], *at: Any, x: Tensor, y: Tensor) -> Evaluation:
-            grads, value = torch.func.grad(potential, has_aux=True)(list(values), x, y, *at)
+            differentiated = torch.func.grad(_summed(potential), has_aux=True)
+            grads, value = differentiated(list(values), x, y, *at)
             return value, grads
 
         def run(fn: Callable, params: list[Tensor], *args: Any) -> Any:

@@ -11,9 +11,12 @@ an unbiased estimate of $-\log p(\theta\mid\mathcal{D})/T$ from a minibatch
 $\mathcal{B}$ of size $n$ out of $N$ training points (Bühler, eq. 30). The
 target of every sampler is $\propto \exp(-U_T)$: ``T = 1`` is the Bayes posterior, ``T < 1``
 a cold posterior. Samplers receive ``U_T`` and its gradient through a closure and never rescale
-either. `Potential.step_size` is the single conversion from the per-datum learning rates of
-the configs (the convention of Chen et al.'s code and of deep-learning practice) to the step size
-on the scale of ``U_T``.
+either. This module says what ``U_T`` is: its factors (`Potential.weights`) and ``U_T`` as one
+pure function of the parameters (`Potential.at`); every way of evaluating it, eager or compiled,
+one chain or stacked chains, a minibatch or the training set in chunks, is an adapter of that
+function (`bdl.potential_evaluation`). `Potential.step_size` is the single conversion from the
+configs' per-datum learning rates (the convention of Chen et al.'s code and of deep-learning
+practice) to the step size on the scale of ``U_T``.
 
 **Temperature and the step** (Wenzel et al. 2020, "How good is the Bayes posterior in deep
 neural networks really?", Algorithm 1: tempered SG-MCMC keeps the step on ``U`` and scales the
@@ -62,16 +65,17 @@ module's scaling (`Potential.energy`, `Potential.prior_scale`) and model
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+import operator
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-from bdl.closures import Closure, Evaluation, Program, writable_gradients
-from bdl.compiled import Compiler, Finish
+from bdl.closures import Closure, Evaluation, Program
 from bdl.likelihoods import Likelihood
+from bdl.potential_evaluation import Batches, Evaluations
 from bdl.priors import Prior
 
 
@@ -116,15 +120,10 @@ class Potential:
         reduce: for a training set split across processes (`bdl.runner.distributed`), sums a list
             of tensors in place over the processes; the full-data closure and the Gibbs step
             pass it their per-process data terms, before the prior is added once.
-        compile: differentiate the data term by ``torch.compile`` of
-            ``torch.func.grad_and_value`` instead of eager autograd (`bdl.compiled`): the
-            forward and backward passes become one fused function per input shape, compiled at
-            its first call (seconds); the prior's term is compiled too where it is in closed
-            form. A full-data closure on one chunk also offers a sampler's program (`Program`,
-            `_program`): HMC's whole trajectory as one compiled loop. Gradients agree with
-            autograd's to float rounding. The variational closure (a ``MeanField`` ``q``) stays
-            eager. Without a working compiler (Inductor needs a C++ compiler on the CPU) the run
-            warns and goes on eagerly.
+        compile: differentiate `at` compiled (`bdl.compiled`): the forward and backward passes
+            as one fused function per input shape, and HMC's trajectory on a training set of one
+            chunk as one compiled loop (`Program`); the variational closure stays eager. Without
+            a working compiler (Inductor needs g++ on the CPU) the run warns and goes on eagerly.
     """
 
     def __init__(
@@ -148,23 +147,15 @@ class Potential:
         self.temperature = temperature
         self.reduce = reduce
         self.params: list[Tensor] = list(model.parameters()) + list(likelihood.parameters())
-        self._samples_likelihood = any(True for _ in likelihood.parameters())  # has a prior term
+        #: whether the likelihood has parameters φ, and with them a prior term ``log p(φ)``
+        self.samples_likelihood = any(True for _ in likelihood.parameters())
         # Built once: the prior is evaluated at every step, and the parameters keep their identity.
         self.model_params: dict[str, Tensor] = dict(model.named_parameters())
         prior.bind(self.model_params)
-        self._closed_form_prior = self.prior_stds() is not None
         self._joint = _Joint(model, likelihood)
         #: the names of ``params`` in `log_joint`'s ``values``: ``model.…``, ``likelihood.…``
         self.param_names = [name for name, _ in self._joint.named_parameters()]
-        self._compiler = Compiler() if compile else None
-        #: `_prior_term`, compiled where it is in closed form (a prior Gaussian given its
-        #: hyperparameters): its dozen small eager operations were a third of a small network's
-        #: compiled step (yacht's MLP, one chain or eight stacked). Other priors' terms
-        #: differentiate by autograd, which the compiled function would leave by a graph break,
-        #: and there gave wrong gradients (torch 2.14).
-        self._add_prior = self._prior_term
-        if self._compiler is not None and self._closed_form_prior:
-            self._add_prior = self._compiler.or_eager("prior", self._prior_term)
+        self._paths = Evaluations(self, compile)
 
     def step_size(self, lr_per_datum: float) -> float:
         """The step size on the scale of ``U_T`` for a per-datum learning rate: ``lr T / N``.
@@ -176,74 +167,132 @@ class Potential:
         """
         return lr_per_datum * self.temperature / self.num_data
 
+    def weights(
+        self, batch_size: int | None, prior_weight: Tensor | float
+    ) -> tuple[float, Tensor | float]:
+        """``U_T``'s factors of a batch's summed ``log p(y | x, θ)`` and of the prior's log
+        density: ``-N / (n T)`` for a minibatch of ``n = batch_size`` (``-1 / T`` for a chunk of
+        the training set, ``batch_size=None``) and ``-κ / T``. The one place where the scaling,
+        the temperature and the prior's weight meet the densities: every evaluation takes them
+        from here."""
+        data_weight = 1.0 if batch_size is None else self.num_data / batch_size
+        return -data_weight / self.temperature, -prior_weight / self.temperature
+
     def energy(
         self, log_likelihood: Tensor, log_priors: list[Tensor], batch_size: int, prior_weight: float
     ) -> Tensor:
         """``U_T`` from a minibatch's summed ``log p(y | x, θ)`` and the prior's log densities
-        (``log p(φ)``, ``log p(θ)``) at one draw of the parameters, as a graph: the scaling of
-        `closure` for the variational closure's stochastic forward pass."""
-        energy = -self.num_data / batch_size * log_likelihood
+        (``log p(φ)``, ``log p(θ)``) at one draw of the parameters, as a graph: `at`'s scaling
+        for the variational closure's stochastic forward pass."""
+        data, prior = self.weights(batch_size, prior_weight)
+        energy = data * log_likelihood
         if prior_weight:
             for log_prior in log_priors:
-                energy = energy - prior_weight * log_prior
-        return energy / self.temperature
+                energy = energy + prior * log_prior
+        return energy
 
     def prior_scale(self, prior_weight: float) -> float:
         """The factor ``κ / T`` of the prior's log density in ``U_T``."""
-        return prior_weight / self.temperature
+        return -self.weights(None, prior_weight)[1]
 
     def log_joint(self, values: dict[str, Tensor], x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         """``log p(y | f(x))`` summed over the batch and ``log p(φ)``, at the parameters
         ``values`` (by `param_names`) in place of `params`' values."""
         return functional_call(self._joint, values, (x, y))
 
-    def _data_scale(self, batch_size: int) -> float:
-        """The factor ``-N / (n T)`` of a minibatch's summed log-likelihood in ``U_T``."""
-        return -self.num_data / batch_size / self.temperature
+    def log_likelihood(
+        self,
+        values: list[Tensor] | None,
+        x: Tensor,
+        y: Tensor,
+        stacked: bool = False,
+        data_dim: int | None = None,
+    ) -> Tensor:
+        """``log p(y | x, θ)`` summed over the batch (a graph) at ``values``, aligned with
+        `params` (None: `params` themselves): of one network, or of each of the ``stacked``
+        chains, ``values`` stacked along a first dimension, by the model's ``chain_forward``
+        where it has one, else by ``torch.func.vmap`` of the one-chain model; ``data_dim``:
+        x's and y's chain dimension (None: the same data for every chain)."""
+        if values is None:
+            return self.likelihood(self.model(x), y)
+        if not stacked:
+            return self.log_joint(dict(zip(self.param_names, values, strict=True)), x, y)[0]
+        if hasattr(self.model, "chain_forward"):
+            # the model's parameters come first in `values`, the likelihood's after
+            model = dict(zip(self.model_params, values, strict=False))
+            output = self.model.chain_forward(model, x, shared=data_dim is None)
+            return self.likelihood.chain_forward(output, y, values[len(model) :])
+        named = dict(zip(self.param_names, values, strict=True))
+        log_lik, _ = vmap(lambda v, x, y: self.log_joint(v, x, y), in_dims=(0, data_dim, data_dim))(
+            named, x, y
+        )
+        return log_lik
+
+    def log_prior(self, values: list[Tensor] | None, stacked: bool = False) -> Tensor:
+        """The prior term's ``log p(θ) + log p(φ)`` at ``values`` (as in `log_likelihood`; a
+        value per chain where ``stacked``)."""
+        values = self.params if values is None else values
+        model = dict(zip(self.model_params, values, strict=False))  # the model's come first
+        log_prior = (self.prior.chain_log_prob if stacked else self.prior.log_prob)(model)
+        if self.samples_likelihood:
+            log_prior = log_prior + self.likelihood.log_prior_grad(values[len(model) :])[0]
+        return log_prior
+
+    def at(
+        self,
+        values: list[Tensor] | None,
+        x: Tensor | None,
+        y: Tensor | None,
+        batch_size: int | None = None,
+        prior_weight: Tensor | float = 1.0,
+        stacked: bool = False,
+        data_dim: int | None = None,
+        exact: bool = False,
+    ) -> tuple[Tensor, Tensor]:
+        """``U_T`` at ``values`` (as in `log_likelihood`) as a pure function of them: the batch
+        ``(x, y)``'s log-likelihood (none without ``x``) and the prior's log density (none at a
+        ``prior_weight`` of 0.0), weighted by `weights`. Returns it as a graph in the parameters'
+        dtype (a value per chain where ``stacked``), which every evaluation differentiates, and
+        the value to report: the same, detached, or with ``exact`` summed in float64, as the
+        Metropolis tests on differences of ``U`` need."""
+        data, prior = self.weights(batch_size, prior_weight)
+        terms = []
+        if x is not None:
+            terms.append((data, self.log_likelihood(values, x, y, stacked, data_dim)))
+        if isinstance(prior_weight, Tensor) or prior_weight:
+            terms.append((prior, self.log_prior(values, stacked)))
+        energy = functools.reduce(operator.add, (weight * term for weight, term in terms))
+        if not exact:
+            return energy, energy.detach()
+        value = functools.reduce(operator.add, (w * t.detach().double() for w, t in terms))
+        return energy, value
 
     def closure(self, x: Tensor, y: Tensor, prior_weight: float = 1.0) -> Closure:
         """A closure returning ``(U_T, ∇U_T)`` on ``(x, y)`` at the parameters' current values.
-
         Called with a variational distribution ``q`` (`Variational`), it returns instead
         ``q``'s Monte Carlo estimate of the negative ELBO and its gradient in ``q``'s parameters
         (for `bdl.variational.MeanField`: the gradients in ``q.mean`` followed by those in
-        ``q.std``).
-
-        Its attribute ``value()`` is ``U_T`` alone, by a forward pass without the gradient: what a
-        kernel that steps through other parameters than its own (MC dropout's masked weights)
-        reports of the parameters themselves.
-        """
+        ``q.std``). Its attribute ``value()`` is ``U_T`` alone, by a forward pass without the
+        gradient: what a kernel that steps through other parameters than its own (MC dropout's
+        masked weights) reports of the parameters themselves."""
 
         def evaluate(q: Variational | None = None) -> Evaluation:
             if q is not None:
                 return q.negative_elbo(self, x, y, prior_weight)
-            return self._minibatch_evaluation(self.params, x, y, prior_weight)
+            return self._paths.minibatch(self.params, x, y, prior_weight)
 
         @torch.no_grad()
         def value() -> Tensor:
-            log_likelihood, log_prior_phi = self._joint(x, y)
-            log_priors = [log_prior_phi, self.prior.log_prob(self.model_params)]
-            return self.energy(log_likelihood, log_priors, x.shape[0], prior_weight)
+            return self.at(None, x, y, x.shape[0], prior_weight)[1]
 
         evaluate.value = value
         return evaluate
 
-    def full_closure(self, batches: Callable[[], Iterator[tuple[Tensor, Tensor]]]) -> Closure:
-        """A closure for the full-data ``U_T`` and gradient, accumulated chunk by chunk.
-
-        Memory stays that of one chunk whatever ``N``. The chunks' values and gradients are
-        accumulated in float64: Metropolis tests on differences of ``U`` are then not swamped by
-        rounding, and a sum of a few float32 numbers in float64 is exact whatever its order, so
-        the same chunks summed in another order or on other processes (``reduce``: ``batches``
-        is this process's shard, and the data term is summed over the processes before the
-        prior term is added) give the same ``U`` and, rounded back, the same gradient.
-
-        With ``compile``, a training set of one chunk (a UCI set at ``batch_size`` beyond its
-        size) on one process and a prior in closed form, the closure has a ``program``
-        (`Program`, `_program`); otherwise that attribute is None.
-        """
-
-        return self._chunked_closure(self.params, batches, stacked=False)
+    def full_closure(self, batches: Batches) -> Closure:
+        """A closure for the full-data ``U_T`` and gradient, accumulated chunk by chunk in
+        float64 (`bdl.potential_evaluation.Evaluations.chunked`), with a ``program`` attribute
+        (`Program`, or None)."""
+        return self._paths.chunked(self.params, batches, stacked=False)
 
     def chain_closure(
         self,
@@ -262,314 +311,31 @@ class Potential:
 
         def evaluate() -> Evaluation:
             leaves = [p.detach().requires_grad_() for p in params]
-            return self._minibatch_evaluation(leaves, x, y, prior_weight, data_dim, stacked=True)
+            return self._paths.minibatch(leaves, x, y, prior_weight, data_dim, stacked=True)
 
         return evaluate
 
-    def chain_full_closure(
-        self, params: list[Tensor], batches: Callable[[], Iterator[tuple[Tensor, Tensor]]]
-    ) -> Closure:
+    def chain_full_closure(self, params: list[Tensor], batches: Batches) -> Closure:
         """`full_closure` for ``K`` chains stacked as in `chain_closure`, every
         chunk of the training set shared by all chains; sums in float64 as there."""
+        return self._paths.chunked(params, batches, stacked=True)
 
-        return self._chunked_closure(params, batches, stacked=True)
-
-    def _program(
-        self, batches: Callable[[], Iterator[tuple[Tensor, Tensor]]], stacked: bool
-    ) -> Program | None:
-        """The full-data closures' `Program` with ``compile``: where the potential can be
-        traced whole (`_potential_at`), a training set in one chunk on one process and a prior in
-        closed form; None otherwise."""
-        if self._compiler is None or not self._compiler.programs or self.reduce is not None:
-            return None
-        if not self._closed_form_prior:
-            return None
-        chunks = iter(batches())
-        x, y = next(chunks)
-        if next(chunks, None) is not None:
-            return None
-        potential = functools.partial(self._potential_at, stacked=stacked)
-        return self._compiler.program(("program", stacked), potential, x, y)
-
-    def minibatch_program(
+    def indexed_minibatch_program(
         self, x: Tensor, y: Tensor, chains: int | None = None, shared: bool = False
     ) -> Program | None:
-        """With ``compile``, the `Program` of minibatch steps on the training set ``(x, y)``:
-        its ``evaluate(q, index, prior_weight)`` is `closure`'s ``U_T`` and gradient on the
-        minibatch of rows ``index`` at values ``q`` (for ``chains`` stacked chains, a row of
-        ``index`` per chain, or one row ``shared`` by all), so that a sampler runs an epoch of
-        steps, the gathers included, without Python between them. None where the potential
-        cannot be traced whole (a prior not in closed form, a potential summed over processes)."""
-        if self._compiler is None or not self._compiler.programs or self.reduce is not None:
-            return None
-        if not self._closed_form_prior:
-            return None
-        stacked = chains is not None
-        potential = functools.partial(self._minibatch_at, stacked=stacked, shared=shared)
-        rows = (chains, 1) if stacked and not shared else (1,)
-        example = (torch.zeros(rows, dtype=torch.long, device=x.device), 1.0)
-        return self._compiler.program(("minibatches", stacked, shared), potential, x, y, *example)
-
-    def _minibatch_at(
-        self,
-        values: list[Tensor],
-        x: Tensor,
-        y: Tensor,
-        index: Tensor,
-        prior_weight: Tensor | float,
-        stacked: bool,
-        shared: bool,
-    ) -> tuple[Tensor, Tensor]:
-        """`_potential_at` on the rows ``index`` of ``(x, y)``, weighted as `closure` weighs a
-        minibatch, as a pure function for `minibatch_program`."""
-        rows = index.reshape(-1)
-        x = x.index_select(0, rows).unflatten(0, index.shape)
-        y = y.index_select(0, rows).unflatten(0, index.shape)
-        data_dim = 0 if stacked and not shared else None
-        data_weight = self.num_data / index.shape[-1]
-        return self._potential_at(values, x, y, stacked, data_dim, data_weight, prior_weight)
-
-    def _potential_at(
-        self,
-        values: list[Tensor],
-        x: Tensor,
-        y: Tensor,
-        stacked: bool,
-        data_dim: int | None = None,
-        data_weight: float = 1.0,
-        prior_weight: Tensor | float = 1.0,
-    ) -> tuple[Tensor, Tensor]:
-        """``U_T`` on ``(x, y)`` at the values ``values``, aligned with `params` (stacked
-        chains, a value each, where ``stacked``; ``data_dim`` as in `_chain_log_likelihood`),
-        the log-likelihood weighted by ``data_weight`` (``N / n`` for a minibatch, 1 for the
-        whole training set) and the prior by ``prior_weight``, as a pure function for the
-        programs (`_program`, `minibatch_program`): summed over the chains, to be
-        differentiated, and each chain's in float64."""
-        model = dict(zip(self.model_params, values, strict=False))  # the model's come first
-        log_lik = data_weight * self._log_likelihood_at(values, x, y, stacked, data_dim)
-        log_prior = (self.prior.chain_log_prob if stacked else self.prior.log_prob)(model)
-        if self._samples_likelihood:
-            log_prior = log_prior + self.likelihood.log_prior_grad(values[len(model) :])[0]
-        log_prior = prior_weight * log_prior
-        value = -(log_lik.double() + log_prior.double()) / self.temperature
-        return (-(log_lik + log_prior) / self.temperature).sum(), value
-
-    def _chunked_closure(
-        self,
-        params: list[Tensor],
-        batches: Callable[[], Iterator[tuple[Tensor, Tensor]]],
-        stacked: bool,
-    ) -> Closure:
-        """The full-data closure of `full_closure` (``params``: `params`) or of
-        `chain_full_closure` (``stacked``: ``params`` stacked chains, a value each)."""
-
-        def evaluate() -> Evaluation:
-            leaves = [p.detach().requires_grad_() for p in params] if stacked else params
-            prior_leaves = leaves if stacked else None
-            scale = -1 / self.temperature
-            chunks = iter(batches())  # never empty: a dataset or shard holds a point or more
-            total, grads = self._log_likelihood_grad(leaves, *next(chunks), scale, stacked=stacked)
-            total = total.double()
-            chunk = next(chunks, None)
-            if chunk is None and self.reduce is None:
-                # one chunk: its float64 sum would round back to the same gradient; a small
-                # network's full-data step (UCI) spent a sixth of its time on those sums
-                return self._add_prior(total, grads, 1.0, prior_leaves)
-            sums = [grad.double() for grad in grads]
-            while chunk is not None:
-                nll, grads = self._log_likelihood_grad(leaves, *chunk, scale, stacked=stacked)
-                torch._foreach_add_(sums, grads)
-                total += nll.double()
-                chunk = next(chunks, None)
-            if self.reduce is not None:
-                self.reduce([total, *sums])
-            grads = [s.to(p.dtype) for s, p in zip(sums, params, strict=True)]
-            return self._add_prior(total, grads, 1.0, prior_leaves)
-
-        evaluate.program = self._program(batches, stacked)
-        return evaluate
-
-    def _minibatch_evaluation(
-        self,
-        params: list[Tensor],
-        x: Tensor,
-        y: Tensor,
-        prior_weight: float,
-        data_dim: int | None = None,
-        stacked: bool = False,
-    ) -> Evaluation:
-        """``U_T`` on the minibatch ``(x, y)`` and its gradient in ``params`` (`params`, or the
-        leaves of ``stacked`` chains): the data term (`_log_likelihood_grad`) and the prior's
-        (`_prior_term`). With ``compile`` and a prior in closed form, both are one compiled
-        function: as two, each call's overhead (Dynamo's check of its guards, its wrapper's
-        Python) came twice a step, and MNIST's compiled SGHMC epoch cost 0.94 of a bare PyTorch
-        loop's against 0.87-0.88 as one (``scripts/bench_peers.py --part mnist``, one thread)."""
-        scale = self._data_scale(x.shape[0] if data_dim is None else x.shape[1])
-        if self._compiler is not None and self._closed_form_prior:
-            finish = functools.partial(self._scaled_with_prior, stacked)
-            compiled = self._compiled_grad(
-                "minibatch", params, x, y, data_dim, stacked, finish, (scale, prior_weight)
-            )
-            if compiled is not None:
-                grads, value = compiled
-                return value, grads
-        data_term, grads = self._log_likelihood_grad(params, x, y, scale, data_dim, stacked)
-        return self._add_prior(data_term, grads, prior_weight, params if stacked else None)
-
-    def _scaled_with_prior(
-        self,
-        stacked: bool,
-        leaves: list[Tensor],
-        log_lik: Tensor,
-        grads: list[Tensor],
-        scale: float,
-        prior_weight: float,
-    ) -> Evaluation:
-        """`_minibatch_evaluation`'s finish, inside its compiled function: the data term scaled,
-        then the prior's added (`_prior_term`)."""
-        torch._foreach_mul_(grads, scale)
-        return self._prior_term(scale * log_lik, grads, prior_weight, leaves if stacked else None)
-
-    def _compiled_grad(
-        self,
-        name: str,
-        params: list[Tensor],
-        x: Tensor,
-        y: Tensor,
-        data_dim: int | None,
-        stacked: bool,
-        then: Finish | None = None,
-        args: tuple[float, ...] = (),
-    ) -> tuple[list[Tensor], Tensor] | None:
-        """The gradient of `_log_likelihood_at` at ``params``' values and its values, by the
-        compiled function ``name`` (`Compiler.grad_and_value`; ``then(leaves, values,
-        gradients, *args)`` finishing them in it); None: compute them eagerly."""
-        function = functools.partial(self._log_likelihood_at, stacked=stacked, data_dim=data_dim)
-        leaves = [p.detach() for p in params]
-        key = (name, stacked, data_dim)
-        return self._compiler.grad_and_value(key, function, leaves, x, y, then, args)
-
-    def _chain_log_likelihood(
-        self, leaves: list[Tensor], x: Tensor, y: Tensor, data_dim: int | None
-    ) -> Tensor:
-        """Each chain's ``log p(y | x, θ)`` summed over the batch (a graph), at the stacked
-        ``leaves`` aligned with `params`; ``data_dim``: x's and y's chain dimension (None:
-        the same data for every chain). By the model's ``chain_forward`` where it has one, else
-        by ``torch.func.vmap`` of the one-chain model over the chain dimension."""
-        with torch.enable_grad():
-            if hasattr(self.model, "chain_forward"):
-                # the model's parameters come first in `leaves`, the likelihood's after
-                model = dict(zip(self.model_params, leaves, strict=False))
-                output = self.model.chain_forward(model, x, shared=data_dim is None)
-                return self.likelihood.chain_forward(output, y, leaves[len(model) :])
-            values = dict(zip(self.param_names, leaves, strict=True))
-            log_lik, _ = vmap(
-                lambda v, x, y: self.log_joint(v, x, y),
-                in_dims=(0, data_dim, data_dim),
-            )(values, x, y)
-        return log_lik
-
-    def _log_likelihood_at(
-        self,
-        values: list[Tensor],
-        x: Tensor,
-        y: Tensor,
-        stacked: bool,
-        data_dim: int | None = None,
-    ) -> Tensor:
-        """``log p(y | x, θ)`` summed over the batch at the values ``values`` (aligned with
-        `params`), in ``torch.func``'s functional form: of one network, or of each of the
-        ``stacked`` chains as in `_chain_log_likelihood`."""
-        if stacked:
-            return self._chain_log_likelihood(values, x, y, data_dim)
-        return self.log_joint(dict(zip(self.param_names, values, strict=True)), x, y)[0]
-
-    def _log_likelihood_grad(
-        self,
-        params: list[Tensor],
-        x: Tensor,
-        y: Tensor,
-        scale: float,
-        data_dim: int | None = None,
-        stacked: bool = False,
-    ) -> Evaluation:
-        """``scale · log p(y | x, θ)`` summed over the batch, detached, and its gradient in
-        ``params`` (aligned with `params`): of one network, or of each of the ``stacked``
-        chains as in `_chain_log_likelihood` (leaves for ``params``; a value per chain).
-        By eager autograd, or, with ``compile``, by the compiled ``torch.func.grad_and_value`` of
-        the same forward pass (`_log_likelihood_at`). Both come scaled in the parameters' dtype,
-        as the full-data closures' float64 sums need; the gradients can be added to in place."""
-        if self._compiler is not None:
-            compiled = self._compiled_grad("data", params, x, y, data_dim, stacked)
-            if compiled is not None:
-                grads, log_lik = compiled
-                torch._foreach_mul_(grads, scale)
-                return scale * log_lik, grads
-        with torch.enable_grad():
-            if stacked:
-                log_lik = self._chain_log_likelihood(params, x, y, data_dim)
-            else:
-                log_lik = self.likelihood(self.model(x), y)
-            term = scale * log_lik
-            grads = torch.autograd.grad(term.sum(), params, materialize_grads=True)
-        return term.detach(), writable_gradients(grads)
-
-    def _prior_term(
-        self,
-        value: Tensor,
-        grads: list[Tensor],
-        prior_weight: float,
-        stacked: list[Tensor] | None = None,
-    ) -> Evaluation:
-        r"""``value - κ log p(θ, φ) / T`` and ``grads`` plus its gradient in ``params``, added in
-        place: the data term, already divided by ``T``, and its gradient
-        (`_log_likelihood_grad`) made ``U_T``. For chains stacked as one, ``stacked``
-        holds the leaves standing for ``params``; the value is then one per chain.
-
-        A prior that is Gaussian given its hyperparameters is differentiated in closed form,
-        $\kappa\theta/\sigma^2 T$ added to the gradient, and so is the likelihood's
-        $\log p(\phi)$ (`bdl.likelihoods.Likelihood.log_prior_grad`), instead of
-        through autograd: a backward pass through the prior's graph was a tenth of a small MLP's
-        step, and one through the noise precision's prior a quarter of a UCI network's.
-        """
-        if stacked is None:
-            params, model, log_prob = self.params, self.model_params, self.prior.log_prob
-        else:
-            # the model's parameters come first in `params`
-            params, model = stacked, dict(zip(self.model_params, stacked, strict=False))
-            log_prob = self.prior.chain_log_prob
-        if not prior_weight:
-            return value, grads
-        weight = self.prior_scale(prior_weight)
-        stds = self.prior_stds()
-        if stds is None:
-            with torch.enable_grad():
-                log_prior = log_prob(model)
-                if log_prior.requires_grad:
-                    prior_grads = torch.autograd.grad(
-                        log_prior.sum(), list(model.values()), materialize_grads=True
-                    )
-                    torch._foreach_add_(grads[: len(model)], prior_grads, alpha=-weight)
-            value = value - weight * log_prior.detach()
-        with torch.no_grad():
-            if self._samples_likelihood:
-                log_prior_phi, phi_grads = self.likelihood.log_prior_grad(params[len(model) :])
-                value = value - weight * log_prior_phi
-                torch._foreach_add_(grads[len(model) :], phi_grads, alpha=-weight)
-            if stds is not None:
-                value = value - weight * log_prob(model)
-                for grad, theta, std in zip(grads, model.values(), stds, strict=False):
-                    if isinstance(std, Tensor):
-                        grad.addcmul_(theta, std.square().reciprocal(), value=weight)
-                    else:
-                        grad.add_(theta, alpha=weight / std**2)
-        return value, grads
+        """With ``compile``, the `Program` of minibatch steps on the training set ``(x, y)``,
+        each minibatch given by its rows: its ``evaluate(q, index, prior_weight)`` is `closure`'s
+        ``U_T`` and gradient on the rows ``index`` at values ``q`` (for ``chains`` stacked
+        chains, a row of ``index`` per chain, or one row ``shared`` by all), so that a sampler
+        runs an epoch of steps without Python between them
+        (`bdl.samplers.base.minibatch_steps_loop`); None where `at` cannot be traced whole."""
+        return self._paths.indexed_minibatch_program(x, y, chains, shared)
 
     @torch.no_grad()
     def gibbs_step(
         self,
         generator: torch.Generator,
-        batches: Callable[[], Iterator[tuple[Tensor, Tensor]]] | None = None,
+        batches: Batches | None = None,
     ) -> None:
         """Resample the prior's and the likelihood's hyperparameters from their conditionals given
         the current parameters (Neal's Gibbs step between dynamics updates; Neal 1996).

@@ -1,4 +1,4 @@
-"""An epoch as one program (`bdl.samplers.base.minibatch_program`): for every sampler that
+"""An epoch as one program (`bdl.samplers.base.minibatch_steps_loop`): for every sampler that
 declares ``epoch_program``, the program's steps, run here without Inductor (outside
 ``torch.compile`` a ``while_loop`` is traced by Dynamo and run eagerly), are the sampler's own
 steps by `Sampler.step` on the same minibatches and noise, for one chain and for stacked
@@ -16,7 +16,7 @@ from bdl.noise import fill_normal
 from bdl.potential import Potential
 from bdl.priors import Gaussian as GaussianPrior
 from bdl.runner.experiment import make_sampler
-from bdl.samplers.base import Declaration, minibatch_program
+from bdl.samplers.base import Declaration, minibatch_steps_loop
 from bdl.samplers.sghmc import SGHMC
 
 PROGRAMS = [option for option in SAMPLER_OPTIONS if declaration(option).epoch_program]
@@ -70,7 +70,7 @@ SETTINGS = [(1.0, True), (0.5, True), (0.8, False), (1.0, True), (0.3, True)]
 
 
 def program_steps(sampler, params, state, indices, tune, chains):
-    """`minibatch_program` over `SETTINGS` as the runner's stepper feeds it."""
+    """`minibatch_steps_loop` over `SETTINGS` as the runner's stepper feeds it."""
     sampler.tuning = tune
     rows = [sampler.coefficients(sampler.step_size(scale)) for scale, _ in SETTINGS]
     numel = sum(p.numel() for p in params)
@@ -84,7 +84,7 @@ def program_steps(sampler, params, state, indices, tune, chains):
     weights = torch.ones(STEPS + 2)
     lead = () if chains is None else (chains,)
     potentials = torch.zeros(STEPS + 2, *lead)
-    program = functools.partial(minibatch_program, update=sampler.update_values, chains=chains)
+    program = functools.partial(minibatch_steps_loop, update=sampler.update_values, chains=chains)
     return program(
         evaluate,
         params,

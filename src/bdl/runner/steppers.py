@@ -37,7 +37,7 @@ once for all chains' products, is measured by ``scripts/bench_chains.py``.
 
 **An epoch as one program.** With ``compile=true``, a sampler that declares ``epoch_program``
 (SGLD, SGHMC, SGD) takes its minibatch steps as one compiled program (`Stepper.advance`,
-`bdl.samplers.base.minibatch_program`): the gathers, the forward and backward passes and the
+`bdl.samplers.base.minibatch_steps_loop`): the gathers, the forward and backward passes and the
 updates of a span of steps run in one ``torch.while_loop``, without Python between them. The span's
 noise is drawn before it, step by step and chain by chain from the same generators as the steps
 taken one by one draw it, and its minibatch orders are the epoch's; a signal is heard between spans
@@ -66,7 +66,7 @@ from bdl.data.augment import random_crop_flip
 from bdl.noise import fill_normal
 from bdl.runner.experiment import Experiment
 from bdl.runner.loop import Loop
-from bdl.samplers.base import Cached, Sampler, SamplerState, cached, minibatch_program
+from bdl.samplers.base import Cached, Sampler, SamplerState, cached, minibatch_steps_loop
 
 log = logging.getLogger("bdl")
 
@@ -128,10 +128,10 @@ class Stepper(ABC):
         generator = sampler.generator
         self._chains = len(generator) if isinstance(generator, list) else None
         if sampler.declaration.epoch_program and not run.augment and not potential.has_gibbs_step:
-            self.program = self.minibatch_program()
+            self.program = self.potential_program()
             # built once: the function is the compiled program's key
             self._program_fn = functools.partial(
-                minibatch_program, update=sampler.update_values, chains=self._chains
+                minibatch_steps_loop, update=sampler.update_values, chains=self._chains
             )
         self._numel = sum(p.numel() for p in state.params)
         #: the steps of one program: the epoch's, or as many as `PROGRAM_DRAWS` numbers draw for
@@ -154,9 +154,9 @@ class Stepper(ABC):
         """The closure of step ``step`` of the epoch, for every chain the stepper moves."""
 
     @abstractmethod
-    def minibatch_program(self) -> Program | None:
+    def potential_program(self) -> Program | None:
         """The potential's `Program` of minibatch steps for the chains the stepper moves
-        (`bdl.potential.Potential.minibatch_program`), or None without ``compile``."""
+        (`bdl.potential.Potential.indexed_minibatch_program`), or None without ``compile``."""
 
     @abstractmethod
     def indices(self, step: int, count: int) -> Tensor:
@@ -218,7 +218,7 @@ class Stepper(ABC):
     def _program_inputs(
         self, step: int, settings: list[tuple[float, bool]], rows: list[list[float]]
     ) -> tuple[Tensor, ...]:
-        """`minibatch_program`'s inputs after the state for the steps from ``step`` with the
+        """`minibatch_steps_loop`'s inputs after the state for the steps from ``step`` with the
         ``settings`` and the sampler's coefficients ``rows``, each of the span's rows (the last
         ones unused where fewer steps remain); the steps' noise drawn into the kept buffer."""
         sampler, span, count = self.sampler, self._span, len(settings)
@@ -302,9 +302,9 @@ class ChainStepper(Stepper):
             x = random_crop_flip(x, exp.generators["data"])
         return exp.potential.closure(x, y, self.sampler.prior_weight(step, exp.run.steps_per_epoch))
 
-    def minibatch_program(self) -> Program | None:
+    def potential_program(self) -> Program | None:
         run = self.experiment.run
-        return self.experiment.potential.minibatch_program(run.x_train, run.y_train)
+        return self.experiment.potential.indexed_minibatch_program(run.x_train, run.y_train)
 
     def indices(self, step: int, count: int) -> Tensor:
         n = self.experiment.run.batch_size
@@ -373,9 +373,9 @@ class StackedStepper(Stepper):
         y = first.run.y_train.index_select(0, index.flatten()).unflatten(0, index.shape)
         return potential.chain_closure(self.params, x, y, prior_weight)
 
-    def minibatch_program(self) -> Program | None:
+    def potential_program(self) -> Program | None:
         run = self.experiment.run
-        return self.experiment.potential.minibatch_program(
+        return self.experiment.potential.indexed_minibatch_program(
             run.x_train, run.y_train, len(self.loops), shared=run.shared_minibatches
         )
 

@@ -119,7 +119,7 @@ class Declaration:
             ``init_from`` (Laplace).
         epoch_program: its minibatch update is one rule written for any arithmetic
             (`RuleSampler`), so that with ``compile=true`` the runner takes an epoch of its steps
-            as one compiled program (`minibatch_program`). Such a sampler gathers nothing after
+            as one compiled program (`minibatch_steps_loop`). Such a sampler gathers nothing after
             its steps (`Sampler.after_step`).
     """
 
@@ -377,7 +377,7 @@ class RuleSampler(Sampler):
         draws: list[Tensor],
     ) -> Update:
         """`rule` as a pure function that ``torch.compile`` traces into an epoch's program
-        (`minibatch_program`), its `coefficients` a 1-d tensor: new tensors, or a buffer it
+        (`minibatch_steps_loop`), its `coefficients` a 1-d tensor: new tensors, or a buffer it
         leaves as it was."""
         return self.rule(PURE, RuleInputs(params, buffers, grads, coefficients.unbind(), draws))
 
@@ -389,7 +389,7 @@ PureUpdate = Callable[
 ]
 
 
-def minibatch_program(
+def minibatch_steps_loop(
     evaluate: Callable[[list[Tensor], Tensor, Tensor], Evaluation],
     params: list[Tensor],
     buffers: dict[str, list[Tensor]],
@@ -406,7 +406,7 @@ def minibatch_program(
 ) -> tuple[list[Tensor], dict[str, list[Tensor]], Tensor]:
     """The minibatch steps of the rows ``start`` to ``stop`` of the inputs, each
     ``evaluate(θ, indices[s], prior_weights[s])`` (the potential and its gradient on the
-    minibatch of rows ``indices[s]``, `bdl.potential.Potential.minibatch_program`) and then
+    minibatch of rows ``indices[s]``, `bdl.potential.Potential.indexed_minibatch_program`) and then
     ``update`` with ``coefficients[s]`` and ``draws[s]`` (laid out as `bdl.noise.fill_normal`
     draws for ``chains`` stacked chains, None: one), as one program for ``torch.compile``, its
     loop a ``torch.while_loop``: an epoch of SGLD, SGHMC or SGD without Python between its steps.
