@@ -244,15 +244,16 @@ def _extreme(name: str, values: np.ndarray, reduce) -> dict[str, float | None]:
 
 @dataclass(frozen=True)
 class Settings:
-    """What a verdict's advice changes: the run's ``epochs``, ``burn_in`` and ``thin``, and the
-    sampler's ``lr`` and ``target_accept`` where it has them."""
+    """What a verdict's advice changes: the run's ``epochs``, ``burn_in`` and ``thin``, the
+    sampler's ``lr`` and ``target_accept`` where it has them, and whether ``until_converged``
+    can extend the run (``extendable``: its schedule's steps do not depend on ``epochs``)."""
 
     epochs: int
     burn_in: int
     thin: int = 1
     lr: float | None = None
     target_accept: float | None = None
-    extendable: bool = True  # whether ``until_converged`` can extend it (a constant schedule)
+    extendable: bool = True
 
     def epochs_for(self, draws: int, burn_in: int | None = None) -> int:
         """The ``epochs`` that keep ``draws`` draws a chain after ``burn_in`` (the run's by
