@@ -177,12 +177,18 @@ def report_blocks(page: str) -> list[str]:
     return re.findall(r"<!-- output: bdl-report \d+ -->\n```text\n(.*?)```", text, re.S)
 
 
+def columns(printed: str) -> list[str]:
+    """The column names of the first Markdown table in ``printed``."""
+    header = next(line for line in printed.splitlines() if line.startswith("|"))
+    return [name.strip() for name in header.strip("|").split("|")]
+
+
 #: Pages whose report block was made before bdl-report kept to its width and the verdict's
 #: causes named what to run, and not made again since: the test shows them stale until
-#: ``scripts/tutorial_outputs.py`` (own-model: its commands) makes them again. hmc-reference's
-#: runs take long; slurm-sweep's submitit_local rehearsal (SGHMC on yacht for 40 epochs at its
-#: defaults) stops, its chain diverged in epoch 25.
-STALE_REPORTS = {"hmc-reference.md", "own-model.md", "slurm-sweep.md"}
+#: ``scripts/tutorial_outputs.py`` (own-model: its commands) makes them again. slurm-sweep's
+#: submitit_local rehearsal (SGHMC on yacht for 40 epochs at its defaults) stops, its chain
+#: diverged in epoch 25.
+STALE_REPORTS = {"own-model.md", "slurm-sweep.md"}
 
 
 @pytest.mark.parametrize(
@@ -351,6 +357,9 @@ def test_tutorial_hmc_reference(env, data_here, tmp_path):
     _, *report_args = shlex.split(report)
     result = bdl_run(report_args, env, tmp_path, "bdl.analysis.report")
     assert result.returncode == 0 and "agreement" in result.stdout, result.stderr[-2000:]
+    # the page's table has the columns the report prints
+    (shown,) = report_blocks(page)
+    assert columns(shown) == columns(result.stdout)
     (run_dir,) = [p.parent for p in (root / "sg").glob("*/metrics.json")]
     namespace = {"bdl": bdl, "run_dir": run_dir, "reference_dir": root / "hmc"}
     exec(page_python(page), namespace)
