@@ -69,12 +69,17 @@ def page_commands(text: str) -> list[str]:
 
 
 def run_summary(log: str) -> str:
-    """The table that ends a run's log and the warnings after it, without timestamps."""
+    """The table that ends a run's log and the verdict and warnings after it, without
+    timestamps, the run's directory or its progress lines (``drawing the figures...``)."""
     text = LOG_PREFIX.sub("", log)
     start = max(text.rfind("completed (metrics.json):"), text.rfind("unsound (metrics.json):"))
     if start < 0:
         raise RuntimeError(f"no end-of-run table in the log:\n{text[-2000:]}")
-    lines = [line for line in text[start:].splitlines() if not line.startswith("run directory:")]
+    lines = [
+        line
+        for line in text[start:].splitlines()
+        if not line.startswith("run directory:") and not line.endswith("...")
+    ]
     return "\n".join(lines).rstrip() + "\n"
 
 

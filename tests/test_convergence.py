@@ -37,15 +37,21 @@ def hmc_draws(seed: int, iterations: int, step: float) -> tuple[np.ndarray, np.n
 
 
 def judge(theta: np.ndarray, potential: np.ndarray) -> list[str]:
-    """The verdict with coordinate ``j`` standing for test point ``j``: the log density of its
-    datum ``y_j`` under N(theta_j, 1), the data spread as a test set's are."""
+    """The verdict's reasons (`verdict`)."""
+    return verdict(theta, potential)[0]
+
+
+def verdict(theta: np.ndarray, potential: np.ndarray) -> tuple[list[str], list[str], dict]:
+    """The verdict's reasons and notes and the metrics it judged, with coordinate ``j`` standing
+    for test point ``j``: the log density of its datum ``y_j`` under N(theta_j, 1), the data
+    spread as a test set's are."""
     y = np.linspace(-3, 3, DIM)
     pointwise = -0.5 * (y - theta) ** 2 - 0.5 * np.log(2 * np.pi)
     metrics, _ = diagnostics.summarise(pointwise, theta[..., :1])
     scalars = diagnostics.scalar_diagnostics({"potential": potential})
     settings = diagnostics.Settings(epochs=theta.shape[1], burn_in=0)
-    reasons, _ = diagnostics.verdict(metrics, scalars, CHAINS, theta.shape[1], settings, potential)
-    return reasons
+    draws = theta.shape[1]
+    return (*diagnostics.verdict(metrics, scalars, CHAINS, draws, settings, potential), metrics)
 
 
 @pytest.mark.parametrize("seed", [0])
@@ -65,6 +71,23 @@ def test_chains_stopped_before_they_mix_are_flagged_and_long_ones_are_not(seed):
     assert judge(theta, potential) == [
         "30 draws a chain, under the 100 needed to judge: epochs=100"
     ]
+
+
+@pytest.mark.parametrize("seed", [0])
+def test_slowly_mixing_chains_are_advised_a_run_until_converged_within_four_times_the_draws(seed):
+    """400 transitions of step 0.05 (trajectories of 0.25 where the target's sd is 1), the first
+    100 dropped: the predictive's ESS at its 10% of points, about 14 of the 300 needed, asks
+    about 20x the draws (seeds 0-2: 19-22x). The advice does not extrapolate that far: a run
+    until converged within 4x the 300 draws, 1200 epochs; a note gives the factor measured."""
+    theta, potential = hmc_draws(seed, 400, 0.05)
+    reasons, notes, metrics = verdict(theta[:, 100:], potential[:, 100:])
+    assert reasons == [
+        f"test predictive not mixed (R-hat {metrics['rhat_p90']:.2f}): "
+        "until_converged=true max_epochs=1200"
+    ]
+    worst = min(metrics["ess_bulk_p10"], metrics["ess_tail_p10"])
+    assert 300 / worst > 10
+    assert notes[0].endswith(f"asks {300 / worst:.0f}x the draws at this rate; the advice tries 4x")
 
 
 def measure_false_alarms(seeds: int = 40) -> tuple[int, int]:

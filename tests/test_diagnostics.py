@@ -233,6 +233,43 @@ def test_verdict_names_each_cause_with_what_to_run(changed, potential, reason):
     assert reasons == [reason]
 
 
+def test_a_shortfall_beyond_four_times_the_draws_is_advised_a_run_until_converged_within_four():
+    """The UCI SGHMC protocol's 4 chains on yacht (400 draws each, one every 20 epochs after
+    2000): the potential's bulk ESS 16 of the 400 needed asks 25x the draws (200 000 epochs);
+    the advice runs until converged within 4x, 2000 + 4 x 400 x 20 = 34 000 epochs, and the
+    notes say the factor, that the predictions passed, and that thin=50 keeps the storage."""
+    uci = settings(epochs=10000, burn_in=2000, thin=20)
+    potential = {"rhat": 1.163, "ess_bulk": 16.0, "ess_tail": 30.0}
+    reasons, notes = diagnostics.verdict(PASSING, {"potential": potential}, 4, 400, uci)
+    assert reasons == [
+        "potential mixes slowly (ESS 16 < 400): until_converged=true max_epochs=34000"
+    ]
+    assert notes == [
+        "bulk ESS of potential 16 < 400 asks 25x the draws at this rate; the advice tries 4x",
+        "the test predictive passed: the predictions have mixed, potential not",
+        "ESS of potential 1% of the draws: thin=50 would store 50x fewer",
+    ]
+    # a schedule that until_converged cannot extend: the epochs of 4x
+    fixed = settings(epochs=10000, burn_in=2000, thin=20, extendable=False)
+    reasons, _ = diagnostics.verdict(PASSING, {"potential": potential}, 4, 400, fixed)
+    assert reasons == ["potential mixes slowly (ESS 16 < 400): epochs=34000"]
+    # the predictive short too (its 10% of points: 400/12 = 33x): no "passed"
+    unmixed = PASSING | {"ess_tail_p10": 12.0}
+    reasons, notes = diagnostics.verdict(unmixed, {"potential": potential}, 4, 400, uci)
+    assert reasons == [
+        "test predictive mixes slowly (ESS 12 < 400): until_converged=true max_epochs=34000"
+    ]
+    assert notes[:2] == [
+        "tail ESS 12 < 400 at 10% of points asks 33x the draws at this rate; the advice tries 4x",
+        "ESS of potential 1% of the draws: thin=50 would store 50x fewer",
+    ]
+    # at 4x or under, the extrapolation itself: 400 x 400/101 = 1585 draws, 2000 + 31 700
+    near = potential | {"ess_bulk": 101.0, "ess_tail": 300.0}
+    reasons, notes = diagnostics.verdict(PASSING, {"potential": near}, 4, 400, uci)
+    assert reasons == ["too few effective draws (bulk ESS of potential 101 < 400): epochs=33700"]
+    assert not any("the advice tries" in note for note in notes)
+
+
 def test_verdict_advises_target_accept_for_an_adapting_kernel_and_few_draws():
     metrics = PASSING | {"divergences": 3, "divergence_fraction": 0.015}
     reasons, _ = diagnostics.verdict(metrics, {}, 4, 100, settings(target_accept=0.8))
@@ -286,5 +323,13 @@ def test_every_line_fits_100_columns_as_printed():
     scalars = {"noise_precision": {"rhat": 1.5, "ess_bulk": 1.2, "ess_tail": 1.3}}
     reasons, notes = diagnostics.verdict(metrics, scalars, 1, 123456, big)
     lines = [f"NOT CONVERGED: {r}" for r in reasons] + [f"note: {n}" for n in notes]
-    assert len(reasons) == 2 and len(notes) == 3
+    assert len(reasons) == 2 and len(notes) == 4
+    assert reasons[1].startswith("test predictive not mixed (R-hat 12.35): until_converged=true")
+    # the predictive mixed, the hyperparameter 83x short
+    scalars = {"noise_precision": {"rhat": 1.0, "ess_bulk": 1.2, "ess_tail": 1.3}}
+    reasons, notes = diagnostics.verdict(metrics | {"rhat_p90": 1.0}, scalars, 1, 123456, big)
+    assert reasons[1] == (
+        "noise_precision mixes slowly (ESS 1 < 100): until_converged=true max_epochs=493947460"
+    )
+    lines += [f"NOT CONVERGED: {r}" for r in reasons] + [f"note: {n}" for n in notes]
     assert max(map(len, lines)) <= 100, max(lines, key=len)

@@ -22,9 +22,11 @@ from pathlib import Path
 
 import pytest
 from conftest import command_env
+from omegaconf import OmegaConf
 
 import bdl
 from bdl.analysis.evaluate import main as bdl_eval
+from bdl.analysis.tables import WIDTH
 from bdl.storage.outputs import summary_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,6 +135,92 @@ def table_keys(table: str) -> list[str]:
     return [line.split()[0] for line in table.splitlines() if line.startswith("  ")]
 
 
+#: The lines a run prints after its table (`bdl.runner.sampling`), by their start.
+AFTER_TABLE = (
+    "NOT CONVERGED: ",
+    "note: ",
+    "WARNING: ",
+    "NOT A RESULT: ",
+    "until_converged: ",
+    "pruning curve in ",
+)
+
+
+def assert_shows_a_run_of_today(shown: str, metrics: dict, run_dir: Path) -> None:
+    """A page's end-of-run block in the form a run prints it now: the rows of the table that the
+    shortened run printed (its ``metrics``), the ``converged`` row as `summary_table` writes it
+    for the block's own causes, after the table only the lines a run prints there, each cause
+    and note one line of at most 100 columns, each cause naming what to run: overrides of keys
+    that the run's config has (``run_dir``'s ``.hydra/config.yaml``), or ``sampler.lr``."""
+    assert table_keys(shown) == table_keys(summary_table(metrics))
+    status, *lines = shown.splitlines()
+    assert status.endswith(" (metrics.json):"), status
+    after = [line for line in lines if not line.startswith("  ")]
+    assert all(line.startswith(AFTER_TABLE) for line in after), after
+    causes = [line for line in after if line.startswith("NOT CONVERGED: ")]
+    verdict = summary_table({"status": "", "converged": not causes, "reasons": causes})
+    assert verdict.splitlines()[-1] in lines
+    for line in after:
+        assert not line.startswith(("NOT CONVERGED", "note")) or len(line) <= 100, line
+    config = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+    for cause in causes:
+        advice = [word for word in cause.rsplit(": ", 1)[-1].split() if "=" in word]
+        assert advice or "sampler.lr" in cause, cause
+        for word in advice:
+            key = word.partition("=")[0]
+            assert OmegaConf.select(config, key, default=KeyError) is not KeyError, cause
+
+
+def report_blocks(page: str) -> list[str]:
+    """The page's output blocks of ``bdl-report``."""
+    text = (DOCS / page).read_text(encoding="utf-8")
+    return re.findall(r"<!-- output: bdl-report \d+ -->\n```text\n(.*?)```", text, re.S)
+
+
+def columns(printed: str) -> list[str]:
+    """The column names of the first Markdown table in ``printed``."""
+    header = next(line for line in printed.splitlines() if line.startswith("|"))
+    return [name.strip() for name in header.strip("|").split("|")]
+
+
+#: Pages whose report block was made before bdl-report kept to its width and the verdict's
+#: causes named what to run, and not made again since: the test shows them stale until
+#: ``scripts/tutorial_outputs.py`` (own-model: its commands) makes them again. slurm-sweep's
+#: submitit_local rehearsal (SGHMC on yacht for 40 epochs at its defaults) stops, its chain
+#: diverged in epoch 25.
+STALE_REPORTS = {"own-model.md", "slurm-sweep.md"}
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        pytest.param(
+            p.name, marks=pytest.mark.xfail(strict=True, reason="made before the width and advice")
+        )
+        if p.name in STALE_REPORTS
+        else p.name
+        for p in sorted((DOCS / "tutorials").glob("*.md"))
+        if report_blocks(f"tutorials/{p.name}")
+    ],
+)
+def test_report_blocks_show_what_bdl_report_prints_now(page):
+    """A page's ``bdl-report`` block as bdl-report prints it on a terminal: its table within
+    `WIDTH` columns (the rest named under it), no HTML entity, and each run averaged in without
+    converging listed with causes that each name what to run."""
+    for block in report_blocks(f"tutorials/{page}"):
+        lines = block.splitlines()
+        assert max(len(line) for line in lines if line.startswith("|")) <= WIDTH
+        assert not re.search(r"&[a-z]+;", block)
+        unconverged = False
+        for line in lines:
+            unconverged = line.startswith("Averaged in without converging") or (
+                unconverged and line.startswith("- ")
+            )
+            if unconverged and line.startswith("- "):
+                for cause in line.split(": ", 1)[1].split("; "):
+                    assert "=" in cause.rsplit(": ", 1)[-1] or "sampler.lr" in cause, cause
+
+
 def shortened(command: str, **values: str) -> list[str]:
     """The command's arguments with ``values`` replacing (or adding) those keys."""
     program, *args = shlex.split(command, comments=True)
@@ -170,8 +258,7 @@ def test_tutorial_uci_chains(env, data_here, tmp_path):
     assert metrics["num_samples"] == 4 * 8  # epochs 9..24, every second one, per chain
     assert 1.0 <= metrics["rhat_max"] < math.inf
     # the page shows the table that ends the real run: the keys this run printed
-    shown = page_output("tutorials/uci-chains.md", "bdl-run")
-    assert table_keys(shown) == table_keys(summary_table(metrics))
+    assert_shows_a_run_of_today(page_output("tutorials/uci-chains.md", "bdl-run"), metrics, run_dir)
     (report,) = page_commands("tutorials/uci-chains.md", "bdl-report")
     _, *report_args = shlex.split(report.replace("runs/yacht-hmc", str(run_dir)))
     assert bdl_run(report_args, env, tmp_path, "bdl.analysis.report").returncode == 0
@@ -201,6 +288,19 @@ def test_tutorial_shift(env, data_here, tmp_path):
     assert rows[0][0] == pytest.approx(metrics["test_accuracy"], abs=1e-4)
     assert rows[30][0] == pytest.approx(rotated["test_accuracy"], abs=1e-6)
     assert rows[90][0] < rows[0][0]  # the generated digits are not rotation-invariant
+
+
+@pytest.mark.slow  # 15 s: a run of MNIST's full network (test_tutorial_uci_chains is quicker)
+def test_tutorial_chen_mnist(env, tmp_path):
+    command = page_commands("tutorials/chen-mnist.md", "bdl-run")[0]
+    run_dir = tmp_path / "chen"
+    # 4 draws: the fewest the table's diagnostics rows need
+    args = shortened(command, epochs="6", burn_in="2", **{"hydra.run.dir": str(run_dir)})
+    result = bdl_run(args, env, tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    shown = page_output("tutorials/chen-mnist.md", "bdl-run")
+    assert_shows_a_run_of_today(shown, metrics, run_dir)
 
 
 # 15 s: two runs of MNIST's full network (tests/runner/test_resume_cli.py is quicker)
@@ -233,8 +333,7 @@ def test_tutorial_resume(env, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["status"] == "completed" and metrics["num_samples"] == 4
-    shown = page_output("tutorials/resume.md", "bdl-run", 2)
-    assert table_keys(shown) == table_keys(summary_table(metrics))
+    assert_shows_a_run_of_today(page_output("tutorials/resume.md", "bdl-run", 2), metrics, run_dir)
 
 
 @pytest.mark.slow  # 67 s on a busy core: four runs, each scoring 10 000 test images per sample
@@ -258,6 +357,9 @@ def test_tutorial_hmc_reference(env, data_here, tmp_path):
     _, *report_args = shlex.split(report)
     result = bdl_run(report_args, env, tmp_path, "bdl.analysis.report")
     assert result.returncode == 0 and "agreement" in result.stdout, result.stderr[-2000:]
+    # the page's table has the columns the report prints
+    (shown,) = report_blocks(page)
+    assert columns(shown) == columns(result.stdout)
     (run_dir,) = [p.parent for p in (root / "sg").glob("*/metrics.json")]
     namespace = {"bdl": bdl, "run_dir": run_dir, "reference_dir": root / "hmc"}
     exec(page_python(page), namespace)

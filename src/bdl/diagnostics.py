@@ -33,8 +33,10 @@ characteristics the chains guide measures (``scripts/verdict_oc.py``):
   which a note says.
 
 Each failed rule is a cause with one line of what to run (`Settings`): ``epochs`` from the
-measured ESS per draw, ``burn_in`` from the trend, ``sampler.lr`` or ``target_accept`` for
-divergences. An ESS under a tenth of the draws is a note suggesting ``thin``, not a failure.
+measured ESS per draw up to `GROWTH_CAP` times the draws, beyond it a run until converged within
+that (the quantity named as mixing slowly, a note giving the factor measured), ``burn_in`` from
+the trend, ``sampler.lr`` or ``target_accept`` for divergences. An ESS under a tenth of the
+draws is a note suggesting ``thin``, not a failure.
 
 A documented subset of weights is followed too (`WEIGHT_PROBES` coordinates evenly spaced
 over the concatenated parameter vector), for a reader who wants weight-space numbers; expect them
@@ -78,6 +80,11 @@ FALSE_ALARM = 0.002
 #: The largest Monte Carlo standard error of the test NLL, as a fraction of its standard error
 #: over test points: at half, the two together are 12% above the latter alone.
 MCSE_RATIO = 0.5
+#: The most the advice multiplies a run's draws by. An ESS per draw measured on chains that
+#: have not mixed is a poor guide to many times the draws (it changes as they find what they had
+#: not), and a run several times longer is a budget to try, not a promise: beyond this factor
+#: the advice is a run until converged within it, and a note gives the factor measured.
+GROWTH_CAP = 4
 #: A bulk ESS under this fraction of the draws adds a note suggesting ``thin``.
 THIN_NOTE = 0.1
 #: Draws per chain below which nothing is measured: split R-hat needs two halves of two.
@@ -242,14 +249,16 @@ def _extreme(name: str, values: np.ndarray, reduce) -> dict[str, float | None]:
 
 @dataclass(frozen=True)
 class Settings:
-    """What a verdict's advice changes: the run's ``epochs``, ``burn_in`` and ``thin``, and the
-    sampler's ``lr`` and ``target_accept`` where it has them."""
+    """What a verdict's advice changes: the run's ``epochs``, ``burn_in`` and ``thin``, the
+    sampler's ``lr`` and ``target_accept`` where it has them, and whether ``until_converged``
+    can extend the run (``extendable``: its schedule's steps do not depend on ``epochs``)."""
 
     epochs: int
     burn_in: int
     thin: int = 1
     lr: float | None = None
     target_accept: float | None = None
+    extendable: bool = True
 
     def epochs_for(self, draws: int, burn_in: int | None = None) -> int:
         """The ``epochs`` that keep ``draws`` draws a chain after ``burn_in`` (the run's by
@@ -353,41 +362,68 @@ def verdict(
             f"burn_in={burn_in} epochs={settings.epochs_for(draws, burn_in)}"
         )
         scalars = scalars | scalar_diagnostics({"potential": potential[:, drop:]})
-    short: list[tuple[float, str]] = []  # (factor of draws needed, what was measured)
+    # (factor of draws needed, what was measured, of what, in brief); the worst names the cause
+    short: list[tuple[float, str, str, str]] = []
     for name, found in scalars.items():
         value = found.get("rhat")
         if value is not None and not value <= rhat_bound:
-            short.append((2.0, f"R-hat of {name} {value:.3f} > {rhat_bound:.3f}"))
+            measured = f"R-hat of {name} {value:.3f} > {rhat_bound:.3f}"
+            short.append((2.0, measured, name, measured))
         for method in ("bulk", "tail"):
             value = found.get(f"ess_{method}")
             if value is not None and value < ess_bound:
+                measured = f"{method} ESS of {name} {value:.0f} < {ess_bound:g}"
                 short.append(
-                    (ess_bound / value, f"{method} ESS of {name} {value:.0f} < {ess_bound:g}")
+                    (ess_bound / value, measured, name, f"ESS {value:.0f} < {ess_bound:g}")
                 )
     mcse, error = metrics.get("nll_mcse"), metrics.get("nll_se")
     if mcse is not None and error and mcse > MCSE_RATIO * error:
+        measured = f"test NLL ±{mcse:.2g} by chance > ±{error:.2g}/2"
         short.append(
-            ((mcse / (MCSE_RATIO * error)) ** 2, f"test NLL ±{mcse:.2g} by chance > ±{error:.2g}/2")
+            ((mcse / (MCSE_RATIO * error)) ** 2, measured, "test NLL", f"±{mcse:.2g} by chance")
         )
     for method in ("bulk", "tail"):
         value = metrics.get(f"ess_{method}_p10")
         if value is not None and value < ess_bound:
-            short.append(
-                (ess_bound / value, f"{method} ESS {value:.0f} < {ess_bound:g} at 10% of points")
-            )
-    factor = max((f for f, _ in short), default=1.0)
+            measured = f"{method} ESS {value:.0f} < {ess_bound:g} at 10% of points"
+            brief = f"ESS {value:.0f} < {ess_bound:g}"
+            short.append((ess_bound / value, measured, "test predictive", brief))
+    factor, measured, subject, brief = max(short, default=(1.0, "", "", ""))
     spread = metrics.get("rhat_p90")
-    more = f"epochs={settings.epochs_for(math.ceil(draws * max(factor, 2.0)), burn_in)}"
-    if not drop and spread is not None and spread > RHAT_PREDICTIVE_THRESHOLD:
-        reasons.append(
-            f"test predictive not mixed (90th-percentile R-hat {spread:.2f} > "
-            f"{RHAT_PREDICTIVE_THRESHOLD}): {more}"
-        )
+    unmixed = not drop and spread is not None and spread > RHAT_PREDICTIVE_THRESHOLD
+    if unmixed:  # beyond GROWTH_CAP the note gives the measurement; the line keeps to 100
+        factor = max(factor, 2.0)
+        which = f"90th-percentile R-hat {spread:.2f} > {RHAT_PREDICTIVE_THRESHOLD}"
+        which = f"R-hat {spread:.2f}" if factor > GROWTH_CAP else which
+        more = _more(settings, draws, factor, burn_in)
+        reasons.append(f"test predictive not mixed ({which}): {more}")
+    elif factor > GROWTH_CAP:
+        more = _more(settings, draws, factor, burn_in)
+        reasons.append(f"{subject} mixes slowly ({brief}): {more}")
     elif short:
-        worst = max(short)[1]
-        more = f"epochs={settings.epochs_for(math.ceil(draws * factor), burn_in)}"
-        reasons.append(f"too few effective draws ({worst}): {more}")
-    return reasons, _notes(metrics, chains, scalars, draws)
+        more = _more(settings, draws, factor, burn_in)
+        reasons.append(f"too few effective draws ({measured}): {more}")
+    notes = _notes(metrics, chains, scalars, draws)
+    if factor > GROWTH_CAP:
+        said = (
+            f"{measured} asks {factor:.0f}x the draws at this rate; the advice tries {GROWTH_CAP}x"
+        )
+        notes.insert(0, said)
+        if not unmixed and all(entry[2] in scalars for entry in short):
+            notes.insert(
+                1, f"the test predictive passed: the predictions have mixed, {subject} not"
+            )
+    return reasons, notes
+
+
+def _more(settings: Settings, draws: int, factor: float, burn_in: int) -> str:
+    """What to run for ``factor`` times the ``draws`` a chain after ``burn_in``: ``epochs=``
+    for at most `GROWTH_CAP` times; beyond it, where the schedule lets the run extend, a run
+    until converged within `GROWTH_CAP` times (it stops when the verdict passes)."""
+    epochs = settings.epochs_for(math.ceil(draws * min(factor, GROWTH_CAP)), burn_in)
+    if factor > GROWTH_CAP and settings.extendable:
+        return f"until_converged=true max_epochs={epochs}"
+    return f"epochs={epochs}"
 
 
 def _has(values: np.ndarray | None) -> bool:

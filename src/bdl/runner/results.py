@@ -23,6 +23,7 @@ from bdl.composition.network import named_parameters, predict_samples
 from bdl.metrics import Detection, agreement, pool, total_variation
 from bdl.runner.experiment import Experiment
 from bdl.runner.loop import Loop
+from bdl.schedules import Schedule
 from bdl.storage import outputs
 from bdl.storage.outputs import RunDirectory
 from bdl.storage.store import load_samples
@@ -216,7 +217,8 @@ def _scalar_draws(experiment: Experiment, loops: list[Loop], draws: int) -> dict
 
 def settings(experiment: Experiment, loop: Loop) -> diagnostics.Settings:
     """What the verdict's advice changes (`bdl.diagnostics.Settings`): the run's schedule, the
-    config's ``sampler.lr`` and the kernel's acceptance target where it adapts to one."""
+    config's ``sampler.lr``, the kernel's acceptance target where it adapts to one, and
+    whether ``until_converged`` can extend the run (a constant step size's schedule)."""
     run, kernel = experiment.run, loop.sampler
     return diagnostics.Settings(
         epochs=run.epochs,
@@ -226,6 +228,7 @@ def settings(experiment: Experiment, loop: Loop) -> diagnostics.Settings:
         target_accept=getattr(kernel, "target_accept", None)
         if getattr(kernel, "adapt", 0)
         else None,
+        extendable=type(run.schedule) is Schedule,
     )
 
 
