@@ -116,7 +116,8 @@ def run_tutorial(name: str, spec: Tutorial, work: Path) -> None:
         if program == "bdl-run" and process.returncode == 143:
             # the interrupted run's last words: where its checkpoint is and how to resume
             out = "\n".join(LOG_PREFIX.sub("", out).splitlines()[-3:]) + "\n"
-        elif program == "bdl-run":
+        elif program == "bdl-run" and "-m" not in args:
+            # a sweep's jobs write their tables into their own logs, not to its terminal
             out = run_summary(out)
         # paths as a reader's own run would print them: relative, the program by its name
         outputs[program].append(out.replace(str(work) + "/", "").replace(str(bin_dir) + "/", ""))

@@ -185,10 +185,8 @@ def columns(printed: str) -> list[str]:
 
 #: Pages whose report block was made before bdl-report kept to its width and the verdict's
 #: causes named what to run, and not made again since: the test shows them stale until
-#: ``scripts/tutorial_outputs.py`` (own-model: its commands) makes them again. slurm-sweep's
-#: submitit_local rehearsal (SGHMC on yacht for 40 epochs at its defaults) stops, its chain
-#: diverged in epoch 25.
-STALE_REPORTS = {"own-model.md", "slurm-sweep.md"}
+#: ``scripts/tutorial_outputs.py`` (own-model: its commands) makes them again.
+STALE_REPORTS = {"own-model.md"}
 
 
 @pytest.mark.parametrize(

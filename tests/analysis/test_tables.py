@@ -193,6 +193,29 @@ def test_summarize_is_each_groups_mean_std_and_sem_computed_by_hand():
     np.testing.assert_allclose(summary["test_rmse_sem"], [2.0, math.nan, 0.5])
 
 
+def test_summarize_by_a_key_never_averages_runs_of_two_data_sets():
+    """``--by sampler`` over a sweep on MNIST and one on yacht: a row a sampler and data set,
+    each mean its own runs' (a choice column, as `load_runs` gives it beside its keys)."""
+    runs = pd.DataFrame(
+        {
+            "sampler": ["sghmc", "sghmc", "sgld", "sghmc"],
+            "dataset": ["mnist", "mnist", "mnist", "yacht"],
+            "dataset.name": ["mnist", "mnist", "mnist", "yacht"],
+            "test_ll": [-0.2, -0.4, -0.3, -1.5],
+        }
+    )
+    summary = summarize(runs, by=["sampler"], metrics=["test_ll"])
+    assert summary[["sampler", "dataset", "n_runs"]].values.tolist() == [
+        ["sghmc", "mnist", 2],
+        ["sghmc", "yacht", 1],
+        ["sgld", "mnist", 1],
+    ]
+    np.testing.assert_allclose(summary["test_ll_mean"], [-0.3, -1.5, -0.3])
+    # one data set: the keys asked for, alone
+    one = summarize(runs[runs["dataset"] == "mnist"], by=["sampler"], metrics=["test_ll"])
+    assert list(one.columns[:2]) == ["sampler", "n_runs"]
+
+
 def test_keys_of_mixed_types_keep_their_first_seen_order():
     runs = pd.DataFrame({"width": [64, "wide", 64], "test_ll": [-1.0, -3.0, -2.0]})
     summary = summarize(runs, by=["width"], metrics=["test_ll"])

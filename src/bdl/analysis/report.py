@@ -103,7 +103,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="run or sweep directories")
     parser.add_argument(
-        "--by", nargs="+", metavar="KEY", help="group keys (default: the config keys that vary)"
+        "--by",
+        nargs="+",
+        metavar="KEY",
+        help="group keys (default: the config keys that vary); the data set is added where runs "
+        "differ in it",
     )
     parser.add_argument(
         "--out",

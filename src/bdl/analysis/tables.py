@@ -37,6 +37,8 @@ DEFAULT_EXCLUDE = (
     "log_every",
 )
 
+#: the choice column naming a run's data set
+DATASET = "dataset"
 _IMPL_KEYS = ("_target_", "*._target_", "_partial_", "*._partial_")
 
 
@@ -133,6 +135,14 @@ def _default_by(df: pd.DataFrame) -> list[str]:
     return keys
 
 
+def _by_dataset(df: pd.DataFrame, by: list[str]) -> list[str]:
+    """``by`` and, where the runs are of more than one data set, the data set: an accuracy on
+    MNIST and one on Fashion-MNIST are not draws of one quantity, so no row averages them."""
+    if DATASET in by or DATASET not in choice_columns(df) or df[DATASET].nunique() < 2:
+        return by
+    return [*by, DATASET]
+
+
 def summarize(
     df: pd.DataFrame,
     by: Sequence[str] | None = None,
@@ -150,7 +160,7 @@ def summarize(
         One row per group: the ``by`` columns, ``n_runs``, then ``<metric>_mean`` and
         ``<metric>_std``, ``<metric>_sem`` for each metric.
     """
-    by = _default_by(df) if by is None else list(by)
+    by = _default_by(df) if by is None else _by_dataset(df, list(by))
     metrics = metric_columns(df) if metrics is None else list(metrics)
     unknown = [k for k in [*by, *metrics] if k not in df.columns]
     if unknown:
