@@ -78,7 +78,7 @@ docs: install-dev ## the documentation site into site/ (mkdocs build --strict: o
 docs-serve: install-dev ## serve the documentation site at http://127.0.0.1:8000, rebuilt on each edit
 	$(BIN)/mkdocs serve
 
-bench: install ## bdl vs bare PyTorch, same process: SGHMC vs SGD-momentum epoch; BBB vs SGD step; stacked chains; compile=true vs eager; vs NumPyro and BlackJAX (extra peers)
+bench: install ## bdl vs bare PyTorch, same process: SGHMC vs SGD-momentum epoch; BBB vs SGD step; stacked chains; compile=true vs eager; a run's cost against its sizes; vs NumPyro and BlackJAX (extra peers)
 	$(BIN)/python scripts/bench.py
 	$(BIN)/python scripts/bench_bbb.py
 	$(BIN)/python scripts/bench_hmc.py
@@ -91,6 +91,7 @@ bench: install ## bdl vs bare PyTorch, same process: SGHMC vs SGD-momentum epoch
 	$(BIN)/python scripts/bench_compile.py
 	$(BIN)/python scripts/bench_store.py
 	$(BIN)/python scripts/bench_store.py --run 100
+	$(BIN)/python scripts/bench_scaling.py
 	$(BIN)/python scripts/bench_peers.py
 
 bench-peers: install ## the guard on bdl's lead over BlackJAX (extra peers; a quiet machine, ~15 min): fails when a ratio crosses its line

@@ -103,8 +103,9 @@ def main() -> None:
         f" {'ms/chain-draw':>14} {'check (wall s)':>15}"
     )
     with machine_load(1), tempfile.TemporaryDirectory() as root:
-        # the process's one-off start (imports, Hydra's config search) outside every cell
-        timed_run(base, 2, 2, Path(root) / "warm-up")
+        # the process's one-off costs (imports, Hydra's config search, the first verdict's
+        # libraries) paid by a run of the base cell's own length, outside every cell
+        timed_run(base, short, args.burn_in, Path(root) / "warm-up")
         for index, cell in enumerate(cells):
             folder = Path(root) / str(index)
             (wall_short, cpu_short), (wall_long, cpu_long), (wall_check, _) = (
