@@ -146,6 +146,7 @@ from benchtools import (  # noqa: E402
     machine_load,
     one_by_one,
     sampling,
+    under_load,
 )
 from omegaconf import DictConfig  # noqa: E402
 from torch._inductor.utils import fresh_cache  # noqa: E402
@@ -985,7 +986,7 @@ def guard(rounds: int, settings: Settings) -> int:
     ]
     print(f"guard, median (min-max) over {rounds} rounds:")
     print("\n".join(goal.row() for goal in goals))
-    if max(before, os.getloadavg()[0]) > 1.5:
+    if under_load(1, before, os.getloadavg()[0]):
         print("guard: NOT JUDGED, other work shared the machine; rerun it on a quiet one")
         return 2
     failed = [goal.name for goal in goals if not goal.held()]

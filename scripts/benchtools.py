@@ -174,9 +174,15 @@ def load_report(cores: int, before: float, after: float, wall: float, cpu: float
         f"(1 minute) {before:.2f} before, {after:.2f} after; {wall:.1f} s wall, {cpu:.1f} s CPU "
         "(child processes included)"
     ]
-    if max(before, after) > cores + 0.5:
+    if under_load(cores, before, after):
         lines.append(f"WARNING: {UNDER_LOAD}")
     return lines
+
+
+def under_load(cores: int, before: float, after: float) -> bool:
+    """Whether the 1-minute load before or after a benchmark on ``cores`` threads exceeds them
+    by more than half a core: other work shared the machine."""
+    return max(before, after) > cores + 0.5
 
 
 @contextlib.contextmanager
