@@ -69,3 +69,15 @@ def test_a_schedule_out_of_range_is_one_line_naming_its_key_and_range(make, line
     with pytest.raises(ValueError) as error:
         make()
     assert str(error.value) == line
+
+
+def test_only_the_constant_step_can_be_lengthened_as_the_run_goes():
+    # until_converged extends the run: a decay or a cycle is laid out over the run's length
+    assert Constant.extendable() and Constant(100, 1).extendable()
+    assert not Polynomial.extendable() and not Cyclical(100, 1).extendable()
+
+    class Warmup(Constant):
+        def __call__(self, t: int) -> float:
+            return min(1.0, t / 10)
+
+    assert not Warmup.extendable()

@@ -34,6 +34,13 @@ class Schedule:
         """Whether the state after (0-based) ``epoch`` is kept as a posterior sample."""
         return epoch >= burn_in and (epoch - burn_in + 1) % thin == 0
 
+    @classmethod
+    def extendable(cls) -> bool:
+        """Whether a run on this schedule can be lengthened as it goes (``until_converged``):
+        only the constant step's steps and draws depend on neither the run's length nor the
+        position in it."""
+        return cls is Schedule
+
 
 Constant = Schedule
 

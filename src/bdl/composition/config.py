@@ -32,6 +32,7 @@ from bdl.composition import plugins
 from bdl.composition.instantiation import check_targets, instantiate
 from bdl.errors import ConfigError
 from bdl.likelihoods import Gaussian
+from bdl.schedules import Schedule
 
 
 class Device(Enum):
@@ -318,7 +319,7 @@ def _check_group(cfg: Any, group: str) -> None:
             f"until_converged=true needs a sampler with a convergence verdict: {name} is an "
             "optimiser or a variational fit; drop until_converged"
         )
-    if group == "schedule" and cfg.until_converged and name != "Constant":
+    if group == "schedule" and cfg.until_converged and not _extendable(target):
         raise ConfigError(
             f"until_converged=true needs schedule=constant: {name}'s steps depend on epochs, "
             "which the run extends"
@@ -330,6 +331,10 @@ def _check_group(cfg: Any, group: str) -> None:
             f"burn_in={cfg.burn_in} leaves no epoch to sample in (epochs={cfg.epochs}): "
             f"raise epochs, or {short_run(cfg.epochs, cfg.thin)}"
         )
+
+
+def _extendable(target: object) -> bool:
+    return inspect.isclass(target) and issubclass(target, Schedule) and target.extendable()
 
 
 def short_run(epochs: int, thin: int) -> str:

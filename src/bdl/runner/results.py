@@ -23,7 +23,6 @@ from bdl.composition.network import named_parameters, predict_samples
 from bdl.metrics import Detection, agreement, pool, total_variation
 from bdl.runner.experiment import Experiment
 from bdl.runner.loop import Loop
-from bdl.schedules import Schedule
 from bdl.storage import outputs
 from bdl.storage.outputs import RunDirectory
 from bdl.storage.store import load_samples
@@ -228,7 +227,7 @@ def settings(experiment: Experiment, loop: Loop) -> diagnostics.Settings:
         target_accept=getattr(kernel, "target_accept", None)
         if getattr(kernel, "adapt", 0)
         else None,
-        extendable=type(run.schedule) is Schedule,
+        extendable=run.schedule.extendable(),
     )
 
 
