@@ -19,7 +19,7 @@ characteristics the chains guide measures (``scripts/verdict_oc.py``):
   under it once a tenth or more of the draws is dropped is still trending (`settled`), and
   the verdict names the ``burn_in`` that drops it.
 - **Bulk and tail ESS** of each scalar: at least `ess_limit`, Vehtari et al.'s 100 a chain
-  (half the draws under 200 draws a chain).
+  (a quarter of the draws under 400 draws a chain, a tenth for one chain).
 - **The test predictive**, over test points: R-hat at most Izmailov et al.'s (2021) 1.1 at the
   90th percentile (`POINT_QUANTILE`), and the ESS limit at the 10th; a quantile of many
   points, unlike their extreme, is not pushed over by chance as points are added.
@@ -33,8 +33,10 @@ characteristics the chains guide measures (``scripts/verdict_oc.py``):
   which a note says.
 
 Each failed rule is a cause with one line of what to run (`Settings`): ``epochs`` from the
-measured ESS per draw up to `GROWTH_CAP` times the draws, beyond it a run until converged within
-that (the quantity named as mixing slowly, a note giving the factor measured), ``burn_in`` from
+measured ESS per draw (the draws that reach 100 a chain: under 400 a chain the limit grows with
+the draws, and a run extrapolated to today's limit fails again) up to `GROWTH_CAP` times the
+draws, beyond it a run until converged within that (the quantity named as mixing slowly, a note
+giving the factor measured), ``burn_in`` from
 the trend, ``sampler.lr`` or ``target_accept`` for divergences. An ESS under a tenth of the
 draws is a note suggesting ``thin``, not a failure.
 
@@ -362,7 +364,10 @@ def verdict(
             f"burn_in={burn_in} epochs={settings.epochs_for(draws, burn_in)}"
         )
         scalars = scalars | scalar_diagnostics({"potential": potential[:, drop:]})
-    # (factor of draws needed, what was measured, of what, in brief); the worst names the cause
+    # (factor of draws needed, what was measured, of what, in brief); the worst names the cause.
+    # Under 400 draws a chain the ESS limit is a fraction of the draws, which a longer run raises
+    # with them: at a constant ESS per draw only the draws that reach 100 a chain pass.
+    ess_target = chains * ESS_PER_CHAIN
     short: list[tuple[float, str, str, str]] = []
     for name, found in scalars.items():
         value = found.get("rhat")
@@ -374,7 +379,7 @@ def verdict(
             if value is not None and value < ess_bound:
                 measured = f"{method} ESS of {name} {value:.0f} < {ess_bound:g}"
                 short.append(
-                    (ess_bound / value, measured, name, f"ESS {value:.0f} < {ess_bound:g}")
+                    (ess_target / value, measured, name, f"ESS {value:.0f} < {ess_bound:g}")
                 )
     mcse, error = metrics.get("nll_mcse"), metrics.get("nll_se")
     if mcse is not None and error and mcse > MCSE_RATIO * error:
@@ -387,7 +392,7 @@ def verdict(
         if value is not None and value < ess_bound:
             measured = f"{method} ESS {value:.0f} < {ess_bound:g} at 10% of points"
             brief = f"ESS {value:.0f} < {ess_bound:g}"
-            short.append((ess_bound / value, measured, "test predictive", brief))
+            short.append((ess_target / value, measured, "test predictive", brief))
     factor, measured, subject, brief = max(short, default=(1.0, "", "", ""))
     spread = metrics.get("rhat_p90")
     unmixed = not drop and spread is not None and spread > RHAT_PREDICTIVE_THRESHOLD
@@ -403,7 +408,7 @@ def verdict(
     elif short:
         more = _more(settings, draws, factor, burn_in)
         reasons.append(f"too few effective draws ({measured}): {more}")
-    notes = _notes(metrics, chains, scalars, draws)
+    notes = _notes(metrics, chains, scalars, draws, settings.thin)
     if factor > GROWTH_CAP:
         said = (
             f"{measured} asks {factor:.0f}x the draws at this rate; the advice tries {GROWTH_CAP}x"
@@ -431,9 +436,12 @@ def _has(values: np.ndarray | None) -> bool:
     return values is not None and values.ndim == 2 and values.shape[1] >= 2 * MIN_DRAWS
 
 
-def _notes(metrics: dict, chains: int, scalars: dict | None = None, draws: int = 0) -> list[str]:
+def _notes(
+    metrics: dict, chains: int, scalars: dict | None = None, draws: int = 0, thin: int = 1
+) -> list[str]:
     """What informs without judging: what one chain cannot show, an ESS so small a fraction of
-    the draws that ``thin`` would save space, weight-space R-hat."""
+    the draws that a larger ``thin`` (the run's is ``thin``) would save space, weight-space
+    R-hat."""
     notes = []
     if chains == 1:
         notes.append(
@@ -444,8 +452,8 @@ def _notes(metrics: dict, chains: int, scalars: dict | None = None, draws: int =
         if ess_bulk is not None and draws and ess_bulk < THIN_NOTE * chains * draws:
             every = max(2, int(chains * draws / ess_bulk / 2))
             notes.append(
-                f"ESS of {name} {ess_bulk / (chains * draws):.0%} of the draws: thin={every} "
-                f"would store {every}x fewer"
+                f"ESS of {name} {ess_bulk / (chains * draws):.0%} of the draws: "
+                f"thin={every * thin} would store {every}x fewer"
             )
             break
     weight = metrics.get("weight_rhat_max")
