@@ -4,7 +4,10 @@
 
 For each page of ``docs/tutorials/`` named in ``TUTORIALS`` (all of them by default), the page's
 ``bdl-*`` command lines are run in a scratch directory, in order, on the real data of
-``BDL_DATA_DIR``. Then
+``BDL_DATA_DIR``. A page that builds a package of the reader's own (own-model) has its files
+(its ``title="..."`` blocks, and the files its tree marks ``(empty)``) written there first, and
+its ``pip install`` and ``python`` lines run too: the package installed into the scratch
+directory's ``site-packages``, on ``PYTHONPATH``, so that nothing stays installed. Then
 
 - the fenced ``text`` block under the page's ``<!-- output: PROGRAM K -->`` line is replaced by
   what the K-th (from 1) command of that program printed: the table that ends a ``bdl-run`` (from
@@ -28,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +49,7 @@ class Tutorial:
     figure: str  # a glob under the scratch directory: the figure the page shows
     skip: tuple[str, ...] = ()  # command lines that cannot run here (a SLURM cluster's)
     interrupt_after_s: float | None = None  # SIGTERM the first bdl-run then (resume.md)
+    own_files: bool = False  # the page's files written, its pip and python lines run (own-model)
 
 
 TUTORIALS = {
@@ -56,16 +61,47 @@ TUTORIALS = {
     "chen-mnist": Tutorial(figure="runs/chen/sghmc/summary.png", skip=("-m ", "--paper")),
     "resume": Tutorial(figure="runs/chen/summary.png", interrupt_after_s=60),
     "hmc-reference": Tutorial(figure="runs/izmailov/hmc/summary.png"),
+    "own-model": Tutorial(figure="runs/sine-sghmc/summary.png", own_files=True),
 }
+SHELL = ("pip install ", "python ")  # the own-files pages' other command lines
+SITE = "site-packages"  # where those pages' packages are installed, under the scratch directory
 
 
-def page_commands(text: str) -> list[str]:
-    """The page's command lines: indented code lines that start with a bdl program."""
+def page_commands(text: str, programs: tuple[str, ...] = PROGRAMS) -> list[str]:
+    """The page's command lines: indented code lines that start with one of ``programs``."""
     return [
         line.strip()
         for line in text.splitlines()
-        if line.startswith("    ") and line.strip().startswith(PROGRAMS)
+        if line.startswith("    ") and line.strip().startswith(programs)
     ]
+
+
+def write_page_files(text: str, work: Path) -> None:
+    """The files a page shows, under ``work``: each ``title="PATH"`` block, and each file of its
+    tree marked ``(empty)``."""
+    files = dict.fromkeys(re.findall(r"^\s+(\S+)\s+\(empty\)$", text, re.M), "")
+    files.update(re.findall(r'^```\w+ title="([^"]+)"\n(.*?)^```$', text, re.M | re.S))
+    for path, content in files.items():
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        (work / path).write_text(content, encoding="utf-8")
+
+
+def command_line(command: str, work: Path, env: dict[str, str]) -> list[str]:
+    """What runs for a page's command line. ``pip install`` installs into ``work``'s `SITE`
+    instead of the environment bdl runs from (not editable: a target folder is no site
+    directory, whose ``.pth`` files Python reads), which joins ``env``'s ``PYTHONPATH``."""
+    program, *args = shlex.split(command, comments=True)
+    bin_dir = Path(sys.executable).parent
+    if program == "python":
+        return [sys.executable, *args]
+    if program == "pip":
+        site = str(work / SITE)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [site, env.get("PYTHONPATH")]))
+        # offline, as the tutorial's package needs nothing bdl's environment lacks
+        offline = ["--no-deps", "--no-build-isolation", "--no-index", "--target", site]
+        folders = [a for a in args[1:] if a != "-e"]  # args[0] is "install"
+        return [sys.executable, "-m", "pip", "install", *offline, *folders]
+    return [str(bin_dir / program), *args]
 
 
 def run_summary(log: str) -> str:
@@ -86,9 +122,12 @@ def run_summary(log: str) -> str:
 def run_tutorial(name: str, spec: Tutorial, work: Path) -> None:
     page = TUTORIALS_DIR / f"{name}.md"
     text = page.read_text(encoding="utf-8")
-    outputs: dict[str, list[str]] = {program: [] for program in PROGRAMS}
+    outputs: defaultdict[str, list[str]] = defaultdict(list)
     bin_dir = Path(sys.executable).parent
-    for command in page_commands(text):
+    env = dict(os.environ)
+    if spec.own_files:
+        write_page_files(text, work)
+    for command in page_commands(text, PROGRAMS + SHELL if spec.own_files else PROGRAMS):
         program, *args = shlex.split(command, comments=True)
         if any(pattern in command for pattern in spec.skip):
             print(f"skipped (cannot run here): {command}", flush=True)
@@ -96,8 +135,9 @@ def run_tutorial(name: str, spec: Tutorial, work: Path) -> None:
             continue
         started = time.monotonic()
         process = subprocess.Popen(
-            [str(bin_dir / program), *args],
+            command_line(command, work, env),
             cwd=work,
+            env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -110,9 +150,14 @@ def run_tutorial(name: str, spec: Tutorial, work: Path) -> None:
             process.send_signal(signal.SIGTERM)
             out, _ = process.communicate()
         seconds = time.monotonic() - started
-        print(f"{seconds:7.1f} s  exit {process.returncode}  {command}", flush=True)
+        load = os.getloadavg()[0]  # the pages say the load their times were measured at
+        print(
+            f"{seconds:7.1f} s  exit {process.returncode}  load {load:.1f}  {command}", flush=True
+        )
         if process.returncode not in (0, 143):
             raise RuntimeError(f"{command} failed:\n{out[-3000:]}")
+        if program == "python" and out.strip():
+            print(f"  it printed: {out.strip().splitlines()[-1]}", flush=True)  # for the prose
         if program == "bdl-run" and process.returncode == 143:
             # the interrupted run's last words: where its checkpoint is and how to resume
             out = "\n".join(LOG_PREFIX.sub("", out).splitlines()[-3:]) + "\n"

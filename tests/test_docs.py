@@ -183,20 +183,10 @@ def columns(printed: str) -> list[str]:
     return [name.strip() for name in header.strip("|").split("|")]
 
 
-#: Pages whose report block was made before bdl-report kept to its width and the verdict's
-#: causes named what to run, and not made again since: the test shows them stale until
-#: ``scripts/tutorial_outputs.py`` (own-model: its commands) makes them again.
-STALE_REPORTS = {"own-model.md"}
-
-
 @pytest.mark.parametrize(
     "page",
     [
-        pytest.param(
-            p.name, marks=pytest.mark.xfail(strict=True, reason="made before the width and advice")
-        )
-        if p.name in STALE_REPORTS
-        else p.name
+        p.name
         for p in sorted((DOCS / "tutorials").glob("*.md"))
         if report_blocks(f"tutorials/{p.name}")
     ],

@@ -22,7 +22,16 @@ import pytest
 from conftest import command_env
 from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
-from test_docs import DOCS, ROOT, page_commands, shortened
+from test_docs import (
+    DOCS,
+    ROOT,
+    assert_shows_a_run_of_today,
+    columns,
+    page_commands,
+    page_output,
+    report_blocks,
+    shortened,
+)
 
 import bdl
 from bdl.composition import plugins
@@ -252,8 +261,8 @@ def test_the_tutorials_commands_run_a_sweep_a_report_and_an_evaluation(
     env = {**command_env(fake_data_root, tmp_path / "cache"), "PYTHONPATH": str(mylab)}
     sweep = next(c for c in page_commands(PAGE, "bdl-run") if c.startswith("bdl-run -m"))
     # long enough for burn-in to halve a step that is too large for this network
-    # (bdl.runner.stability)
-    args = shortened(sweep, epochs="30", burn_in="20", thin="5")
+    # (bdl.runner.stability), and for the 4 draws a chain the table's diagnostics rows need
+    args = shortened(sweep, epochs="40", burn_in="20", thin="5")
     args = [a.replace("multirun/sine", str(tmp_path / "sine")) for a in args]
     commands = [
         [sys.executable, "-m", "bdl.cli", *args],
@@ -266,6 +275,9 @@ def test_the_tutorials_commands_run_a_sweep_a_report_and_an_evaluation(
     statuses = [json.loads((job / "metrics.json").read_text())["status"] for job in jobs]
     assert len(jobs) == 3 and set(statuses) <= {"completed", "unsound"}
     assert "| sgld" in (tmp_path / "sine" / "report.md").read_text()
+    # the page shows the report's columns, and the table that ends its first run (sghmc's)
+    (shown,) = report_blocks(PAGE)
+    assert columns(shown) == columns(result.stdout)
     (evaluate,) = page_commands(PAGE, "bdl-eval")
     _, *rest = shlex.split(evaluate.replace("runs/sine-sghmc", str(jobs[0])))
     result = subprocess.run(
@@ -279,6 +291,7 @@ def test_the_tutorials_commands_run_a_sweep_a_report_and_an_evaluation(
     evaluated = json.loads(next((jobs[0] / "eval").glob("*/metrics.json")).read_text())
     ran = json.loads((jobs[0] / "metrics.json").read_text())
     assert evaluated["test_rmse"] == pytest.approx(ran["test_rmse"], rel=1e-5)
+    assert_shows_a_run_of_today(page_output(PAGE, "bdl-run", 1), ran, jobs[0])
 
 
 @pytest.mark.slow  # about 20 s: two runs of 2000 epochs, as the page prints them
@@ -296,7 +309,9 @@ def test_the_tutorials_files_run_and_python_call_give_the_same_posterior(mylab, 
         )
         assert result.returncode == 0, result.stderr[-3000:]
     assert "read as regression" in result.stdout
-    metrics = json.loads((work / "runs" / "files-sghmc" / "metrics.json").read_text())
+    run_dir = work / "runs" / "files-sghmc"
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert_shows_a_run_of_today(page_output(PAGE, "bdl-run", 3), metrics, run_dir)
     shutil.rmtree(work / "mylab-0.1.0.dist-info")  # the Python call needs no plugin
     result = subprocess.run(
         [sys.executable, "own_run.py"], cwd=work, env=env, capture_output=True, text=True
