@@ -41,6 +41,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch._dynamo.exc import TensorifyScalarRestartAnalysis
+from torch._dynamo.symbolic_convert import TensorifyState
 from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 from torch.func import grad_and_value
 
@@ -104,6 +106,12 @@ def _compiling_seconds() -> float:
     """The seconds spent compiling so far in this process (Dynamo's tally: tracing, and
     Inductor's compiling or loading from its caches)."""
     return sum(torch._dynamo.utils.compilation_time_metrics.get("_compile.compile_inner", ()))
+
+
+def _caching() -> bool:
+    """Whether Inductor's caches are on (`keep_caches`), and with them `Precompiled`'s."""
+    config = torch._inductor.config
+    return config.fx_graph_cache and not config.force_disable_caches
 
 
 def _cpu_seconds() -> float:
@@ -182,6 +190,11 @@ def _code_digest() -> str:
     return digest.hexdigest()
 
 
+#: the traces again that compiling a program may take: where the loop's 0-dim tensors cannot stay
+#: symbolic numbers, Dynamo traces again with them constant, as torch.compile does itself
+RETRACES = 4
+
+
 class Precompiled:
     """Sampler's programs compiled ahead of their call (``torch.compile(...).aot_compile``) and
     kept in ``folder``, one file each: the SHA-256 digest of the rest, then the program as
@@ -232,13 +245,24 @@ class Precompiled:
             )
             return None
 
-    def compile(self, path: Path, function: Callable, args: tuple[Any, ...]) -> Callable:
-        """``function`` compiled for ``args``, kept at ``path``."""
+    def compile(self, path: Path | None, function: Callable, args: tuple[Any, ...]) -> Callable:
+        """``function`` compiled for ``args``, kept at ``path`` (None: nowhere)."""
         # Inductor's caches take no graph with a loop unless told to (torch 2.14): the program
         # is a ``while_loop``, and its subgraphs' code is in the cache's key like the rest
         loops = {"torch.ops.higher_order.while_loop": torch.__version__}
-        with torch._inductor.config.patch(unsafe_marked_cacheable_functions=loops):
-            compiled = torch.compile(function, fullgraph=True).aot_compile((args, {}))
+        try:
+            with torch._inductor.config.patch(unsafe_marked_cacheable_functions=loops):
+                for attempt in range(RETRACES + 1):
+                    try:
+                        compiled = torch.compile(function, fullgraph=True).aot_compile((args, {}))
+                        break
+                    except TensorifyScalarRestartAnalysis:
+                        if attempt == RETRACES:
+                            raise
+        finally:
+            TensorifyState.clear()
+        if path is None:
+            return compiled
         try:
             payload = type(compiled).serialize(compiled, _closure(function)).serialized_data
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -316,14 +340,17 @@ class Compiler:
         if program is None:
             start, cpu = time.perf_counter(), _cpu_seconds()
             function = build()
-            path = self._kept.path(key, build, args)
-            program = self._kept.load(path, function)
+            # where Inductor's caches are off (a caller's patch), no program is kept either
+            path = self._kept.path(key, build, args) if _caching() else None
+            program = None if path is None else self._kept.load(path, function)
             if program is None or not program.guard_check(*args):
                 program = self._kept.compile(path, function, args)
-                how = "compiled a program in %.2f s (%.2f s of CPU); kept in %s for later runs"
+                how = "compiled a program in %.2f s (%.2f s of CPU)"
+                how += "" if path is None else "; kept in %s for later runs"
             else:
                 how = "loaded a compiled program in %.2f s (%.2f s of CPU) from %s"
-            log.info(how, time.perf_counter() - start, _cpu_seconds() - cpu, path)
+            said = (time.perf_counter() - start, _cpu_seconds() - cpu)
+            log.info(how, *said, *([] if path is None else [path]))
             program.disable_guard_check()  # checked here, once
             programs.append(program)
         return program(*args)
