@@ -14,12 +14,14 @@ Compiling is paid once per machine, not once per run: Inductor's FX graph cache 
 cache are kept in bdl's cache folder (``$BDL_CACHE_DIR/inductor``, or ``TORCHINDUCTOR_CACHE_DIR``
 where set), so that a later run of the same network and shapes, every job of a sweep after the
 first included, loads the compiled kernels instead of generating and building them (C++ code and
-g++ on the CPU, most of the first run's compiling time). A sampler's program goes further: it is
-compiled ahead of its call (``torch.compile(...).aot_compile``, Dynamo's trace, its guards and
+g++ on the CPU, most of the first run's compiling time). HMC's trajectory program goes further: it
+is compiled ahead of its call (``torch.compile(...).aot_compile``: Dynamo's trace, its guards and
 Inductor's code together) and kept whole in that folder's ``programs/`` (`Precompiled`), so that a
-later run neither traces its Python again nor looks Inductor's caches up: it loads the program in
-well under a second. Each function's first call says whether it compiled or loaded, and in how
-long.
+later run neither traces its Python again nor lowers its graph: it loads the program in about a
+second. The minibatch samplers' epoch programs are not kept so: they draw noise inside, and torch
+would keep their generators by value; Dynamo traces them again at each run, and Inductor's caches
+cannot hold their loop (``while_loop``, torch 2.14), only their C++ kernels. Each function's first
+call says whether it compiled or loaded, and in how long.
 """
 
 from __future__ import annotations
@@ -300,22 +302,29 @@ class Compiler:
         return self._functions is not None and not self._programs_failed
 
     def call(
-        self, key: Hashable, build: Callable[[], Callable], *args: Any, whole: bool = False
+        self,
+        key: Hashable,
+        build: Callable[[], Callable],
+        *args: Any,
+        whole: bool = False,
+        keep: bool = False,
     ) -> Any:
         """``build()``'s function, compiled at the first call with ``key``, called on ``args``;
         None where compiling failed on this machine (after one warning), for the caller to
         compute eagerly instead. A sampler's program (``whole``) must be traced whole: where
         Dynamo cannot, the programs are given up (after one warning) and None returned, while
         the other functions stay compiled; elsewhere such an error is the caller's. A program
-        is loaded from `Precompiled` where it was compiled before, and kept there otherwise."""
+        to ``keep`` is loaded from `Precompiled` where it was compiled before, and kept there
+        otherwise."""
         if self._functions is None or (whole and self._programs_failed):
             return None
-        first = not whole and key not in self._functions
+        kept = whole and keep
+        first = not kept and key not in self._functions
         if first:
             self._functions[key] = torch.compile(build())
             tallies, start = _cache_tallies(), _compiling_seconds()
         try:
-            if whole:
+            if kept:
                 return self._program(key, build, args)
             result = self._functions[key](*args)
         except torch._dynamo.exc.TorchDynamoException as error:
@@ -408,6 +417,7 @@ class Compiler:
         x: Tensor,
         y: Tensor,
         *example: Any,
+        keep: bool = False,
     ) -> Program:
         """The `Program` of a closure on the training set ``(x, y)`` whose potential at values
         ``q`` is ``potential(q, x, y, *at) -> (U, value)`` (`Function`): a sampler's ``fn`` run
@@ -416,7 +426,10 @@ class Compiler:
         into ``fn``. ``at`` says where in the data the potential is taken (a minibatch's
         indices); the full-data potential takes none. The potential keeps constants of each
         layout from its first use (the priors do), which a traced loop's body may not do: that
-        first use is an eager evaluation at ``example``, before the program is compiled."""
+        first use is an eager evaluation at ``example``, before the program is compiled. A
+        program to ``keep`` is kept whole for later runs (`Precompiled`): only one that draws
+        nothing at random, since torch would keep a generator it reads by value, its state
+        frozen in the file."""
 
         def evaluate(values: list[Tensor], *at: Any, x: Tensor, y: Tensor) -> Evaluation:
             differentiated = torch.func.grad(_summed(potential), has_aux=True)
@@ -433,6 +446,6 @@ class Compiler:
 
                 return program
 
-            return self.call((key, fn), build, x, y, params, *args, whole=True)
+            return self.call((key, fn), build, x, y, params, *args, whole=True, keep=keep)
 
         return run
