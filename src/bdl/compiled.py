@@ -192,6 +192,11 @@ def _code_digest() -> str:
     return digest.hexdigest()
 
 
+#: Inductor's settings for a kept program's C++ kernels, the same when it is compiled and loaded
+#: (they name the kernels' files): without a precompiled header, which Inductor makes again at
+#: each load by g++'s preprocessor (a third of a second) though the kernels are built already
+KERNELS = {"cpp_cache_precompile_headers": False}
+
 #: the traces again that compiling a program may take: where the loop's 0-dim tensors cannot stay
 #: symbolic numbers, Dynamo traces again with them constant, as torch.compile does itself
 RETRACES = 4
@@ -235,9 +240,10 @@ class Precompiled:
         try:
             if hashlib.sha256(payload).digest() != digest:
                 raise ValueError("its digest does not match its content")
-            return torch.compiler.load_compiled_function(
-                io.BytesIO(payload), external_data=_closure(function)
-            )
+            with torch._inductor.config.patch(KERNELS):
+                return torch.compiler.load_compiled_function(
+                    io.BytesIO(payload), external_data=_closure(function)
+                )
         except Exception as error:  # noqa: BLE001 - whatever a bad file raises, compile again
             log.warning(
                 "compile=true: the compiled program %s does not load (%s: %s); compiling it again",
@@ -253,7 +259,9 @@ class Precompiled:
         # is a ``while_loop``, and its subgraphs' code is in the cache's key like the rest
         loops = {"torch.ops.higher_order.while_loop": torch.__version__}
         try:
-            with torch._inductor.config.patch(unsafe_marked_cacheable_functions=loops):
+            with torch._inductor.config.patch(
+                {**KERNELS, "unsafe_marked_cacheable_functions": loops}
+            ):
                 for attempt in range(RETRACES + 1):
                     try:
                         compiled = torch.compile(function, fullgraph=True).aot_compile((args, {}))
