@@ -138,7 +138,7 @@ def test_a_program_compiled_before_is_loaded_and_moves_the_chains_alike(
 ):
     """A later run loads the sampler's program kept by the first (it says so, and traces
     nothing), and the chains move bitwise as in the first run and as under ``torch.compile``
-    uncached; a kept program cut short, or altered, is compiled again and replaced."""
+    uncached; a kept program cut short, altered, or another's, is compiled again and replaced."""
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     monkeypatch.setenv("BDL_CACHE_DIR", str(tmp_path))
     caplog.set_level("INFO", logger="bdl")
@@ -176,6 +176,16 @@ def test_a_program_compiled_before_is_loaded_and_moves_the_chains_alike(
     said = _messages(caplog)
     assert "does not load (UnpicklingError" in said[0]
     assert said[1].startswith("compiled a program in ")
+    # another program's file under this one's name (three chains, not two): its guards refuse it
+    three = trajectories(chains=3)
+    (theirs,) = set(folder.iterdir()) - {kept}
+    theirs.write_bytes(kept.read_bytes())
+    assert trajectories(chains=3)[0].shape[0] == 3
+    said = _messages(caplog)
+    assert "does not load (ValueError: its guards do not hold for this run's arguments)" in said[1]
+    assert said[2].startswith("compiled a program in ")
+    for mine, again in zip(three, trajectories(chains=3), strict=True):
+        assert torch.equal(mine, again)
 
 
 def test_a_program_is_kept_under_what_it_was_made_from(tmp_path):

@@ -229,9 +229,10 @@ class Precompiled:
         name = hashlib.sha256("\n".join(said).encode()).hexdigest()[:32]
         return self.folder / f"{name}.program"
 
-    def load(self, path: Path, function: Callable) -> Callable | None:
+    def load(self, path: Path, function: Callable, args: tuple[Any, ...]) -> Callable | None:
         """The program kept at ``path`` for ``function`` (whose closure the program reads at
-        each call); None where there is none, or where it does not load (after a warning)."""
+        each call) and ``args``; None where there is none, or where it does not load or its
+        guards do not hold for ``args`` (after a warning)."""
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -241,9 +242,12 @@ class Precompiled:
             if hashlib.sha256(payload).digest() != digest:
                 raise ValueError("its digest does not match its content")
             with torch._inductor.config.patch(KERNELS):
-                return torch.compiler.load_compiled_function(
+                program = torch.compiler.load_compiled_function(
                     io.BytesIO(payload), external_data=_closure(function)
                 )
+            if not program.guard_check(*args):
+                raise ValueError("its guards do not hold for this run's arguments")
+            return program
         except Exception as error:  # noqa: BLE001 - whatever a bad file raises, compile again
             log.warning(
                 "compile=true: the compiled program %s does not load (%s: %s); compiling it again",
@@ -359,8 +363,8 @@ class Compiler:
             function = build()
             # where Inductor's caches are off (a caller's patch), no program is kept either
             path = self._kept.path(key, build, args) if _caching() else None
-            program = None if path is None else self._kept.load(path, function)
-            if program is None or not program.guard_check(*args):
+            program = None if path is None else self._kept.load(path, function, args)
+            if program is None:
                 program = self._kept.compile(path, function, args)
                 how = "compiled a program in %.2f s (%.2f s of CPU)"
                 how += "" if path is None else "; kept in %s for later runs"
