@@ -14,11 +14,14 @@ Compiling is paid once per machine, not once per run: Inductor's FX graph cache 
 cache are kept in bdl's cache folder (``$BDL_CACHE_DIR/inductor``, or ``TORCHINDUCTOR_CACHE_DIR``
 where set), so that a later run of the same network and shapes, every job of a sweep after the
 first included, loads the compiled kernels instead of generating and building them (C++ code and
-g++ on the CPU, most of the first run's compiling time). Dynamo still traces the Python at each
-run. Inductor's caches cannot hold a graph with a loop (``while_loop``, in torch 2.14: HMC's
-trajectory program, and the minibatch samplers' epoch programs): such a program is compiled again
-at each run, but its C++ kernels, built once, are reused. Each function's first call says
-whether it compiled or loaded, and in how long.
+g++ on the CPU, most of the first run's compiling time). HMC's trajectory program goes further: it
+is compiled ahead of its call (``torch.compile(...).aot_compile``: Dynamo's trace, its guards and
+Inductor's code together) and kept whole in that folder's ``programs/`` (`Precompiled`), so that a
+later run neither traces its Python again nor lowers its graph: it loads the program in about a
+second. The minibatch samplers' epoch programs are not kept so: they draw noise inside, and torch
+would keep their generators by value; Dynamo traces them again at each run, and Inductor's caches
+cannot hold their loop (``while_loop``, torch 2.14), only their C++ kernels. Each function's first
+call says whether it compiled or loaded, and in how long.
 """
 
 from __future__ import annotations
@@ -26,18 +29,26 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import inspect
+import io
 import logging
 import os
+import pickle
 import platform
+import sys
+import time
 from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+from torch._dynamo.exc import TensorifyScalarRestartAnalysis
+from torch._dynamo.symbolic_convert import TensorifyState
 from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 from torch.func import grad_and_value
 
+from bdl.atomic import atomic_file
 from bdl.closures import Evaluation, Program, writable_gradients
 from bdl.data.base import cache_dir
 
@@ -99,6 +110,17 @@ def _compiling_seconds() -> float:
     return sum(torch._dynamo.utils.compilation_time_metrics.get("_compile.compile_inner", ()))
 
 
+def _caching() -> bool:
+    """Whether Inductor's caches are on (`keep_caches`), and with them `Precompiled`'s."""
+    config = torch._inductor.config
+    return config.fx_graph_cache and not config.force_disable_caches
+
+
+def _cpu_seconds() -> float:
+    """The CPU seconds of this process and of its children waited for (g++) so far."""
+    return sum(os.times()[:4])
+
+
 def _cache_tallies() -> tuple[int, int]:
     """The graphs so far that Inductor's FX graph cache did not hold, and those it cannot hold
     (`torch._dynamo.utils.counters`)."""
@@ -125,14 +147,164 @@ def _say_how_it_compiled(folder: Path, start: float, tallies: tuple[int, int]) -
         log.info("loaded a compiled function from %s in %.1f s", folder, seconds)
 
 
+#: how deep `describe` looks into the objects a program closes over: a potential's network, prior
+#: and likelihood sit two levels under the program's closure, their settings one more
+DEPTH = 4
+
+
+def describe(value: Any, depth: int = 0) -> str:
+    """What a traced program may have taken from ``value`` as fixed, as text the same in every
+    process: a tensor's layout (its values are read at each call), a network's architecture,
+    numbers and strings, a function's qualified name and what it closes over, and any other
+    object's class and public attributes, looked into `DEPTH` levels deep."""
+    if isinstance(value, Tensor):
+        return f"Tensor({value.dtype}, {tuple(value.shape)}, {value.stride()}, {value.device})"
+    if value is None or isinstance(value, (bool, int, float, str, torch.dtype, torch.device)):
+        return repr(value)
+    if isinstance(value, nn.Module):
+        return repr(value)
+    inner = functools.partial(describe, depth=depth + 1)
+    if isinstance(value, (list, tuple)):
+        return f"{type(value).__name__}({', '.join(map(inner, value))})"
+    if isinstance(value, dict):
+        return f"dict({', '.join(f'{k!r}: {inner(v)}' for k, v in value.items())})"
+    if isinstance(value, functools.partial):
+        return f"partial({inner(value.func)}, {inner(value.args)}, {inner(value.keywords)})"
+    if inspect.ismethod(value):
+        return f"{inner(value.__self__)}.{value.__name__}"
+    name = getattr(value, "__qualname__", None)
+    if name is not None and callable(value):  # a function or a class
+        cells = getattr(value, "__closure__", None) or ()
+        closed = [inner(cell.cell_contents) for cell in cells] if depth < DEPTH else []
+        return f"{value.__module__}.{name}{closed}"
+    public = {} if depth >= DEPTH else getattr(value, "__dict__", {})
+    settings = [f"{k}={inner(v)}" for k, v in public.items() if not k.startswith("_")]
+    return f"{type(value).__module__}.{type(value).__qualname__}({', '.join(settings)})"
+
+
+@functools.cache
+def _code_digest() -> str:
+    """The digest of bdl's own source files: a program traced from other code is stale."""
+    root = Path(__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(f"{path.relative_to(root)}\0".encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+#: Inductor's settings for a kept program's C++ kernels, the same when it is compiled and loaded
+#: (they name the kernels' files): without a precompiled header, which Inductor makes again at
+#: each load by g++'s preprocessor (0.1 s of CPU) though the kernels are built already
+KERNELS = {"cpp_cache_precompile_headers": False}
+
+#: the traces again that compiling a program may take: where the loop's 0-dim tensors cannot stay
+#: symbolic numbers, Dynamo traces again with them constant, as torch.compile does itself
+RETRACES = 4
+
+
+class Precompiled:
+    """A sampler's programs compiled ahead of their call (``torch.compile(...).aot_compile``) and
+    kept in ``folder``, one file each: the SHA-256 digest of the rest, then the program as
+    ``AOTCompiledFunction.serialize`` writes it (pickled: bdl's cache folder is its own, as
+    Inductor's caches are, never a run's directory). A file's name is the digest of everything
+    the program was made from (`describe` of what its ``build`` closes over and of its
+    arguments, bdl's code, torch's and Python's versions, the CPU kind, whose folder it is in),
+    so that a program made from anything else is never loaded; Dynamo's guards, checked at each
+    call against this process's objects, come on top. A file that does not load (cut short,
+    altered, or from another torch) is compiled again and replaced."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder / "programs"
+
+    def path(self, key: Hashable, build: Callable, args: tuple[Any, ...]) -> Path:
+        said = [
+            sys.version,
+            torch.__version__,
+            cpu_kind(),
+            _code_digest(),
+            describe(key),
+            describe(build),
+            describe(args),
+        ]
+        name = hashlib.sha256("\n".join(said).encode()).hexdigest()[:32]
+        return self.folder / f"{name}.program"
+
+    def load(self, path: Path, function: Callable, args: tuple[Any, ...]) -> Callable | None:
+        """The program kept at ``path`` for ``function`` (whose closure the program reads at
+        each call) and ``args``; None where there is none, or where it does not load or its
+        guards do not hold for ``args`` (after a warning)."""
+        if not path.exists():
+            return None
+        try:
+            data = path.read_bytes()
+            digest, payload = data[:32], data[32:]
+            if hashlib.sha256(payload).digest() != digest:
+                raise ValueError("its digest does not match its content")
+            with torch._inductor.config.patch(KERNELS):
+                program = torch.compiler.load_compiled_function(
+                    io.BytesIO(payload), external_data=_closure(function)
+                )
+            if not program.guard_check(*args):
+                raise ValueError("its guards do not hold for this run's arguments")
+            return program
+        except Exception as error:  # noqa: BLE001 - whatever a bad file raises: compile again
+            log.warning(
+                "compile=true: the compiled program %s does not load (%s: %s); compiling it again",
+                path,
+                type(error).__name__,
+                str(error).splitlines()[0] if str(error) else "",
+            )
+            return None
+
+    def compile(self, path: Path | None, function: Callable, args: tuple[Any, ...]) -> Callable:
+        """``function`` compiled for ``args``, kept at ``path`` (None: nowhere)."""
+        # Inductor's caches take no graph with a loop unless told to (torch 2.14): the program
+        # is a ``while_loop``, and its subgraphs' code is in the cache's key like the rest
+        loops = {"torch.ops.higher_order.while_loop": torch.__version__}
+        try:
+            with torch._inductor.config.patch(
+                {**KERNELS, "unsafe_marked_cacheable_functions": loops}
+            ):
+                for attempt in range(RETRACES + 1):
+                    try:
+                        compiled = torch.compile(function, fullgraph=True).aot_compile((args, {}))
+                        break
+                    except TensorifyScalarRestartAnalysis:
+                        if attempt == RETRACES:
+                            raise
+        finally:
+            TensorifyState.clear()
+        if path is None:
+            return compiled
+        try:
+            payload = type(compiled).serialize(compiled, _closure(function)).serialized_data
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_file(path) as out:
+                out.write(hashlib.sha256(payload).digest() + payload)
+        except (OSError, RuntimeError, pickle.PicklingError) as error:
+            log.warning("compile=true: the compiled program is not kept (%s)", error)
+        return compiled
+
+
+def _closure(function: Callable) -> dict[str, Any]:
+    """What ``function`` closes over, by name: this process's objects, which a program kept by
+    `Precompiled` reads at each call instead of copies."""
+    names = function.__code__.co_freevars
+    cells = function.__closure__ or ()
+    return {name: cell.cell_contents for name, cell in zip(names, cells, strict=True)}
+
+
 class Compiler:
     """The compiled functions of one potential, by key, and what failed to compile."""
 
     def __init__(self) -> None:
         # None: no working compiler here, everything eager
         self._functions: dict[Hashable, Callable] | None = {}
+        # a program by key: one for each set of arguments its guards tell apart
+        self._programs: dict[Hashable, list[Callable]] = {}
         # set here, not at the first call, so that a caller's patch of Inductor's config holds
         self._cache_folder = keep_caches()
+        self._kept = Precompiled(self._cache_folder)
         self._programs_failed = False
 
     @property
@@ -141,20 +313,30 @@ class Compiler:
         return self._functions is not None and not self._programs_failed
 
     def call(
-        self, key: Hashable, build: Callable[[], Callable], *args: Any, whole: bool = False
+        self,
+        key: Hashable,
+        build: Callable[[], Callable],
+        *args: Any,
+        whole: bool = False,
+        keep: bool = False,
     ) -> Any:
         """``build()``'s function, compiled at the first call with ``key``, called on ``args``;
         None where compiling failed on this machine (after one warning), for the caller to
         compute eagerly instead. A sampler's program (``whole``) must be traced whole: where
         Dynamo cannot, the programs are given up (after one warning) and None returned, while
-        the other functions stay compiled; elsewhere such an error is the caller's."""
+        the other functions stay compiled; elsewhere such an error is the caller's. A program
+        to ``keep`` is loaded from `Precompiled` where it was compiled before, and kept there
+        otherwise."""
         if self._functions is None or (whole and self._programs_failed):
             return None
-        first = key not in self._functions
+        kept = whole and keep
+        first = not kept and key not in self._functions
         if first:
             self._functions[key] = torch.compile(build())
             tallies, start = _cache_tallies(), _compiling_seconds()
         try:
+            if kept:
+                return self._program(key, build, args)
             result = self._functions[key](*args)
         except torch._dynamo.exc.TorchDynamoException as error:
             no_compiler = isinstance(error, torch._dynamo.exc.BackendCompilerFailed)
@@ -169,6 +351,29 @@ class Compiler:
         if first:
             _say_how_it_compiled(self._cache_folder, start, tallies)
         return result
+
+    def _program(self, key: Hashable, build: Callable[[], Callable], args: tuple[Any, ...]) -> Any:
+        """`call` of a sampler's program: the one made for ``args``, else one loaded or compiled
+        (`Precompiled`), whose guards hold for them."""
+        programs = self._programs.setdefault(key, [])
+        program = next((p for p in programs if p.guard_check(*args)), None)
+        if program is None:
+            start, cpu = time.perf_counter(), _cpu_seconds()
+            function = build()
+            # where Inductor's caches are off (a caller's patch), no program is kept either
+            path = self._kept.path(key, build, args) if _caching() else None
+            program = None if path is None else self._kept.load(path, function, args)
+            if program is None:
+                program = self._kept.compile(path, function, args)
+                how = "compiled a program in %.2f s (%.2f s of CPU)"
+                how += "" if path is None else "; kept in %s for later runs"
+            else:
+                how = "loaded a compiled program in %.2f s (%.2f s of CPU) from %s"
+            said = (time.perf_counter() - start, _cpu_seconds() - cpu)
+            log.info(how, *said, *([] if path is None else [path]))
+            program.disable_guard_check()  # checked here, once
+            programs.append(program)
+        return program(*args)
 
     def or_eager(self, key: Hashable, function: Callable[..., Any]) -> Callable[..., Any]:
         """``function``, compiled at its first call under ``key``, and called as it is where
@@ -223,6 +428,7 @@ class Compiler:
         x: Tensor,
         y: Tensor,
         *example: Any,
+        keep: bool = False,
     ) -> Program:
         """The `Program` of a closure on the training set ``(x, y)`` whose potential at values
         ``q`` is ``potential(q, x, y, *at) -> (U, value)`` (`Function`): a sampler's ``fn`` run
@@ -231,7 +437,10 @@ class Compiler:
         into ``fn``. ``at`` says where in the data the potential is taken (a minibatch's
         indices); the full-data potential takes none. The potential keeps constants of each
         layout from its first use (the priors do), which a traced loop's body may not do: that
-        first use is an eager evaluation at ``example``, before the program is compiled."""
+        first use is an eager evaluation at ``example``, before the program is compiled. A
+        program to ``keep`` is kept whole for later runs (`Precompiled`): only one that draws
+        nothing at random, since torch would keep a generator it reads by value, its state
+        frozen in the file."""
 
         def evaluate(values: list[Tensor], *at: Any, x: Tensor, y: Tensor) -> Evaluation:
             differentiated = torch.func.grad(_summed(potential), has_aux=True)
@@ -248,6 +457,6 @@ class Compiler:
 
                 return program
 
-            return self.call((key, fn), build, x, y, params, *args, whole=True)
+            return self.call((key, fn), build, x, y, params, *args, whole=True, keep=keep)
 
         return run

@@ -147,7 +147,8 @@ class Evaluations:
         if next(chunks, None) is not None:
             return None
         potential = functools.partial(self.potential.at, stacked=stacked, exact=True)
-        return self.compiler.program(("program", stacked), potential, x, y)
+        # kept for later runs: a trajectory draws nothing at random, unlike an epoch's program
+        return self.compiler.program(("program", stacked), potential, x, y, keep=True)
 
     def indexed_minibatch_program(
         self, x: Tensor, y: Tensor, chains: int | None, shared: bool
