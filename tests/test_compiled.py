@@ -13,6 +13,7 @@ from torch._inductor import cpp_builder
 from torch._inductor.exc import InvalidCxxCompiler
 from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
+from bdl import compiled
 from bdl.compiled import Compiler, Precompiled, cpu_kind, describe, keep_caches
 from bdl.likelihoods import Gaussian
 from bdl.models.mlp import MLP
@@ -146,6 +147,11 @@ def test_a_program_compiled_before_is_loaded_and_moves_the_chains_alike(
     with monkeypatch.context() as uncached:
         uncached.setattr(Precompiled, "compile", lambda self, path, f, args: Traced(f))
         reference = trajectories()
+    assert not folder.exists()
+    with monkeypatch.context() as older_torch:  # one that cannot keep a program: compiled anyway
+        older_torch.setattr(compiled, "keeps_programs", lambda: False)
+        for mine, theirs in zip(trajectories(), reference, strict=True):
+            assert torch.equal(mine, theirs)
     assert not folder.exists()
     _messages(caplog)
     first = trajectories()

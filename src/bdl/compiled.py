@@ -43,8 +43,6 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch._dynamo.exc import TensorifyScalarRestartAnalysis
-from torch._dynamo.symbolic_convert import TensorifyState
 from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 from torch.func import grad_and_value
 
@@ -258,6 +256,10 @@ class Precompiled:
 
     def compile(self, path: Path | None, function: Callable, args: tuple[Any, ...]) -> Callable:
         """``function`` compiled for ``args``, kept at ``path`` (None: nowhere)."""
+        # torch's own, private: imported where a torch has them (`keeps_programs`)
+        from torch._dynamo.exc import TensorifyScalarRestartAnalysis
+        from torch._dynamo.symbolic_convert import TensorifyState
+
         # Inductor's caches take no graph with a loop unless told to (torch 2.14): the program
         # is a ``while_loop``, and its subgraphs' code is in the cache's key like the rest
         loops = {"torch.ops.higher_order.while_loop": torch.__version__}
@@ -284,6 +286,12 @@ class Precompiled:
         except (OSError, RuntimeError, pickle.PicklingError) as error:
             log.warning("compile=true: the compiled program is not kept (%s)", error)
         return compiled
+
+
+def keeps_programs() -> bool:
+    """Whether this torch compiles a function ahead of its call and loads it back: with one that
+    cannot, programs are compiled at each run as any other function."""
+    return hasattr(torch.compiler, "load_compiled_function")
 
 
 def _closure(function: Callable) -> dict[str, Any]:
@@ -329,7 +337,7 @@ class Compiler:
         otherwise."""
         if self._functions is None or (whole and self._programs_failed):
             return None
-        kept = whole and keep
+        kept = whole and keep and keeps_programs()
         first = not kept and key not in self._functions
         if first:
             self._functions[key] = torch.compile(build())
