@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,11 @@ import torch
 from conftest import SAMPLER_OPTIONS, write_fake_uci
 from hydra import compose, initialize_config_module
 
+import bdl.runner.loop
 from bdl.runner import stability
 from bdl.runner.run import run
 from bdl.runner.stability import DivergedError
+from bdl.storage.store import load_samples
 
 
 @pytest.mark.parametrize("dimensions", [1, 2, 10, 401, 79510])
@@ -158,11 +161,66 @@ def test_mc_dropout_ends_sound_on_yacht_at_every_dropout_rate(p, data_dir, tmp_p
     assert metrics["test_rmse"] < metrics["trivial"]["test_rmse"] / 2
 
 
-def test_a_climb_after_burn_in_is_a_divergence_that_names_the_frozen_step(sharp_root, tmp_path):
-    """Burn-in too short for the potential to reach its level: the step frozen at the end of
-    burn-in is still too large, and the message gives the step it was taken down to."""
-    cfg = sharp(sharp_root, "sampler=sgld", "epochs=300", "burn_in=3", "thin=1")
-    with pytest.raises(DivergedError, match=r"burn-in had already taken the step down to .*x"):
+#: SGLD at its MNIST step for 300 epochs (full batches: a step each) after a burn-in of 3, too short
+#: to take the step down to what holds: the step frozen at its end heats the chain after it
+LATE_CLIMB = ["sampler=sgld", "epochs=300", "burn_in=3", "thin=1"]
+#: the one line of a back-off after burn-in (bdl.runner.loop)
+LATE_BACKOFF = re.compile(
+    r"epoch (\d+): U rose ([\d.e+]+) limits: backed off( \(last draw dropped\))?, step "
+    r"halved to ([\d.e+-]+) x sampler.lr"
+)
+
+
+def test_a_climb_after_burn_in_is_backed_off_and_no_draw_of_it_is_kept(
+    sharp_root, tmp_path, caplog
+):
+    """Each climb past the limit after burn-in returns the chain to where its last epoch within
+    the limit began and halves the step for the rest of the run; the draw kept at the end of
+    that epoch, the state the climb began from, is dropped (from the model average, the
+    per-sample diagnostics and the store), and the backed-off epoch keeps none. The run ends
+    sound, and says that its draws come from more than one step."""
+    caplog.set_level(logging.INFO, logger="bdl")
+    metrics = run(sharp(sharp_root, *LATE_CLIMB), tmp_path)
+    assert metrics["status"] == "completed", metrics.get("error")
+    assert metrics["test_rmse"] < metrics["trivial"]["test_rmse"] / 2
+    lines = [m for m in caplog.messages if LATE_BACKOFF.fullmatch(m)]
+    assert lines and all(len(line) <= 100 for line in lines)
+    found = [LATE_BACKOFF.fullmatch(line).groups() for line in lines]
+    backed = [int(epoch) for epoch, *_ in found]  # 1-based, as the curve's
+    assert all(float(rise) > stability.DIVERGENCE_LIMITS for _, rise, *_ in found)
+    assert metrics["backoffs_after_burn_in"] == len(backed)
+    with (tmp_path / "curve.csv").open() as file:
+        curve = list(csv.DictReader(file))
+    frozen = float(curve[3]["lr_scale"])  # the first epoch after burn-in
+    # halved at each back-off, for every epoch after it
+    for k, row in enumerate(curve[3:], start=4):
+        halvings = sum(epoch <= k for epoch in backed)
+        assert float(row["lr_scale"]) == frozen / 2**halvings
+    assert metrics["step_scale"] == frozen / 2 ** len(backed)
+    kept = [entry["epoch"] + 1 for _, entry in load_samples(tmp_path / "samples")]
+    # thin=1 keeps every epoch after burn-in but the backed-off ones and those they judged
+    judged = {epoch - 1 for epoch in backed if epoch - 1 > 3 and epoch - 1 not in backed}
+    assert [bool(dropped) for *_, dropped, _ in found] == [e - 1 in judged for e in backed]
+    assert kept == [e for e in range(4, 301) if e not in set(backed) | judged]
+    assert metrics["num_samples"] == len(kept)
+    assert any("back-off" in note and "step sizes" in note for note in metrics["notes"])
+
+
+def test_a_climb_after_burn_in_with_no_halving_left_diverges(sharp_root, tmp_path, monkeypatch):
+    """With the back-offs spent (three here, two of them burn-in's), the next climb after burn-in
+    ends the run as a divergence that names the step it was taken down to."""
+    monkeypatch.setattr(bdl.runner.loop, "MAX_BACKOFFS", 3)
+    with pytest.raises(DivergedError, match=r"back-offs had already taken the step down to 0.125"):
+        run(sharp(sharp_root, *LATE_CLIMB), tmp_path)
+    written = json.loads((tmp_path / "metrics.json").read_text())
+    assert written["status"] == "diverged" and written["backoffs_after_burn_in"] == 1
+
+
+def test_a_state_that_is_not_finite_after_burn_in_diverges(sharp_root, tmp_path):
+    """A step so large that the first epoch after burn-in overflows: nothing to back off to
+    that a halving could save, and the run ends at once."""
+    cfg = sharp(sharp_root, *LATE_CLIMB, "sampler.lr=1e4")
+    with pytest.raises(DivergedError, match=r"diverged in epoch 4 \(its parameters or potential"):
         run(cfg, tmp_path)
 
 

@@ -50,6 +50,7 @@ _POSITION = (
     "initial_potential",
     "recent",
     "step_scale",
+    "late_backoffs",
     "rise_max",
     "num_samples",
 )
@@ -305,7 +306,7 @@ def _chain_state(loop: Loop, experiment: Experiment) -> tuple[dict[str, Tensor],
     for name in _PER_SAMPLE:
         if getattr(loop, name):
             tensors[f"loop/{name}"] = torch.stack(getattr(loop, name))
-    for name in ("snapshot", "epoch_start"):
+    for name in ("snapshot", "epoch_start", "before_draw"):
         tensors.update({f"{name}/{k}": t for k, t in (getattr(loop, name) or {}).items()})
     header = {
         "sampler": sampler_header,
@@ -342,6 +343,7 @@ def _restore_chain(
     for name in ("snapshot", "epoch_start"):
         saved = _prefixed(tensors, f"{name}/")
         setattr(loop, name, {k: t.to(device) for k, t in saved.items()} or None)
+    loop.before_draw = _prefixed(tensors, "before_draw/") or None  # on the CPU, as the averages
     for name, value in header["loop"].items():
         setattr(loop, name, value)
     return loop

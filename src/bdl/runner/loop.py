@@ -18,6 +18,7 @@ from torch import Tensor
 from bdl.metrics import Detection
 from bdl.runner import stability
 from bdl.runner.experiment import Experiment
+from bdl.runner.progress import say
 from bdl.runner.stability import (
     DIVERGENCE_FACTOR,
     DIVERGENCE_LIMITS,
@@ -53,15 +54,22 @@ class Loop:
     accept_rates: list[float] = field(default_factory=list)  # per sampling epoch
     initial_potential: float | None = None  # U at the first step: the yardstick of a diverged chain
     #: the mean potentials of the last epochs (bdl.runner.stability's yardstick is their lowest, the
-    #: ``level``); during burn-in, the state the chain began the lowest of them in (to return to
-    #: when a step proves too large), and the state it began this epoch in (whose potential this
-    #: epoch's steps measure)
+    #: ``level``); the state to return to when a step proves too large (during burn-in, the
+    #: state the chain began the lowest of them in; after it, the state of its last kept draw),
+    #: and, during burn-in, the state it began this epoch in (whose potential this epoch's steps
+    #: measure)
     recent: list[float] = field(default_factory=list)
     snapshot: dict[str, Tensor] | None = None
     epoch_start: dict[str, Tensor] | None = None
     #: the multiplier on the sampler's step that burn-in settled on (halved at each back-off;
     #: the same in every chain of a run)
     step_scale: float = 1.0
+    #: this chain's back-offs after burn-in (each halved the step for the rest of the run)
+    late_backoffs: int = 0
+    #: after burn-in, the model averages as they were before the draw kept at the end of the last
+    #: epoch (``average/``, ``validation/``, ``detection/``): a back-off in the next epoch, which
+    #: judges that draw's state, drops it
+    before_draw: dict[str, Tensor] | None = None
     #: the largest rise of an epoch's potential above ``level`` after burn-in, in rise limits
     rise_max: float = 0.0
     num_samples: int = 0
@@ -103,14 +111,16 @@ class Loop:
         live.update({f"potential/{k}": t for k, t in experiment.potential.state_dict().items()})
         return live
 
-    def check_stability(self, experiment: Experiment, mean_potential: float, name: str) -> None:
+    def check_stability(self, experiment: Experiment, mean_potential: float, name: str) -> bool:
         """Hold this chain's epoch (the chain ``name``d, of ``experiment``), whose mean
         potential was ``mean_potential``, against its level, the lowest mean potential of its last
         epochs (`bdl.runner.stability`): during burn-in, a climb or a non-finite state returns the
-        chain to its snapshot and halves the run's step; after burn-in (and for kernels that do
-        not back off), a climb past `DIVERGENCE_LIMITS` limits, or a
-        non-finite state, ends the run: the chain diverged (not a divergent transition, which
-        a Metropolis test counts: `bdl.samplers.metropolis`)."""
+        chain to its snapshot and halves the run's step; after burn-in, a climb past
+        `DIVERGENCE_LIMITS` limits returns a chain that backs off to its last kept draw and halves
+        the step for the rest of the run, and ends the run otherwise (kernels that do not back
+        off, a non-finite state, or `MAX_BACKOFFS` spent): the chain diverged (not a divergent
+        transition, which a Metropolis test counts: `bdl.samplers.metropolis`). Returns whether
+        the epoch stands: a backed-off epoch's state is its snapshot's, not a draw to keep."""
         exp = experiment
         finite = torch.stack(torch._foreach_norm(self.sampler.params)).isfinite().all().item()
         finite = finite and math.isfinite(mean_potential)
@@ -120,15 +130,7 @@ class Loop:
         burning_in = exp.run.backs_off and self.epoch < exp.run.burn_in
         if burning_in and not rise <= exp.run.rise_limit:  # True for NaN
             self._back_off(exp, mean_potential, name)
-            return
-        if finite:
-            if burning_in and (level is None or mean_potential <= level):
-                self.snapshot = self.epoch_start
-            self.recent = [*self.recent, mean_potential][-exp.run.stability_window :]
-        if burning_in and self.epoch + 1 < exp.run.burn_in:
-            self.epoch_start = stability.snapshot(self.live_state(exp))
-        else:  # the step is frozen: nothing to return to
-            self.snapshot = self.epoch_start = None
+            return False
         if exp.sampler.declaration.injects_noise:
             if finite and self.epoch >= exp.run.burn_in:
                 self.rise_max = max(self.rise_max, rise / exp.run.rise_limit)
@@ -145,21 +147,48 @@ class Loop:
             diverged = not mean_potential <= limit
             what = f"U per step = {mean_potential:.4g}, over {DIVERGENCE_FACTOR:.0e} x its start"
         if finite and not diverged:
-            return
+            self._hold(exp, mean_potential, burning_in)
+            return True
+        if finite and self.backs_off_late(exp) and self.step_scale > 2.0**-MAX_BACKOFFS:
+            self._back_off(exp, mean_potential, name)
+            return False
         if not finite:
             what = "its parameters or potential are not finite"
         fix = exp.sampler.divergence_fix(self.sampler)
         if self.step_scale < 1:
             fix += (
-                f" (burn-in had already taken the step down to {self.step_scale:.3g} x "
+                f" (the back-offs had already taken the step down to {self.step_scale:.3g} x "
                 f"sampler.lr={exp.run.lr:g}; try "
                 f"sampler.lr={exp.run.lr * self.step_scale / 4:.3g} or a longer burn_in)"
             )
         raise DivergedError(f"{name} diverged in epoch {self.epoch + 1} ({what}). {fix}")
 
+    @staticmethod
+    def backs_off_late(exp: Experiment) -> bool:
+        """Whether a climb after burn-in is backed off (`bdl.runner.stability`): for samplers
+        that back off and keep draws; an optimiser's limit is an explosion, past saving."""
+        return exp.run.backs_off and exp.sampler.declaration.injects_noise
+
+    def _hold(self, exp: Experiment, mean_potential: float, burning_in: bool) -> None:
+        """An epoch within its limits: its potential joins the level's window, and the snapshot
+        moves on: during burn-in, to where the lowest epoch began; after it, to where this epoch
+        began (an epoch's potential measures the state it began in and its steps from there:
+        the state at its end, and a draw kept there, are judged by the next epoch)."""
+        late = self.backs_off_late(exp)
+        if (burning_in and (self.level is None or mean_potential <= self.level)) or (
+            late and not burning_in
+        ):
+            self.snapshot = self.epoch_start
+        self.recent = [*self.recent, mean_potential][-exp.run.stability_window :]
+        if late or (burning_in and self.epoch + 1 < exp.run.burn_in):
+            self.epoch_start = stability.snapshot(self.live_state(exp))
+        else:  # the step is frozen: nothing to return to
+            self.snapshot = self.epoch_start = None
+
     def _back_off(self, exp: Experiment, mean_potential: float, name: str) -> None:
         """Return the chain to its snapshot and halve its step (every chain's, at the end of the
-        epoch)."""
+        epoch): in burn-in, while it adapts; after it, for the rest of the run."""
+        late = self.epoch >= exp.run.burn_in
         if self.step_scale <= 2.0**-MAX_BACKOFFS:
             lr = exp.run.lr
             raise DivergedError(
@@ -171,14 +200,25 @@ class Loop:
             )
         stability.restore(self.live_state(exp), self.snapshot)
         exp.sampler.restart(self.sampler)
-        self.epoch_start = self.snapshot
         self.step_scale /= 2
+        chain = "" if name == ONE_CHAIN else f", {name}"
+        self.epoch_start = self.snapshot
+        if late:  # one line, bare on a terminal, as the verdict's are
+            self.late_backoffs += 1
+            rise = (mean_potential - self.level) / exp.run.rise_limit
+            dropped = " (last draw dropped)" if self.before_draw is not None else ""
+            say(
+                logging.INFO,
+                f"epoch {self.epoch + 1}{chain}: U rose {rise:.3g} limits: backed off{dropped}, "
+                f"step halved to {self.step_scale:.3g} x sampler.lr",
+            )
+            return
         log.info(
             "epoch %d%s: U per step %.4g, above its lowest (%s) by more than %.4g: back to "
             "that point, step halved to %.3g x sampler.lr (burn-in adapts it; it is frozen from "
             "epoch %d on)",
             self.epoch + 1,
-            "" if name == ONE_CHAIN else f", {name}",
+            chain,
             mean_potential,
             rounded(self.level),
             exp.run.rise_limit,
