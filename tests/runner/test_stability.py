@@ -19,7 +19,9 @@ import bdl.runner.loop
 from bdl.runner import stability
 from bdl.runner.run import run
 from bdl.runner.stability import DivergedError
+from bdl.runner.steppers import ChainStepper
 from bdl.storage.store import load_samples
+from runner.test_resume import killed_at_call, outputs
 
 
 @pytest.mark.parametrize("dimensions", [1, 2, 10, 401, 79510])
@@ -204,6 +206,32 @@ def test_a_climb_after_burn_in_is_backed_off_and_no_draw_of_it_is_kept(
     assert kept == [e for e in range(4, 301) if e not in set(backed) | judged]
     assert metrics["num_samples"] == len(kept)
     assert any("back-off" in note and "step sizes" in note for note in metrics["notes"])
+
+
+RESUMED_LATE_CLIMB = [*LATE_CLIMB, "epochs=60", "checkpoint_every=1"]
+
+
+@pytest.fixture(scope="module")
+def late_climb(sharp_root, tmp_path_factory) -> Path:
+    """`LATE_CLIMB`'s first 60 epochs run without a stop: its back-offs after burn-in at epochs
+    29 and 49 (a checkpoint at every epoch)."""
+    directory = tmp_path_factory.mktemp("late") / "whole"
+    run(sharp(sharp_root, *RESUMED_LATE_CLIMB), directory)
+    return directory
+
+
+@pytest.mark.parametrize("kill_at", [29, 30, 49])
+def test_a_run_killed_around_a_back_off_after_burn_in_resumes_bitwise(
+    sharp_root, late_climb, tmp_path, monkeypatch, kill_at
+):
+    """Killed in the epoch that backs off (its checkpoint holds the draw to drop, which the
+    resumed run then drops from the store too), or in the epoch after it (the chain's point to
+    return to is the backed-off one's), the resumed run ends as the run never stopped."""
+    cfg = sharp(sharp_root, *RESUMED_LATE_CLIMB)
+    killed_at_call(monkeypatch, ChainStepper, "closure", kill_at, lambda: run(cfg, tmp_path))
+    run(sharp(sharp_root, *RESUMED_LATE_CLIMB, "resume=true"), tmp_path)
+    assert outputs(tmp_path) == outputs(late_climb)
+    assert outputs(tmp_path)[0]["backoffs_after_burn_in"] == 2
 
 
 def test_a_climb_after_burn_in_with_no_halving_left_diverges(sharp_root, tmp_path, monkeypatch):
