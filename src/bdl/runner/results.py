@@ -66,8 +66,9 @@ def write_metrics(
         metrics["accept_rate"] = sum(rates) / len(rates)
     if exp.run.backs_off:
         metrics["step_scale"] = loops[0].step_scale
-        if exp.sampler.declaration.injects_noise:
-            metrics["backoffs_after_burn_in"] = sum(loop.late_backoffs for loop in loops)
+        late = sum(loop.late_backoffs for loop in loops)
+        if late:  # only where there were: the key marks a run whose draws mix step sizes
+            metrics["backoffs_after_burn_in"] = late
     if exp.sampler.declaration.injects_noise:
         metrics["rise_max"] = max(loop.rise_max for loop in loops)
     if len(loops) > 1:
