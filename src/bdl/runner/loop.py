@@ -55,21 +55,22 @@ class Loop:
     initial_potential: float | None = None  # U at the first step: the yardstick of a diverged chain
     #: the mean potentials of the last epochs (bdl.runner.stability's yardstick is their lowest, the
     #: ``level``); the state to return to when a step proves too large (during burn-in, the
-    #: state the chain began the lowest of them in; after it, the state of its last kept draw),
-    #: and, during burn-in, the state it began this epoch in (whose potential this epoch's steps
-    #: measure)
+    #: state the chain began the lowest of them in; after it, the state it began its last epoch
+    #: within one rise limit of the level in) and the epochs completed at it; and the state it
+    #: began this epoch in (whose potential this epoch's steps measure)
     recent: list[float] = field(default_factory=list)
     snapshot: dict[str, Tensor] | None = None
+    snapshot_epoch: int = 0
     epoch_start: dict[str, Tensor] | None = None
     #: the multiplier on the sampler's step that burn-in settled on (halved at each back-off;
     #: the same in every chain of a run)
     step_scale: float = 1.0
     #: this chain's back-offs after burn-in (each halved the step for the rest of the run)
     late_backoffs: int = 0
-    #: after burn-in, the model averages as they were before the draw kept at the end of the last
-    #: epoch (``average/``, ``validation/``, ``detection/``): a back-off in the next epoch, which
-    #: judges that draw's state, drops it
-    before_draw: dict[str, Tensor] | None = None
+    #: for a chain that backs off after burn-in, its model averages as they were at ``snapshot``
+    #: (``average/``, ``validation/``, ``detection/``, on the CPU as they are): a back-off
+    #: returns them there, dropping the draws kept since
+    snapshot_averages: dict[str, Tensor] | None = None
     #: the largest rise of an epoch's potential above ``level`` after burn-in, in rise limits
     rise_max: float = 0.0
     num_samples: int = 0
@@ -94,6 +95,8 @@ class Loop:
         if experiment.run.backs_off:
             loop.snapshot = stability.snapshot(loop.live_state(experiment))
             loop.epoch_start = loop.snapshot
+        if loop.backs_off_late(experiment):  # the averages at that snapshot: no draws yet
+            loop.snapshot_averages = stability.snapshot(loop.averages())
         return loop
 
     @property
@@ -116,11 +119,12 @@ class Loop:
         potential was ``mean_potential``, against its level, the lowest mean potential of its last
         epochs (`bdl.runner.stability`): during burn-in, a climb or a non-finite state returns the
         chain to its snapshot and halves the run's step; after burn-in, a climb past
-        `DIVERGENCE_LIMITS` limits returns a chain that backs off to its last kept draw and halves
-        the step for the rest of the run, and ends the run otherwise (kernels that do not back
-        off, a non-finite state, or `MAX_BACKOFFS` spent): the chain diverged (not a divergent
-        transition, which a Metropolis test counts: `bdl.samplers.metropolis`). Returns whether
-        the epoch stands: a backed-off epoch's state is its snapshot's, not a draw to keep."""
+        `DIVERGENCE_LIMITS` limits returns a chain that backs off to its snapshot, drops the draws
+        kept since and halves the step for the rest of the run, and ends the run otherwise
+        (kernels that do not back off, a non-finite state, or `MAX_BACKOFFS` spent): the chain
+        diverged (not a divergent transition, which a Metropolis test counts:
+        `bdl.samplers.metropolis`). Returns whether the epoch stands: a backed-off epoch's state
+        is its snapshot's, not a draw to keep."""
         exp = experiment
         finite = torch.stack(torch._foreach_norm(self.sampler.params)).isfinite().all().item()
         finite = finite and math.isfinite(mean_potential)
@@ -147,9 +151,12 @@ class Loop:
             diverged = not mean_potential <= limit
             what = f"U per step = {mean_potential:.4g}, over {DIVERGENCE_FACTOR:.0e} x its start"
         if finite and not diverged:
-            self._hold(exp, mean_potential, burning_in)
+            self._hold(exp, mean_potential, burning_in, quiet=rise <= exp.run.rise_limit)
             return True
-        if finite and self.backs_off_late(exp) and self.step_scale > 2.0**-MAX_BACKOFFS:
+        # (a run resumed from a checkpoint of a bdl that kept no snapshot after burn-in has none
+        # until its next quiet epoch)
+        late = self.backs_off_late(exp) and self.snapshot is not None
+        if finite and late and self.step_scale > 2.0**-MAX_BACKOFFS:
             self._back_off(exp, mean_potential, name)
             return False
         if not finite:
@@ -169,21 +176,49 @@ class Loop:
         that back off and keep draws; an optimiser's limit is an explosion, past saving."""
         return exp.run.backs_off and exp.sampler.declaration.injects_noise
 
-    def _hold(self, exp: Experiment, mean_potential: float, burning_in: bool) -> None:
+    def _hold(self, exp: Experiment, mean_potential: float, burning_in: bool, quiet: bool) -> None:
         """An epoch within its limits: its potential joins the level's window, and the snapshot
-        moves on: during burn-in, to where the lowest epoch began; after it, to where this epoch
-        began (an epoch's potential measures the state it began in and its steps from there:
-        the state at its end, and a draw kept there, are judged by the next epoch)."""
+        moves on, to where this epoch began: during burn-in if it is the lowest, after it if its
+        rise is ``quiet``, within one rise limit (an epoch's potential measures the state it
+        began in and the steps taken from it: the state at its end, and a draw kept there, are
+        judged by the next epoch; a rise past one limit, which a stationary chain makes once in
+        10^9 epochs, is the start of a climb)."""
         late = self.backs_off_late(exp)
-        if (burning_in and (self.level is None or mean_potential <= self.level)) or (
-            late and not burning_in
-        ):
-            self.snapshot = self.epoch_start
+        lowest = self.level is None or mean_potential <= self.level
+        if lowest if burning_in else late and quiet:
+            self.snapshot, self.snapshot_epoch = self.epoch_start, self.epoch
+            saved = self.snapshot_averages
+            if late and (saved is None or int(saved["average/count"]) != self.average.count):
+                self.snapshot_averages = stability.snapshot(self.averages())
         self.recent = [*self.recent, mean_potential][-exp.run.stability_window :]
         if late or (burning_in and self.epoch + 1 < exp.run.burn_in):
             self.epoch_start = stability.snapshot(self.live_state(exp))
         else:  # the step is frozen: nothing to return to
             self.snapshot = self.epoch_start = None
+
+    def averages(self) -> dict[str, Tensor]:
+        """The states of the chain's model averages, each name prefixed by the average's."""
+        return {
+            f"{name}/{key}": value
+            for name in ("average", "validation", "detection")
+            if getattr(self, name) is not None
+            for key, value in getattr(self, name).state_dict().items()
+        }
+
+    def _drop_draws(self) -> int:
+        """Return the model averages to ``snapshot_averages``, dropping the per-sample rows of
+        the draws kept since (the caller cuts the stored ones); how many they were."""
+        for name in ("average", "validation", "detection"):
+            if getattr(self, name) is not None:
+                prefix = f"{name}/"
+                saved = self.snapshot_averages.items()
+                getattr(self, name).load_state_dict(
+                    {k[len(prefix) :]: v.clone() for k, v in saved if k.startswith(prefix)}
+                )
+        dropped = self.num_samples - self.average.count
+        self.num_samples = self.average.count
+        del self.log_likelihoods[self.num_samples :], self.probes[self.num_samples :]
+        return dropped
 
     def _back_off(self, exp: Experiment, mean_potential: float, name: str) -> None:
         """Return the chain to its snapshot and halve its step (every chain's, at the end of the
@@ -206,11 +241,12 @@ class Loop:
         if late:  # one line, bare on a terminal, as the verdict's are
             self.late_backoffs += 1
             rise = (mean_potential - self.level) / exp.run.rise_limit
-            dropped = " (last draw dropped)" if self.before_draw is not None else ""
+            dropped = self._drop_draws()
+            what = f", {dropped} draw{'s' * (dropped > 1)} dropped" if dropped else ""
             say(
                 logging.INFO,
-                f"epoch {self.epoch + 1}{chain}: U rose {rise:.3g} limits: backed off{dropped}, "
-                f"step halved to {self.step_scale:.3g} x sampler.lr",
+                f"epoch {self.epoch + 1}{chain}: U rose {rise:.3g} limits; back to epoch "
+                f"{self.snapshot_epoch}{what}; step now {self.step_scale:.3g} x sampler.lr",
             )
             return
         log.info(

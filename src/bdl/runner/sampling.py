@@ -281,9 +281,9 @@ class Sampling:
             torch.stack(loop.potentials).double().sum().item() / exp.run.steps_per_epoch
         )
         stands = loop.check_stability(exp, mean_potential, self._name(chain))
-        if not stands and loop.before_draw is not None:  # the draw's state began the climb
-            self._drop_last_draw(chain)
-        loop.before_draw = None
+        store = None if self.stores is None else self.stores[chain]
+        if store is not None and len(store) > loop.num_samples:  # a back-off dropped draws
+            store.truncate(loop.num_samples)
         # a backed-off epoch ends at its snapshot, a state before the climb: no draw of its own
         if stands and exp.collects(epoch):
             self._collect(chain, epoch)
@@ -354,15 +354,6 @@ class Sampling:
     def _collect(self, chain: int, epoch: int) -> None:
         exp, loop = self.experiments[chain], self.loops[chain]
         model, likelihood = exp.potential.model, exp.potential.likelihood
-        if loop.backs_off_late(exp):  # the next epoch judges the draw's state
-            loop.before_draw = stability.snapshot(
-                {
-                    f"{name}/{key}": value
-                    for name in ("average", "validation", "detection")
-                    if getattr(loop, name) is not None
-                    for key, value in getattr(loop, name).state_dict().items()
-                }
-            )
         prediction = exp.predict_test()
         loop.average.update(prediction)
         loop.log_likelihoods.append(exp.run.task.log_likelihoods(prediction).float())
@@ -374,21 +365,6 @@ class Sampling:
         if self.stores is not None:
             self.stores[chain].add(sample_tensors(model, likelihood), epoch=epoch)
         loop.num_samples = loop.average.count
-
-    def _drop_last_draw(self, chain: int) -> None:
-        """Undo chain ``chain``'s last `_collect`: its model averages as they were before it,
-        its per-sample rows and its stored sample gone."""
-        loop = self.loops[chain]
-        saved = loop.before_draw
-        for name in ("average", "validation", "detection"):
-            if getattr(loop, name) is not None:
-                prefix = f"{name}/"
-                state = {k[len(prefix) :]: v for k, v in saved.items() if k.startswith(prefix)}
-                getattr(loop, name).load_state_dict(state)
-        del loop.log_likelihoods[-1], loop.probes[-1]
-        loop.num_samples = loop.average.count
-        if self.stores is not None:
-            self.stores[chain].truncate(loop.num_samples)
 
     def _checkpoint_due(self) -> bool:
         every = self.experiment.run.checkpoint_every
