@@ -46,23 +46,25 @@ most 44 above their level (``rise_limit`` = 297 for its 402 parameters).
 `DIVERGENCE_LIMITS` times `rise_limit` has left its level. For samplers that back off and keep
 draws, the step frozen at burn-in's end may become too large later on: the limit moves on as the
 fit sharpens. On kin8nm (``experiment=uci_sghmc``, split 0: full batches, 2000 steps of
-burn-in), the sampled noise precision grew after burn-in, and at 15.3 ``U`` rose from 742 to
-22 532 in the 12 steps up to step 7914; the run was stopped there as diverged (power's split 0
-alike, at step 4929), five minutes lost, though the same chain let run on came back to its level
-by step 9000 as its noise precision fell (test RMSE 0.0726). Such a climb is therefore
-backed off as in burn-in, but for the rest of the run: the chain returns to where its last epoch
-within the limit began (an epoch's potential measures the state it began in and the steps
-taken from it, so the state at its end is judged by the next epoch), its momentum at rest,
-and the step of every chain is halved. A draw kept at the end of that last epoch within the
-limit is the state the climb began from: it is dropped, from the model averages, the
-per-sample diagnostics and the store, and the backed-off epoch keeps none; each chain keeps
-the averages as they were before its last draw for that (`bdl.runner.loop.Loop.before_draw`),
-and both states are in the checkpoint. The run's draws then come from more than one step size,
-which ``metrics.json`` (``backoffs_after_burn_in``, ``step_scale``) and a note of the verdict
-say. A state that is not finite, a climb once `MAX_BACKOFFS` halvings are spent, and a climb of
-a kernel that does not back off (HMC, whose step adapts by dual averaging, and the optimisers,
-whose limit is an explosion) end the run with status ``diverged`` and one line naming the
-cause and the fix. The factor is set from the spread of
+burn-in), the sampled noise precision grew after burn-in, and at 15.4 ``U`` rose from 742 at
+step 7904 to 3855 at step 7914; the run was stopped there as diverged (power's split 0 alike, at
+step 4929), its draws unscored. Such a climb is therefore backed off as in burn-in, but for the
+rest of the run: the chain returns to where its last epoch within one
+`rise_limit` of the level began, its momentum at rest, and the step of every chain is halved.
+Not to where the last epoch within the divergence limit began: an epoch's potential measures
+the state it began in and the steps taken from it, so the state at its end is judged by the
+next epoch, and a rise past one limit, which a stationary chain makes once in 10^9 epochs, is
+the climb beginning (kin8nm's epoch 7913 rose 4 limits and stood). The draws kept since that
+point, states the climb had begun in, are dropped, from the model averages, the per-sample
+diagnostics and the store, and the backed-off epoch keeps none; each chain keeps its averages
+as they were at that point for that (`bdl.runner.loop.Loop.snapshot_averages`), and both the
+state and the averages are in the checkpoint. On kin8nm the chain returned to step 7910 and came
+back to its level within 30 steps (test RMSE 0.0727). The run's draws then come from more than
+one step size, which ``metrics.json`` (``backoffs_after_burn_in``, ``step_scale``) and a note of
+the verdict say. A state that is not finite, a climb once `MAX_BACKOFFS` halvings are spent,
+and a climb of a kernel that does not back off (HMC, whose step adapts by dual averaging, and
+the optimisers, whose limit is an explosion) end the run with status ``diverged`` and one line
+naming the cause and the fix. The factor is set from the spread of
 healthy runs, ``rise_max`` in their ``metrics.json`` (``scripts/matrix.py`` collects it). At
 every sampler's defaults on yacht and boston the largest was 0.42 (``psgld``; the others
 0.03-0.32), on MNIST 0.06 for SGHMC and 0.14 with the Gamma hyperprior (53 epochs). Measured
