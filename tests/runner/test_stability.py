@@ -9,6 +9,7 @@ import json
 import logging
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from conftest import SAMPLER_OPTIONS, write_fake_uci
 from hydra import compose, initialize_config_module
 
 import bdl.runner.loop
-from bdl.runner import stability
+from bdl.runner import results, stability
 from bdl.runner.run import run
 from bdl.runner.stability import DivergedError
 from bdl.runner.steppers import ChainStepper
@@ -222,6 +223,10 @@ def test_a_climb_after_burn_in_is_backed_off_and_no_draw_of_it_is_kept(
         sum(4 <= e < epoch for e in range(back + 1, epoch)) for epoch, back in backoffs
     ]
     assert metrics["num_samples"] == len(kept)
+    # the verdict's draws of the potential are the curve's rows of the draws kept
+    rows = [{"epoch": int(r["epoch"]), "num_samples": int(r["num_samples"])} for r in curve]
+    epochs_kept = SimpleNamespace(collects=lambda epoch: epoch >= 3)
+    assert [row["epoch"] for row in results._kept_rows(epochs_kept, rows)] == kept
     assert any("back-off" in note and "step sizes" in note for note in metrics["notes"])
 
 

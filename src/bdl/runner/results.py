@@ -231,10 +231,13 @@ def _scalar_draws(experiment: Experiment, loops: list[Loop], draws: int) -> dict
 
 
 def _kept_rows(experiment: Experiment, curve: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows of a chain's ``curve`` whose epochs kept a draw: those the schedule collects at,
-    less any that backed off (its state was an earlier draw's, not kept twice)."""
+    """The rows of a chain's ``curve`` whose draws it keeps: those the schedule collects at that
+    added one, less those whose draws a back-off after burn-in dropped (its row's count is back
+    below theirs; `bdl.runner.stability`)."""
     rows, count = [], 0
     for row in curve:
+        while rows and rows[-1]["num_samples"] > row["num_samples"]:
+            rows.pop()
         if experiment.collects(row["epoch"] - 1) and row["num_samples"] > count:
             rows.append(row)
         count = row["num_samples"]
