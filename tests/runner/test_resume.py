@@ -491,7 +491,7 @@ def test_a_run_that_diverged_before_its_first_checkpoint_is_finished_by_resume(
     def diverging(loop, experiment, mean_potential, name):
         if loop.epoch == 4:  # after two samples
             raise DivergedError("the chain diverged in epoch 5")
-        real(loop, experiment, mean_potential, name)
+        return real(loop, experiment, mean_potential, name)
 
     monkeypatch.setattr(Loop, "check_stability", diverging)
     with pytest.raises(DivergedError, match="the 2 samples taken before are kept"):

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import write_fake_uci
 
 from runner.test_resume import outputs, write_tiny_uci
 
@@ -158,6 +159,24 @@ def test_sigkill_at_random_moments_resumes_bitwise(env, tmp_path, case):
     whole = finish([*args, f"hydra.run.dir={tmp_path / 'whole'}"], env)
     assert whole.returncode == 0, whole.stderr
     kill_and_resume(args, env, tmp_path / "killed", kills)
+    assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
+
+
+@pytest.mark.slow
+def test_sigkill_around_back_offs_after_burn_in_resumes_bitwise(env, tmp_path):
+    """SGLD at its MNIST step after a burn-in of 3 epochs on a sharply peaked regression (the
+    climbs of tests/runner/test_stability.py: back-offs after burn-in at epochs 29, 49 and 125 on
+    an AMD EPYC), a checkpoint at every epoch, killed 5 times at random moments: each resumed
+    run returns to the same points, drops the same draws and ends as the run never stopped."""
+    root = tmp_path / "data"
+    write_fake_uci(root, "sharp", rows=200, columns=5, splits=1, noise=0.01, more_test_rows=180)
+    args = ["dataset=yacht", "dataset.name=sharp", f"dataset.root={root}"]
+    args += ["dataset.download=false", "figures=false", "sampler=sgld", "epochs=300"]
+    args += ["burn_in=3", "thin=1", "checkpoint_every=1"]
+    whole = finish([*args, f"hydra.run.dir={tmp_path / 'whole'}"], env)
+    assert whole.returncode == 0, whole.stderr
+    assert "limits; back to epoch" in whole.stdout + whole.stderr
+    kill_and_resume(args, env, tmp_path / "killed", 5)
     assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
 
 

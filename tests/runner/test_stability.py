@@ -7,16 +7,22 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from conftest import SAMPLER_OPTIONS, write_fake_uci
 from hydra import compose, initialize_config_module
 
-from bdl.runner import stability
+import bdl.runner.loop
+from bdl.runner import results, stability
 from bdl.runner.run import run
 from bdl.runner.stability import DivergedError
+from bdl.runner.steppers import ChainStepper
+from bdl.storage.store import load_samples
+from runner.test_resume import killed_at_call, outputs
 
 
 @pytest.mark.parametrize("dimensions", [1, 2, 10, 401, 79510])
@@ -158,11 +164,117 @@ def test_mc_dropout_ends_sound_on_yacht_at_every_dropout_rate(p, data_dir, tmp_p
     assert metrics["test_rmse"] < metrics["trivial"]["test_rmse"] / 2
 
 
-def test_a_climb_after_burn_in_is_a_divergence_that_names_the_frozen_step(sharp_root, tmp_path):
-    """Burn-in too short for the potential to reach its level: the step frozen at the end of
-    burn-in is still too large, and the message gives the step it was taken down to."""
-    cfg = sharp(sharp_root, "sampler=sgld", "epochs=300", "burn_in=3", "thin=1")
-    with pytest.raises(DivergedError, match=r"burn-in had already taken the step down to .*x"):
+#: SGLD at its MNIST step for 300 epochs (full batches: a step each) after a burn-in of 3, too short
+#: to take the step down to what holds: the step frozen at its end heats the chain after it
+LATE_CLIMB = ["sampler=sgld", "epochs=300", "burn_in=3", "thin=1"]
+#: the one line of a back-off after burn-in (bdl.runner.loop), and of one during burn-in
+LATE_BACKOFF = re.compile(
+    r"epoch (\d+): U rose ([\d.e+]+) limits; back to epoch (\d+)(, (\d+) draws? dropped)?; "
+    r"step now ([\d.e+-]+) x sampler.lr"
+)
+BURN_IN_BACKOFF = re.compile(r"epoch (\d+): U per step .* back to that point, step halved .*")
+
+
+def test_a_climb_after_burn_in_is_backed_off_and_no_draw_of_it_is_kept(
+    sharp_root, tmp_path, caplog
+):
+    """Each climb past the limit after burn-in returns the chain to where its last epoch within
+    one rise limit of the level began (the rises measured here from the curve: the epochs
+    between rose past one limit, the backed-off one past eight) and halves the step for the rest
+    of the run; the draws kept since, from states the climb had begun in, are dropped (from the
+    model average, the per-sample diagnostics and the store), and the backed-off epoch keeps
+    none. The run ends sound, and says that its draws come from more than one step size."""
+    caplog.set_level(logging.INFO, logger="bdl")
+    metrics = run(sharp(sharp_root, *LATE_CLIMB), tmp_path)
+    assert metrics["status"] == "completed", metrics.get("error")
+    assert metrics["test_rmse"] < metrics["trivial"]["test_rmse"] / 2
+    lines = [m for m in caplog.messages if LATE_BACKOFF.fullmatch(m)]
+    assert lines and all(len(line) <= 100 for line in lines)
+    found = [LATE_BACKOFF.fullmatch(line).groups() for line in lines]
+    backoffs = [(int(epoch), int(back)) for epoch, _, back, *_ in found]  # 1-based, the curve's
+    assert metrics["backoffs_after_burn_in"] == len(backoffs)
+    with (tmp_path / "curve.csv").open() as file:
+        curve = list(csv.DictReader(file))
+    # each epoch's rise above the lowest of the last 10 epochs that stood (bdl.runner.stability)
+    parameters = int(re.search(r"(\d+) parameters", caplog.text).group(1))
+    limit = stability.rise_limit(parameters)
+    backed = {e for e, _ in backoffs}
+    backed |= {int(m.group(1)) for m in map(BURN_IN_BACKOFF.fullmatch, caplog.messages) if m}
+    stood, rises = [], {}
+    for row in curve:
+        epoch, potential = int(row["epoch"]), float(row["potential"])
+        rises[epoch] = (potential - min(stood[-10:])) / limit if stood else 0.0
+        if epoch not in backed:
+            stood.append(potential)
+    for (epoch, back), (_, logged, *_) in zip(backoffs, found, strict=True):
+        assert rises[epoch] == pytest.approx(float(logged), rel=1e-2) and rises[epoch] > 8
+        assert rises[back + 1] <= 1 and all(rises[e] > 1 for e in range(back + 2, epoch + 1))
+    frozen = float(curve[3]["lr_scale"])  # the first epoch after burn-in
+    for row in curve[3:]:  # halved at each back-off, for every epoch from it on
+        halvings = sum(epoch <= int(row["epoch"]) for epoch, _ in backoffs)
+        assert float(row["lr_scale"]) == frozen / 2**halvings
+    assert metrics["step_scale"] == frozen / 2 ** len(backoffs)
+    kept = [entry["epoch"] + 1 for _, entry in load_samples(tmp_path / "samples")]
+    # thin=1 keeps every epoch after burn-in but those from a back-off's point back to it on
+    dropped = {e for epoch, back in backoffs for e in range(back + 1, epoch + 1)}
+    assert kept == [e for e in range(4, 301) if e not in dropped]
+    counted = [int(n or 0) for *_, n, _ in found]
+    assert counted == [
+        sum(4 <= e < epoch for e in range(back + 1, epoch)) for epoch, back in backoffs
+    ]
+    assert metrics["num_samples"] == len(kept)
+    # the verdict's draws of the potential are the curve's rows of the draws kept
+    rows = [{"epoch": int(r["epoch"]), "num_samples": int(r["num_samples"])} for r in curve]
+    epochs_kept = SimpleNamespace(collects=lambda epoch: epoch >= 3)
+    assert [row["epoch"] for row in results._kept_rows(epochs_kept, rows)] == kept
+    assert any("back-off" in note and "step sizes" in note for note in metrics["notes"])
+
+
+RESUMED_LATE_CLIMB = [*LATE_CLIMB, "epochs=60", "checkpoint_every=1"]
+
+
+@pytest.fixture(scope="module")
+def late_climb(sharp_root, tmp_path_factory) -> Path:
+    """`LATE_CLIMB`'s first 60 epochs run without a stop (a checkpoint at every epoch), and the
+    epoch of its first back-off after burn-in (29 on an AMD EPYC), where the step drops."""
+    directory = tmp_path_factory.mktemp("late") / "whole"
+    metrics = run(sharp(sharp_root, *RESUMED_LATE_CLIMB), directory)
+    assert metrics["backoffs_after_burn_in"] >= 1
+    with (directory / "curve.csv").open() as file:
+        scales = [float(row["lr_scale"]) for row in csv.DictReader(file)]
+    return directory, next(e for e in range(5, len(scales)) if scales[e - 1] < scales[e - 2])
+
+
+@pytest.mark.parametrize("offset", [-1, 0, 1])
+def test_a_run_killed_around_a_back_off_after_burn_in_resumes_bitwise(
+    sharp_root, late_climb, tmp_path, monkeypatch, offset
+):
+    """Killed in the epoch before the back-off (its checkpoint holds the averages to return to),
+    in the epoch that backs off (the resumed run drops the stored draws too) or in the epoch
+    after it (the chain's point to return to is the backed-off one's), the resumed run ends as
+    the run never stopped. Full batches: the step of epoch k is the closure's k-th call."""
+    whole, epoch = late_climb
+    cfg = sharp(sharp_root, *RESUMED_LATE_CLIMB)
+    at = epoch + offset
+    killed_at_call(monkeypatch, ChainStepper, "closure", at, lambda: run(cfg, tmp_path))
+    run(sharp(sharp_root, *RESUMED_LATE_CLIMB, "resume=true"), tmp_path)
+    assert outputs(tmp_path) == outputs(whole)
+
+
+def test_a_climb_after_burn_in_with_no_halving_left_diverges(sharp_root, tmp_path, monkeypatch):
+    """With the back-offs spent (three here, burn-in's and the freeze's among them), the next
+    climb after burn-in ends the run as a divergence that names the step it was taken down to."""
+    monkeypatch.setattr(bdl.runner.loop, "MAX_BACKOFFS", 3)
+    with pytest.raises(DivergedError, match=r"back-offs had already taken the step down to 0.125"):
+        run(sharp(sharp_root, *LATE_CLIMB), tmp_path)
+    assert json.loads((tmp_path / "metrics.json").read_text())["status"] == "diverged"
+
+
+def test_a_state_that_is_not_finite_after_burn_in_diverges(sharp_root, tmp_path):
+    """A step so large that the first epoch after burn-in overflows: nothing to back off to
+    that a halving could save, and the run ends at once."""
+    cfg = sharp(sharp_root, *LATE_CLIMB, "sampler.lr=1e4")
+    with pytest.raises(DivergedError, match=r"diverged in epoch 4 \(its parameters or potential"):
         run(cfg, tmp_path)
 
 

@@ -49,7 +49,9 @@ _POSITION = (
     "accept_rates",
     "initial_potential",
     "recent",
+    "snapshot_epoch",
     "step_scale",
+    "late_backoffs",
     "rise_max",
     "num_samples",
 )
@@ -305,7 +307,7 @@ def _chain_state(loop: Loop, experiment: Experiment) -> tuple[dict[str, Tensor],
     for name in _PER_SAMPLE:
         if getattr(loop, name):
             tensors[f"loop/{name}"] = torch.stack(getattr(loop, name))
-    for name in ("snapshot", "epoch_start"):
+    for name in ("snapshot", "epoch_start", "snapshot_averages"):
         tensors.update({f"{name}/{k}": t for k, t in (getattr(loop, name) or {}).items()})
     header = {
         "sampler": sampler_header,
@@ -342,6 +344,10 @@ def _restore_chain(
     for name in ("snapshot", "epoch_start"):
         saved = _prefixed(tensors, f"{name}/")
         setattr(loop, name, {k: t.to(device) for k, t in saved.items()} or None)
+    # on the CPU, as the averages. A bdl that kept none had no snapshot after burn-in either (a
+    # back-off waits for the next quiet epoch, which saves them) and no draws in burn-in
+    saved = _prefixed(tensors, "snapshot_averages/")
+    loop.snapshot_averages = saved or loop.snapshot_averages
     for name, value in header["loop"].items():
         setattr(loop, name, value)
     return loop

@@ -18,6 +18,7 @@ from torch import Tensor
 from bdl.metrics import Detection
 from bdl.runner import stability
 from bdl.runner.experiment import Experiment
+from bdl.runner.progress import say
 from bdl.runner.stability import (
     DIVERGENCE_FACTOR,
     DIVERGENCE_LIMITS,
@@ -53,15 +54,23 @@ class Loop:
     accept_rates: list[float] = field(default_factory=list)  # per sampling epoch
     initial_potential: float | None = None  # U at the first step: the yardstick of a diverged chain
     #: the mean potentials of the last epochs (bdl.runner.stability's yardstick is their lowest, the
-    #: ``level``); during burn-in, the state the chain began the lowest of them in (to return to
-    #: when a step proves too large), and the state it began this epoch in (whose potential this
-    #: epoch's steps measure)
+    #: ``level``); the state to return to when a step proves too large (during burn-in, the
+    #: state the chain began the lowest of them in; after it, the state it began its last epoch
+    #: within one rise limit of the level in) and the epochs completed at it; and the state it
+    #: began this epoch in (whose potential this epoch's steps measure)
     recent: list[float] = field(default_factory=list)
     snapshot: dict[str, Tensor] | None = None
+    snapshot_epoch: int = 0
     epoch_start: dict[str, Tensor] | None = None
     #: the multiplier on the sampler's step that burn-in settled on (halved at each back-off;
     #: the same in every chain of a run)
     step_scale: float = 1.0
+    #: this chain's back-offs after burn-in (each halved the step for the rest of the run)
+    late_backoffs: int = 0
+    #: for a chain that backs off after burn-in, its model averages as they were at ``snapshot``
+    #: (``average/``, ``validation/``, ``detection/``, on the CPU as they are): a back-off
+    #: returns them there, dropping the draws kept since
+    snapshot_averages: dict[str, Tensor] | None = None
     #: the largest rise of an epoch's potential above ``level`` after burn-in, in rise limits
     rise_max: float = 0.0
     num_samples: int = 0
@@ -86,6 +95,8 @@ class Loop:
         if experiment.run.backs_off:
             loop.snapshot = stability.snapshot(loop.live_state(experiment))
             loop.epoch_start = loop.snapshot
+        if loop.backs_off_late(experiment):  # the averages at that snapshot: no draws yet
+            loop.snapshot_averages = stability.snapshot(loop.averages())
         return loop
 
     @property
@@ -103,14 +114,17 @@ class Loop:
         live.update({f"potential/{k}": t for k, t in experiment.potential.state_dict().items()})
         return live
 
-    def check_stability(self, experiment: Experiment, mean_potential: float, name: str) -> None:
+    def check_stability(self, experiment: Experiment, mean_potential: float, name: str) -> bool:
         """Hold this chain's epoch (the chain ``name``d, of ``experiment``), whose mean
         potential was ``mean_potential``, against its level, the lowest mean potential of its last
         epochs (`bdl.runner.stability`): during burn-in, a climb or a non-finite state returns the
-        chain to its snapshot and halves the run's step; after burn-in (and for kernels that do
-        not back off), a climb past `DIVERGENCE_LIMITS` limits, or a
-        non-finite state, ends the run: the chain diverged (not a divergent transition, which
-        a Metropolis test counts: `bdl.samplers.metropolis`)."""
+        chain to its snapshot and halves the run's step; after burn-in, a climb past
+        `DIVERGENCE_LIMITS` limits returns a chain that backs off to its snapshot, drops the draws
+        kept since and halves the step for the rest of the run, and ends the run otherwise
+        (kernels that do not back off, a non-finite state, or `MAX_BACKOFFS` spent): the chain
+        diverged (not a divergent transition, which a Metropolis test counts:
+        `bdl.samplers.metropolis`). Returns whether the epoch stands: a backed-off epoch's state
+        is its snapshot's, not a draw to keep."""
         exp = experiment
         finite = torch.stack(torch._foreach_norm(self.sampler.params)).isfinite().all().item()
         finite = finite and math.isfinite(mean_potential)
@@ -120,15 +134,7 @@ class Loop:
         burning_in = exp.run.backs_off and self.epoch < exp.run.burn_in
         if burning_in and not rise <= exp.run.rise_limit:  # True for NaN
             self._back_off(exp, mean_potential, name)
-            return
-        if finite:
-            if burning_in and (level is None or mean_potential <= level):
-                self.snapshot = self.epoch_start
-            self.recent = [*self.recent, mean_potential][-exp.run.stability_window :]
-        if burning_in and self.epoch + 1 < exp.run.burn_in:
-            self.epoch_start = stability.snapshot(self.live_state(exp))
-        else:  # the step is frozen: nothing to return to
-            self.snapshot = self.epoch_start = None
+            return False
         if exp.sampler.declaration.injects_noise:
             if finite and self.epoch >= exp.run.burn_in:
                 self.rise_max = max(self.rise_max, rise / exp.run.rise_limit)
@@ -145,21 +151,79 @@ class Loop:
             diverged = not mean_potential <= limit
             what = f"U per step = {mean_potential:.4g}, over {DIVERGENCE_FACTOR:.0e} x its start"
         if finite and not diverged:
-            return
+            self._hold(exp, mean_potential, burning_in, quiet=rise <= exp.run.rise_limit)
+            return True
+        # (a run resumed from a checkpoint of a bdl that kept no snapshot after burn-in has none
+        # until its next quiet epoch)
+        late = self.backs_off_late(exp) and self.snapshot is not None
+        if finite and late and self.step_scale > 2.0**-MAX_BACKOFFS:
+            self._back_off(exp, mean_potential, name)
+            return False
         if not finite:
             what = "its parameters or potential are not finite"
         fix = exp.sampler.divergence_fix(self.sampler)
         if self.step_scale < 1:
             fix += (
-                f" (burn-in had already taken the step down to {self.step_scale:.3g} x "
+                f" (the back-offs had already taken the step down to {self.step_scale:.3g} x "
                 f"sampler.lr={exp.run.lr:g}; try "
                 f"sampler.lr={exp.run.lr * self.step_scale / 4:.3g} or a longer burn_in)"
             )
         raise DivergedError(f"{name} diverged in epoch {self.epoch + 1} ({what}). {fix}")
 
+    @staticmethod
+    def backs_off_late(exp: Experiment) -> bool:
+        """Whether a climb after burn-in is backed off (`bdl.runner.stability`): for samplers
+        that back off and keep draws; an optimiser's limit is an explosion, past saving."""
+        return exp.run.backs_off and exp.sampler.declaration.injects_noise
+
+    def _hold(self, exp: Experiment, mean_potential: float, burning_in: bool, quiet: bool) -> None:
+        """An epoch within its limits: its potential joins the level's window, and the snapshot
+        moves on, to where this epoch began: during burn-in if it is the lowest, after it if its
+        rise is ``quiet``, within one rise limit (an epoch's potential measures the state it
+        began in and the steps taken from it: the state at its end, and a draw kept there, are
+        judged by the next epoch; a rise past one limit, which a stationary chain makes once in
+        10^9 epochs, is the start of a climb)."""
+        late = self.backs_off_late(exp)
+        lowest = self.level is None or mean_potential <= self.level
+        if lowest if burning_in else late and quiet:
+            self.snapshot, self.snapshot_epoch = self.epoch_start, self.epoch
+            saved = self.snapshot_averages
+            if late and (saved is None or int(saved["average/count"]) != self.average.count):
+                self.snapshot_averages = stability.snapshot(self.averages())
+        self.recent = [*self.recent, mean_potential][-exp.run.stability_window :]
+        if late or (burning_in and self.epoch + 1 < exp.run.burn_in):
+            self.epoch_start = stability.snapshot(self.live_state(exp))
+        else:  # the step is frozen: nothing to return to
+            self.snapshot = self.epoch_start = None
+
+    def averages(self) -> dict[str, Tensor]:
+        """The states of the chain's model averages, each name prefixed by the average's."""
+        return {
+            f"{name}/{key}": value
+            for name in ("average", "validation", "detection")
+            if getattr(self, name) is not None
+            for key, value in getattr(self, name).state_dict().items()
+        }
+
+    def _drop_draws(self) -> int:
+        """Return the model averages to ``snapshot_averages``, dropping the per-sample rows of
+        the draws kept since (the caller cuts the stored ones); how many they were."""
+        for name in ("average", "validation", "detection"):
+            if getattr(self, name) is not None:
+                prefix = f"{name}/"
+                saved = self.snapshot_averages.items()
+                getattr(self, name).load_state_dict(
+                    {k[len(prefix) :]: v.clone() for k, v in saved if k.startswith(prefix)}
+                )
+        dropped = self.num_samples - self.average.count
+        self.num_samples = self.average.count
+        del self.log_likelihoods[self.num_samples :], self.probes[self.num_samples :]
+        return dropped
+
     def _back_off(self, exp: Experiment, mean_potential: float, name: str) -> None:
         """Return the chain to its snapshot and halve its step (every chain's, at the end of the
-        epoch)."""
+        epoch): in burn-in, while it adapts; after it, for the rest of the run."""
+        late = self.epoch >= exp.run.burn_in
         if self.step_scale <= 2.0**-MAX_BACKOFFS:
             lr = exp.run.lr
             raise DivergedError(
@@ -171,14 +235,26 @@ class Loop:
             )
         stability.restore(self.live_state(exp), self.snapshot)
         exp.sampler.restart(self.sampler)
-        self.epoch_start = self.snapshot
         self.step_scale /= 2
+        chain = "" if name == ONE_CHAIN else f", {name}"
+        self.epoch_start = self.snapshot
+        if late:  # one line, bare on a terminal, as the verdict's are
+            self.late_backoffs += 1
+            rise = (mean_potential - self.level) / exp.run.rise_limit
+            dropped = self._drop_draws()
+            what = f", {dropped} draw{'s' * (dropped > 1)} dropped" if dropped else ""
+            say(
+                logging.INFO,
+                f"epoch {self.epoch + 1}{chain}: U rose {rise:.3g} limits; back to epoch "
+                f"{self.snapshot_epoch}{what}; step now {self.step_scale:.3g} x sampler.lr",
+            )
+            return
         log.info(
             "epoch %d%s: U per step %.4g, above its lowest (%s) by more than %.4g: back to "
             "that point, step halved to %.3g x sampler.lr (burn-in adapts it; it is frozen from "
             "epoch %d on)",
             self.epoch + 1,
-            "" if name == ONE_CHAIN else f", {name}",
+            chain,
             mean_potential,
             rounded(self.level),
             exp.run.rise_limit,

@@ -65,6 +65,9 @@ def write_metrics(
         metrics["accept_rate"] = sum(rates) / len(rates)
     if exp.run.backs_off:
         metrics["step_scale"] = loops[0].step_scale
+        late = sum(loop.late_backoffs for loop in loops)
+        if late:  # only where there were: the key marks a run whose draws mix step sizes
+            metrics["backoffs_after_burn_in"] = late
     if exp.sampler.declaration.injects_noise:
         metrics["rise_max"] = max(loop.rise_max for loop in loops)
     if len(loops) > 1:
@@ -168,10 +171,22 @@ def judge_convergence(
     scalars = _scalar_draws(experiment, loops, draws)
     measured = diagnostics.scalar_diagnostics(scalars) if draws >= diagnostics.MIN_DRAWS else {}
     reasons, notes = _verdict(metrics, experiment, loops, scalars, measured)
+    if metrics.get("backoffs_after_burn_in"):
+        notes.append(late_backoffs_note(metrics, experiment.run.lr))
     metrics.update({f"potential_{k}": v for k, v in measured.get("potential", {}).items()})
     metrics.update(converged=not reasons, reasons=reasons, notes=notes)
     if draws >= diagnostics.MIN_DRAWS:
         _write_summary(scalars, measured, loops, table, directory)
+
+
+def late_backoffs_note(metrics: dict[str, Any], lr: float) -> str:
+    """The note of a run that backed off after burn-in (`bdl.runner.stability`): its draws come
+    from more than one step, and the one that held keeps a single one."""
+    count, scale = metrics["backoffs_after_burn_in"], metrics["step_scale"]
+    return (
+        f"{count} back-off{'s' * (count > 1)} after burn-in: the draws mix step sizes "
+        f"(sampler.lr={lr * scale:.3g} starts at the last)"
+    )
 
 
 def _verdict(
@@ -204,7 +219,7 @@ def _scalar_draws(experiment: Experiment, loops: list[Loop], draws: int) -> dict
     """``(chains, draws)`` of the potential (each kept epoch's mean ``U``, the curve's) and of
     each hyperparameter at the epochs that kept a sample, as far as the curve has them."""
     names = ["potential", *experiment.potential.hyperparameters()]
-    kept = [[r for r in loop.curve if experiment.collects(r["epoch"] - 1)] for loop in loops]
+    kept = [_kept_rows(experiment, loop.curve) for loop in loops]
     length = min(draws, *map(len, kept))
     return {
         name: np.array(
@@ -212,6 +227,20 @@ def _scalar_draws(experiment: Experiment, loops: list[Loop], draws: int) -> dict
         )
         for name in names
     }
+
+
+def _kept_rows(experiment: Experiment, curve: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of a chain's ``curve`` whose draws it keeps: those the schedule collects at that
+    added one, less those whose draws a back-off after burn-in dropped (its row's count is back
+    below theirs; `bdl.runner.stability`)."""
+    rows, count = [], 0
+    for row in curve:
+        while rows and rows[-1]["num_samples"] > row["num_samples"]:
+            rows.pop()
+        if experiment.collects(row["epoch"] - 1) and row["num_samples"] > count:
+            rows.append(row)
+        count = row["num_samples"]
+    return rows
 
 
 def settings(experiment: Experiment, loop: Loop) -> diagnostics.Settings:

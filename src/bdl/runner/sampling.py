@@ -280,8 +280,12 @@ class Sampling:
         mean_potential = (
             torch.stack(loop.potentials).double().sum().item() / exp.run.steps_per_epoch
         )
-        loop.check_stability(exp, mean_potential, self._name(chain))
-        if exp.collects(epoch):
+        stands = loop.check_stability(exp, mean_potential, self._name(chain))
+        store = None if self.stores is None else self.stores[chain]
+        if store is not None and len(store) > loop.num_samples:  # a back-off dropped draws
+            store.truncate(loop.num_samples)
+        # a backed-off epoch ends at its snapshot, a state before the climb: no draw of its own
+        if stands and exp.collects(epoch):
             self._collect(chain, epoch)
         accepted, divergences = torch.stack([loop.accepted, loop.divergences]).tolist()  # one sync
         accept_rate = accepted / loop.tests if loop.tests else None

@@ -29,7 +29,8 @@ its last `window` epochs, and a snapshot of the state it began that epoch in. An
 mean potential rises more than `rise_limit` above that level, or is not finite, restores
 the chain to its snapshot and halves the run's step (every chain's, as HMC's pooled adaptation
 shares one step size). The step is frozen when burn-in
-ends, so that the samples kept come from one fixed kernel; where burn-in backed off, at half the
+ends, so that the samples kept come from one fixed kernel (unless a climb after burn-in backs it
+off: below); where burn-in backed off, at half the
 last step that held, since a step that had to be backed off from sits near its limit, and the
 limit itself moves as the fit sharpens (a sampled noise precision grows a hundredfold on yacht,
 and the curvature with it). This is the backing-off half of the
@@ -42,8 +43,28 @@ test RMSE of 74 380 before this existed; its healthy chains at a hundredth of th
 most 44 above their level (``rise_limit`` = 297 for its 402 parameters).
 
 **After burn-in** a chain whose epoch-mean potential exceeds its level by more than
-`DIVERGENCE_LIMITS` times `rise_limit` has diverged: the run ends with status
-``diverged`` and one line naming the cause and the fix. The factor is set from the spread of
+`DIVERGENCE_LIMITS` times `rise_limit` has left its level. For samplers that back off and keep
+draws, the step frozen at burn-in's end may become too large later on: the limit moves on as the
+fit sharpens. On kin8nm (``experiment=uci_sghmc``, split 0: full batches, 2000 steps of
+burn-in), the sampled noise precision grew after burn-in, and at 15.4 ``U`` rose from 742 at
+step 7904 to 3855 at step 7914; the run was stopped there as diverged (power's split 0 alike, at
+step 4929), its draws unscored. Such a climb is therefore backed off as in burn-in, but for the
+rest of the run: the chain returns to where its last epoch within one
+`rise_limit` of the level began, its momentum at rest, and the step of every chain is halved.
+Not to where the last epoch within the divergence limit began: an epoch's potential measures
+the state it began in and the steps taken from it, so the state at its end is judged by the
+next epoch, and a rise past one limit, which a stationary chain makes once in 10^9 epochs, is
+the climb beginning (kin8nm's epoch 7913 rose 4 limits and stood). The draws kept since that
+point, states the climb had begun in, are dropped, from the model averages, the per-sample
+diagnostics and the store, and the backed-off epoch keeps none; each chain keeps its averages
+as they were at that point for that (`bdl.runner.loop.Loop.snapshot_averages`), and both the
+state and the averages are in the checkpoint. On kin8nm the chain returned to step 7910 and came
+back to its level within 30 steps (test RMSE 0.0727). The run's draws then come from more than
+one step size, which ``metrics.json`` (``backoffs_after_burn_in``, ``step_scale``) and a note of
+the verdict say. A state that is not finite, a climb once `MAX_BACKOFFS` halvings are spent,
+and a climb of a kernel that does not back off (HMC, whose step adapts by dual averaging, and
+the optimisers, whose limit is an explosion) end the run with status ``diverged`` and one line
+naming the cause and the fix. The factor is set from the spread of
 healthy runs, ``rise_max`` in their ``metrics.json`` (``scripts/matrix.py`` collects it). At
 every sampler's defaults on yacht and boston the largest was 0.42 (``psgld``; the others
 0.03-0.32), on MNIST 0.06 for SGHMC and 0.14 with the Gamma hyperprior (53 epochs). Measured
@@ -75,8 +96,8 @@ TAIL = 1e-9
 DIVERGENCE_LIMITS = 8.0
 #: The fewest epochs over which the level is the lowest mean potential (`window`).
 MIN_WINDOW = 10
-#: Halvings of the step during burn-in after which the chain is declared diverged: a step 2^-20 of
-#: the configured one is no longer a setting to fix by halving.
+#: Halvings of the step, during burn-in and after it, after which the chain is declared diverged:
+#: a step 2^-20 of the configured one is no longer a setting to fix by halving.
 MAX_BACKOFFS = 20
 
 
