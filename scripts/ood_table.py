@@ -37,6 +37,7 @@ from pathlib import Path
 from bdl.analysis import shift_table
 from bdl.analysis.evaluate import USER_ERRORS, evaluate, user_message
 from bdl.analysis.plots import save
+from bdl.analysis.posterior import Posterior
 from bdl.data.shift import CORRUPTIONS, SEVERITIES
 
 METHODS = {
@@ -107,7 +108,7 @@ def train(root: Path, dataset: str, method: str, seed: int, overrides: list[str]
     return _status(directory) or "no metrics.json"
 
 
-def corruptions(root: Path, dataset: str, method: str, seed: int, loaded: dict) -> int:
+def corruptions(root: Path, dataset: str, method: str, seed: int) -> int:
     """The run evaluated under every corruption and severity not yet evaluated; how many."""
     directory = root / dataset / method / f"seed{seed}"
     todo = [
@@ -117,9 +118,10 @@ def corruptions(root: Path, dataset: str, method: str, seed: int, loaded: dict) 
         if not list(directory.glob(f"eval/*-test-{name}{severity}/metrics.json"))
     ]
     cpu, start = _cpu(resource.RUSAGE_SELF), time.perf_counter()
+    posterior = Posterior(directory)  # its data read once for the twenty evaluations
     for name, severity in todo:
         try:
-            evaluate(directory, {"shift.corrupt": name, "shift.severity": str(severity)}, loaded)
+            evaluate(directory, {"shift.corrupt": name, "shift.severity": str(severity)}, posterior)
         except USER_ERRORS as error:  # the table lists the evaluation as missing
             print(f"{directory} {name}{severity}: {user_message(error)}", file=sys.stderr)
     if todo:
@@ -130,14 +132,14 @@ def corruptions(root: Path, dataset: str, method: str, seed: int, loaded: dict) 
 
 def run(args: argparse.Namespace) -> None:
     args.root.mkdir(parents=True, exist_ok=True)
-    for dataset in args.datasets:
-        loaded: dict = {}  # the dataset, loaded once for its runs' evaluations
-        for seed in args.seeds:
+    # seed by seed: a table stopped part-way has every method and dataset at fewer seeds
+    for seed in args.seeds:
+        for dataset in args.datasets:
             for method in args.methods:
                 status = train(args.root, dataset, method, seed, args.overrides)
                 evaluated = 0
                 if status == "completed":
-                    evaluated = corruptions(args.root, dataset, method, seed, loaded)
+                    evaluated = corruptions(args.root, dataset, method, seed)
                 print(f"{dataset} {method} seed{seed}: {status}, {evaluated} evaluated", flush=True)
 
 

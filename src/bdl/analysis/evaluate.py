@@ -134,13 +134,10 @@ def _read_file(path: Path) -> tuple[Tensor, Tensor]:
 
 
 def evaluation_set(
-    posterior: Posterior, options: dict[str, str], loaded: dict[str, Dataset] | None = None
+    posterior: Posterior, options: dict[str, str]
 ) -> tuple[str, str, Tensor, Tensor]:
     """``(label, task, x, y)`` of the evaluation set that ``options`` describe, checked against
-    the run: regression targets come back in the standardised units of the run's dataset.
-
-    ``loaded`` keeps the datasets loaded, by their resolved config, for the next call: a run
-    evaluated under twenty corruptions reads its data once (the shifts make new tensors)."""
+    the run: regression targets come back in the standardised units of the run's dataset."""
     run_data = posterior.data
     if "data" in options:
         path = Path(options["data"])
@@ -159,19 +156,18 @@ def evaluation_set(
                 f"classifies into {run_data.out_features} classes"
             )
     else:
-        dataset = (
-            _dataset_config(options["dataset"])
-            if "dataset" in options
-            else posterior.config.dataset.copy()
-        )
-        dataset = _override_dataset(
-            dataset, {k: v for k, v in options.items() if k.lstrip("+").startswith("dataset.")}
-        )
-        loaded = {} if loaded is None else loaded
-        key = OmegaConf.to_yaml(dataset, resolve=True)
-        if key not in loaded:
-            loaded[key] = load_data(OmegaConf.create({"dataset": dataset}))
-        data = loaded[key]
+        changes = {k: v for k, v in options.items() if k.lstrip("+").startswith("dataset.")}
+        if "dataset" in options or changes:
+            dataset = (
+                _dataset_config(options["dataset"])
+                if "dataset" in options
+                else posterior.config.dataset.copy()
+            )
+            data: Dataset = load_data(
+                OmegaConf.create({"dataset": _override_dataset(dataset, changes)})
+            )
+        else:  # the run's own, loaded once however many shifts of it are evaluated
+            data = run_data
         split = options.get("split", "test")
         if split == "test":
             x, y = data.x_test, data.y_test
@@ -291,12 +287,13 @@ def _parse(argv: list[str] | None) -> tuple[Path, dict[str, Any], list[str]]:
 
 
 def evaluate(
-    run_dir: Path, options: dict[str, str], loaded: dict[str, Dataset] | None = None
+    run_dir: Path, options: dict[str, str], posterior: Posterior | None = None
 ) -> tuple[dict[str, Any], Path]:
     """The metrics of the run's posterior on the evaluation set of ``options``, written to disk;
-    returns them and the output directory (``loaded``: as `evaluation_set` keeps datasets)."""
-    posterior = Posterior(run_dir)
-    label, task, x, y = evaluation_set(posterior, options, loaded)
+    returns them and the output directory. ``posterior``: the run's, already read, whose data
+    many evaluations then share."""
+    posterior = Posterior(run_dir) if posterior is None else posterior
+    label, task, x, y = evaluation_set(posterior, options)
     device = resolve_device(options.get("device", posterior.config.device.value))
     detection: dict[str, Any] = {}
     if "ood" in options:
@@ -357,7 +354,7 @@ def _check_out(out: Path, run_dir: Path, overwrite: bool) -> None:
 
 
 def evaluate_sweep(
-    sweep: Path, runs: list[Path], options: dict[str, Any], loaded: dict[str, Dataset] | None = None
+    sweep: Path, runs: list[Path], options: dict[str, Any]
 ) -> tuple[pd.DataFrame, list[str]]:
     """The ``runs`` found below ``sweep`` evaluated as `evaluate` does, each written into
     its own ``eval/`` (``out=DIR``: ``DIR/<the run's path in the sweep>``): their metrics, a row
@@ -367,7 +364,7 @@ def evaluate_sweep(
         name = run_dir.relative_to(sweep.resolve()).as_posix()
         job = {**options, "out": str(Path(options["out"]) / name)} if "out" in options else options
         try:
-            metrics, _ = evaluate(run_dir, job, loaded)
+            metrics, _ = evaluate(run_dir, job)
         except USER_ERRORS as e:
             failures.append(f"{name}: {user_message(e)}")
             continue
@@ -383,16 +380,18 @@ def severity_table(
     the metrics as one table, a row per run and severity, and the evaluations that failed."""
     if "shift.corrupt" not in options:
         raise ValueError("shift.severity=all grades a corruption: give shift.corrupt=NAME with it")
-    frames, failures, loaded = [], [], {}
+    frames, failures = [], []
+    posterior = None if runs else Posterior(run_dir)
     for severity in SEVERITIES:
         job = {**options, "shift.severity": str(severity)}
         if "out" in options:
             job["out"] = str(Path(options["out"]) / f"severity{severity}")
         if runs:
-            table, failed = evaluate_sweep(run_dir, runs, job, loaded)
+            table, failed = evaluate_sweep(run_dir, runs, job)
             failures += failed
         else:
-            table = pd.DataFrame([{"run": run_dir.name, **evaluate(run_dir, job, loaded)[0]}])
+            metrics = evaluate(run_dir, job, posterior)[0]
+            table = pd.DataFrame([{"run": run_dir.name, **metrics}])
         frames.append(table.assign(severity=severity) if not table.empty else table)
     table = pd.concat(frames, ignore_index=True)
     if not table.empty:
