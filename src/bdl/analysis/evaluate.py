@@ -381,7 +381,6 @@ def severity_table(
     if "shift.corrupt" not in options:
         raise ValueError("shift.severity=all grades a corruption: give shift.corrupt=NAME with it")
     frames, failures = [], []
-    posterior = None if runs else Posterior(run_dir)
     for severity in SEVERITIES:
         job = {**options, "shift.severity": str(severity)}
         if "out" in options:
@@ -390,8 +389,7 @@ def severity_table(
             table, failed = evaluate_sweep(run_dir, runs, job)
             failures += failed
         else:
-            metrics = evaluate(run_dir, job, posterior)[0]
-            table = pd.DataFrame([{"run": run_dir.name, **metrics}])
+            table = pd.DataFrame([{"run": run_dir.name, **evaluate(run_dir, job)[0]}])
         frames.append(table.assign(severity=severity) if not table.empty else table)
     table = pd.concat(frames, ignore_index=True)
     if not table.empty:
