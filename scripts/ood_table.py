@@ -167,17 +167,25 @@ def assemble(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    runner = commands.add_parser("run", help="train and evaluate the runs not yet done")
+    runner = commands.add_parser(
+        "run", help="train and evaluate the runs not yet done; -- then bdl-run overrides"
+    )
     runner.add_argument("root", type=Path)
     runner.add_argument("--datasets", nargs="+", default=["mnist", "fashion_mnist"])
     runner.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     runner.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    runner.add_argument("overrides", nargs="*", help="bdl-run overrides for every run (after --)")
     assembler = commands.add_parser("assemble", help="the table from the finished runs")
     assembler.add_argument("root", type=Path)
     assembler.add_argument("--cold", type=Path, help="scripts/cold_posterior.sh's output")
     assembler.add_argument("--figures", type=Path, help="where the figures go (default ROOT)")
-    args = parser.parse_args()
+    # what follows -- goes to bdl-run, split off here: argparse would match an empty list of
+    # overrides right after ROOT and refuse them after --seeds
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:cut])
+    args.overrides = argv[cut + 1 :]
+    if args.command == "assemble" and args.overrides:
+        parser.error("assemble takes no bdl-run overrides")
     run(args) if args.command == "run" else assemble(args)
 
 
