@@ -89,7 +89,8 @@ def _shifted(run: Path, name: str, severity: int) -> dict[str, Any] | None:
 
 def collect(root: str | Path) -> pd.DataFrame:
     """A row per run below ``root`` (``<dataset>/<method>/seed<S>``): dataset, method, seed,
-    status, converged (True, False, or None where bdl gives no verdict), the clean metrics and
+    status, converged (True, False, or None where bdl gives no verdict), ``run`` (its path below
+    ``root``), the clean metrics and
     the shifted ones, ``missing``: the corruption evaluations not yet made."""
     root = Path(root).resolve()
     rows = []
@@ -105,7 +106,7 @@ def collect(root: str | Path) -> pd.DataFrame:
             "seed": int(seed) if seed.isdigit() else seed,
             "status": metrics.get("status", "no metrics.json") if metrics else "no metrics.json",
             "converged": metrics.get("converged"),
-            "run_dir": str(run),
+            "run": run.relative_to(root).as_posix(),
         }
         row |= {key: metrics.get(key, math.nan) for key in CLEAN}
         missing = []
@@ -123,7 +124,7 @@ def collect(root: str | Path) -> pd.DataFrame:
                 row[f"{key}_s{severity}"] = float(np.mean(values[key])) if complete else math.nan
         row["missing"] = missing
         rows.append(row)
-    columns = ["dataset", "method", "seed", "status", "converged", "run_dir", *CLEAN]
+    columns = ["dataset", "method", "seed", "status", "converged", "run", *CLEAN]
     columns += [f"{k}_s{s}" for k in SHIFTED for s in SEVERITIES] + ["missing"]
     return pd.DataFrame(rows, columns=columns)
 
@@ -358,10 +359,9 @@ def table_markdown(runs: pd.DataFrame, table: pd.DataFrame) -> str:
     partial = runs[(runs["status"] == "completed") & runs["missing"].map(bool)]
     if len(left_out) or len(partial):
         lines += ["", "Runs not in the means:"]
-        lines += [f"- {r.run_dir}: {r.status}" for r in left_out.itertuples()]
+        lines += [f"- {r.run}: {r.status}" for r in left_out.itertuples()]
         lines += [
-            f"- {r.run_dir}: no evaluation under {', '.join(r.missing)} (its severities are "
-            "left blank)"
+            f"- {r.run}: no evaluation under {', '.join(r.missing)} (its severities are left blank)"
             for r in partial.itertuples()
         ]
     return "\n".join(lines)
