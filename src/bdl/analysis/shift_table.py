@@ -173,7 +173,8 @@ class Claim:
     lower: bool
 
 
-#: (statement, source, a, metric of a, b, metric of b, lower): ``{a}``/``{b}`` name the groups
+#: (statement, source, comparisons): each comparison (a, metric of a, b, metric of b, lower),
+#: a and b the methods compared; ``{a}`` in the statement names a
 _COMPARISONS = [
     (
         "a deep ensemble has lower NLL than one SGD network",
@@ -188,7 +189,7 @@ _COMPARISONS = [
     (
         "{a}'s AUROC of the other dataset by mutual information exceeds one SGD network's by "
         "entropy",
-        "Lakshminarayanan et al. 2017; Ovadia et al. 2019; Wenzel et al. 2020",
+        "Lakshminarayanan et al. 2017; Ovadia et al. 2019",
         [
             (m, "ood_auroc_mutual_information", "sgd", "ood_auroc_entropy", False)
             for m in ("ensemble", *SG_MCMC)
