@@ -156,15 +156,18 @@ def evaluation_set(
                 f"classifies into {run_data.out_features} classes"
             )
     else:
-        dataset = (
-            _dataset_config(options["dataset"])
-            if "dataset" in options
-            else posterior.config.dataset.copy()
-        )
-        dataset = _override_dataset(
-            dataset, {k: v for k, v in options.items() if k.lstrip("+").startswith("dataset.")}
-        )
-        data: Dataset = load_data(OmegaConf.create({"dataset": dataset}))
+        changes = {k: v for k, v in options.items() if k.lstrip("+").startswith("dataset.")}
+        if "dataset" in options or changes:
+            dataset = (
+                _dataset_config(options["dataset"])
+                if "dataset" in options
+                else posterior.config.dataset.copy()
+            )
+            data: Dataset = load_data(
+                OmegaConf.create({"dataset": _override_dataset(dataset, changes)})
+            )
+        else:  # the run's own, loaded once however many shifts of it are evaluated
+            data = run_data
         split = options.get("split", "test")
         if split == "test":
             x, y = data.x_test, data.y_test
@@ -283,10 +286,13 @@ def _parse(argv: list[str] | None) -> tuple[Path, dict[str, Any], list[str]]:
     return Path(args.run_dir), options, args.trust
 
 
-def evaluate(run_dir: Path, options: dict[str, str]) -> tuple[dict[str, Any], Path]:
+def evaluate(
+    run_dir: Path, options: dict[str, str], posterior: Posterior | None = None
+) -> tuple[dict[str, Any], Path]:
     """The metrics of the run's posterior on the evaluation set of ``options``, written to disk;
-    returns them and the output directory."""
-    posterior = Posterior(run_dir)
+    returns them and the output directory. ``posterior``: the run's, already read, whose data
+    many evaluations then share."""
+    posterior = Posterior(run_dir) if posterior is None else posterior
     label, task, x, y = evaluation_set(posterior, options)
     device = resolve_device(options.get("device", posterior.config.device.value))
     detection: dict[str, Any] = {}

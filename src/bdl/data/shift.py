@@ -6,7 +6,9 @@ growing angle, on which a good posterior's accuracy falls while its uncertainty 
 `corrupt` applies the corruptions of Hendrycks & Dietterich (2019), "Benchmarking neural
 network robustness to common corruptions and perturbations", which Ovadia et al. also use, at a
 severity from 1 to 5: Gaussian noise, Gaussian blur, translation and contrast, generated at
-evaluation time (their parameters scaled to 28 x 28 images).
+evaluation time (their parameters scaled to 28 x 28 images). These are 4 of their 15, at bdl's
+own parameters (`CORRUPTIONS`): not MNIST-C (Mu & Gilmer 2019), whose corrupted images are a
+fixed dataset of its own.
 """
 
 from __future__ import annotations
