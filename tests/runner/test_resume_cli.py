@@ -165,8 +165,8 @@ def test_sigkill_at_random_moments_resumes_bitwise(env, tmp_path, case):
 @pytest.mark.slow
 def test_sigkill_around_back_offs_after_burn_in_resumes_bitwise(env, tmp_path):
     """SGLD at its MNIST step after a burn-in of 3 epochs on a sharply peaked regression (the
-    climbs of tests/runner/test_stability.py: back-offs after burn-in at epochs 29, 49 and 125 on
-    an AMD EPYC), a checkpoint at every epoch, killed 5 times at random moments: each resumed
+    climbs of tests/runner/test_stability.py: back-offs after burn-in at epochs 29, 49 and 125 when
+    this was written), a checkpoint at every epoch, killed 5 times at random moments: each resumed
     run returns to the same points, drops the same draws and ends as the run never stopped."""
     root = tmp_path / "data"
     write_fake_uci(root, "sharp", rows=200, columns=5, splits=1, noise=0.01, more_test_rows=180)

@@ -236,7 +236,7 @@ RESUMED_LATE_CLIMB = [*LATE_CLIMB, "epochs=60", "checkpoint_every=1"]
 @pytest.fixture(scope="module")
 def late_climb(sharp_root, tmp_path_factory) -> Path:
     """`LATE_CLIMB`'s first 60 epochs run without a stop (a checkpoint at every epoch), and the
-    epoch of its first back-off after burn-in (29 on an AMD EPYC), where the step drops."""
+    epoch of its first back-off after burn-in (29 when this was written), where the step drops."""
     directory = tmp_path_factory.mktemp("late") / "whole"
     metrics = run(sharp(sharp_root, *RESUMED_LATE_CLIMB), directory)
     assert metrics["backoffs_after_burn_in"] >= 1
