@@ -185,7 +185,8 @@ class Loop:
         10^9 epochs, is the start of a climb)."""
         late = self.backs_off_late(exp)
         lowest = self.level is None or mean_potential <= self.level
-        if lowest if burning_in else late and quiet:
+        moves_on = lowest if burning_in else late and quiet
+        if moves_on:
             self.snapshot, self.snapshot_epoch = self.epoch_start, self.epoch
             saved = self.snapshot_averages
             if late and (saved is None or int(saved["average/count"]) != self.average.count):
