@@ -14,7 +14,7 @@ the K chains of the stacked run each run alone (seeds 0 to K - 1). The goal for 
 of ESS per second >= 6.
 
     python scripts/bench_ess.py [--chains 8] [--singles 8] [--epochs 300] [--burn-in 100]
-        [overrides ...]
+        [--device auto] [overrides ...]
     python scripts/bench_ess.py compile=true
 """
 
@@ -59,10 +59,12 @@ def main() -> None:
     )
     parser.add_argument("--epochs", type=int, default=300)
     parser.add_argument("--burn-in", type=int, default=100)
+    parser.add_argument("--device", default="auto", help="bdl-run's device: auto, cpu, cuda")
     parser.add_argument("overrides", nargs="*", help="more bdl-run overrides, for every run")
     args = parser.parse_args()
     args.singles = args.singles or args.chains
-    common = [*BASE, f"epochs={args.epochs}", f"burn_in={args.burn_in}", *args.overrides]
+    common = [*BASE, f"epochs={args.epochs}", f"burn_in={args.burn_in}", f"device={args.device}"]
+    common += args.overrides
     print(f"{' '.join(common)}: ESS of the test predictive (median / min over points)")
     print(
         f"{'chains':>6} {'seed':>4} {'ESS med':>8} {'ESS min':>8} {'seconds':>8} {'steady':>8} "

@@ -6,7 +6,7 @@ Two commands, so that the table can be made in parts and on several machines:
 
     OMP_NUM_THREADS=1 python scripts/ood_table.py run ROOT [--methods ...] [--datasets ...]
         [--seeds 0 1 2] [-- bdl-run overrides, e.g. epochs=20 burn_in=10]
-    python scripts/ood_table.py assemble ROOT [--cold COLD_ROOT] [--figures DIR]
+    python scripts/ood_table.py assemble ROOT [--cold COLD_ROOT] [--izmailov DIR] [--figures DIR]
 
 ``run`` trains each method x dataset x seed with ``bdl-run`` in its own process, into
 ``ROOT/<dataset>/<method>/seed<S>``: a run whose ``metrics.json`` says it ended is not run again
@@ -19,7 +19,9 @@ and seed, so ``--methods`` names ``sgd`` before them.
 
 ``assemble`` reads the finished runs only: the table (mean ± standard error over seeds), the
 accuracy and NLL at each severity, the claims with their verdicts (``--cold``: the runs of
-``scripts/cold_posterior.sh`` for Wenzel et al.'s), the total CPU time of ``cpu.csv``, and
+``scripts/cold_posterior.sh`` for Wenzel et al.'s; ``--izmailov``: its runs of HMC at T = 1 in
+``DIR/hmc`` and of SGHMC colder in ``DIR/sghmc``, on `shift_table.IZMAILOV_DATASET`'s problem, for
+Izmailov et al.'s), the total CPU time of ``cpu.csv``, and
 writes ``severity-<dataset>.png`` into ``--figures`` (default ROOT).
 """
 
@@ -149,9 +151,14 @@ def assemble(args: argparse.Namespace) -> None:
         sys.exit(f"ood_table.py: no runs below {args.root} (run `ood_table.py run` first)")
     table = shift_table.summary(runs)
     cold = shift_table.cold_summary(args.cold) if args.cold else None
+    warm_hmc, cold_sghmc = (
+        (shift_table.cold_summary(args.izmailov / name) for name in ("hmc", "sghmc"))
+        if args.izmailov
+        else (None, None)
+    )
     print(shift_table.table_markdown(runs, table))
     print(f"\nClaims ({shift_table.CLAIMS_RULE}):\n")
-    found = shift_table.claims(table, cold)
+    found = shift_table.claims(table, cold, warm_hmc, cold_sghmc)
     print(shift_table.claims_markdown(found))
     cpu_file = args.root / CPU_FILE
     if cpu_file.is_file():
@@ -177,6 +184,11 @@ def main() -> None:
     assembler = commands.add_parser("assemble", help="the table from the finished runs")
     assembler.add_argument("root", type=Path)
     assembler.add_argument("--cold", type=Path, help="scripts/cold_posterior.sh's output")
+    assembler.add_argument(
+        "--izmailov",
+        type=Path,
+        help="HMC at T = 1 (DIR/hmc) and SGHMC at T < 1 (DIR/sghmc) by scripts/cold_posterior.sh",
+    )
     assembler.add_argument("--figures", type=Path, help="where the figures go (default ROOT)")
     # what follows -- goes to bdl-run, split off here: argparse would match an empty list of
     # overrides right after ROOT and refuse them after --seeds

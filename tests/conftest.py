@@ -3,12 +3,14 @@ sampler options that the runner's tests parametrise over."""
 
 from __future__ import annotations
 
+import atexit
 import functools
 import gzip
 import io
 import json
 import os
 import pickle
+import shutil
 import struct
 import subprocess
 import sys
@@ -34,8 +36,11 @@ from bdl.samplers.base import Declaration
 # runs share theirs (bdl.compiled.keep_caches): a test that isolates bdl's cache folder would
 # otherwise compile every program from nothing, which tests nothing more.
 # (Inductor writes its default into the environment when torch is imported: not the user's.)
+# Removed when the process that made it ends (pytest-xdist's workers inherit it and end first):
+# some 26 MB a session that would otherwise pile up in the temporary folder.
 if os.environ.get("TORCHINDUCTOR_CACHE_DIR", default_cache_dir()) == default_cache_dir():
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bdl-tests-inductor-")
+    atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
 
 SAMPLER_CONFIGS = Path(__file__).parents[1] / "conf" / "sampler"
 #: bdl's own sampler options (the docs' table lists these).

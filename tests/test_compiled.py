@@ -5,6 +5,7 @@ kept whole there, under what it was made from, and loaded by a later run."""
 from __future__ import annotations
 
 import hashlib
+import sys
 
 import pytest
 import torch
@@ -131,6 +132,39 @@ def _messages(caplog) -> list[str]:
     messages = [r.getMessage() for r in caplog.records if r.name == "bdl"]
     caplog.clear()
     return messages
+
+
+class Eager(Traced):
+    """A program run as its Python is, for tests of what surrounds compiling, not of it."""
+
+    def __init__(self, function):
+        self.function = function
+
+
+def test_the_first_program_says_apart_what_importing_torchs_compiler_cost(
+    tmp_path, monkeypatch, caplog
+):
+    """Importing torch's compiler, paid once per process by a run that loads its program as by
+    one that compiles it, is said apart from the compiling; a process that has imported it
+    already says nothing of it."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv("BDL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(Precompiled, "compile", lambda self, path, f, args: Eager(f))
+    caplog.set_level("INFO", logger="bdl")
+    compiled._import_compiler()
+    assert all(module in sys.modules for module in compiled.COMPILER_MODULES)
+    assert compiled._import_compiler()[0] < 0.01  # the rule that tells a first import apart
+    monkeypatch.setattr(compiled, "_import_compiler", lambda: (1.5, 1.25))
+    trajectories(steps=1)
+    (said,) = _messages(caplog)
+    assert said.startswith("compiled a program in ")
+    assert said.endswith(
+        " for later runs, after importing torch's compiler in 1.50 s (1.25 s of CPU)"
+    )
+    monkeypatch.setattr(compiled, "_import_compiler", lambda: (0.004, 0.004))
+    trajectories(steps=1)
+    (said,) = _messages(caplog)
+    assert said.endswith(" for later runs")
 
 
 @pytest.mark.slow

@@ -17,8 +17,9 @@ first included, loads the compiled kernels instead of generating and building th
 g++ on the CPU, most of the first run's compiling time). HMC's trajectory program goes further: it
 is compiled ahead of its call (``torch.compile(...).aot_compile``: Dynamo's trace, its guards and
 Inductor's code together) and kept whole in that folder's ``programs/`` (`Precompiled`), so that a
-later run neither traces its Python again nor lowers its graph: it loads the program in about a
-second. The minibatch samplers' epoch programs are not kept so: they draw noise inside, and torch
+later run neither traces its Python again nor lowers its graph: it loads the program in a tenth
+of a second, once torch's compiler is imported (about a second, once per process, said apart). The
+minibatch samplers' epoch programs are not kept so: they draw noise inside, and torch
 would keep their generators by value; Dynamo traces them again at each run, and Inductor's caches
 cannot hold their loop (``while_loop``, torch 2.14), only their C++ kernels. Each function's first
 call says whether it compiled or loaded, and in how long.
@@ -29,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib
 import inspect
 import io
 import logging
@@ -200,25 +202,51 @@ KERNELS = {"cpp_cache_precompile_headers": False}
 RETRACES = 4
 
 
+#: torch's compiler, as far as loading a kept program imports it: Dynamo's and AOT autograd's
+#: loaders, Inductor's graph, kernels and C++ builder (with networkx, jinja2 and setuptools
+#: under them). Importing them is paid once per process, whether a program is loaded or compiled
+COMPILER_MODULES = (
+    "torch._dynamo.aot_compile",
+    "torch._functorch.aot_autograd",
+    "torch._inductor.async_compile",
+    "torch._inductor.codecache",
+    "torch._inductor.graph",
+    "torch._inductor.output_code",
+    "torch._inductor.select_algorithm",
+    "torch.utils.cpp_extension",
+)
+
+
+def _import_compiler() -> tuple[float, float]:
+    """Import `COMPILER_MODULES`: the seconds it took (wall, CPU), next to none once imported."""
+    start, cpu = time.perf_counter(), _cpu_seconds()
+    for module in COMPILER_MODULES:
+        importlib.import_module(module)
+    return time.perf_counter() - start, _cpu_seconds() - cpu
+
+
 class Precompiled:
     """A sampler's programs compiled ahead of their call (``torch.compile(...).aot_compile``) and
     kept in ``folder``, one file each: the SHA-256 digest of the rest, then the program as
     ``AOTCompiledFunction.serialize`` writes it (pickled: bdl's cache folder is its own, as
     Inductor's caches are, never a run's directory). A file's name is the digest of everything
     the program was made from (`describe` of what its ``build`` closes over and of its
-    arguments, bdl's code, torch's and Python's versions, the CPU kind, whose folder it is in),
+    arguments, bdl's code, torch's and Python's versions, the CPU kind, whose folder it is in,
+    ``torch.compile``'s mode),
     so that a program made from anything else is never loaded; Dynamo's guards, checked at each
     call against this process's objects, come on top. A file that does not load (cut short,
     altered, or from another torch) is compiled again and replaced."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, mode: str = "default") -> None:
         self.folder = folder / "programs"
+        self.mode = mode
 
     def path(self, key: Hashable, build: Callable, args: tuple[Any, ...]) -> Path:
         said = [
             sys.version,
             torch.__version__,
             cpu_kind(),
+            self.mode,
             _code_digest(),
             describe(key),
             describe(build),
@@ -269,7 +297,9 @@ class Precompiled:
             ):
                 for attempt in range(RETRACES + 1):
                     try:
-                        compiled = torch.compile(function, fullgraph=True).aot_compile((args, {}))
+                        compiled = torch.compile(
+                            function, fullgraph=True, mode=self.mode
+                        ).aot_compile((args, {}))
                         break
                     except TensorifyScalarRestartAnalysis:
                         if attempt == RETRACES:
@@ -303,16 +333,18 @@ def _closure(function: Callable) -> dict[str, Any]:
 
 
 class Compiler:
-    """The compiled functions of one potential, by key, and what failed to compile."""
+    """The compiled functions of one potential, by key, and what failed to compile; each
+    compiled in ``torch.compile``'s ``mode``."""
 
-    def __init__(self) -> None:
+    def __init__(self, mode: str = "default") -> None:
+        self.mode = mode
         # None: no working compiler here, everything eager
         self._functions: dict[Hashable, Callable] | None = {}
         # a program by key: one for each set of arguments its guards tell apart
         self._programs: dict[Hashable, list[Callable]] = {}
         # set here, not at the first call, so that a caller's patch of Inductor's config holds
         self._cache_folder = keep_caches()
-        self._kept = Precompiled(self._cache_folder)
+        self._kept = Precompiled(self._cache_folder, mode)
         self._programs_failed = False
 
     @property
@@ -340,7 +372,7 @@ class Compiler:
         kept = whole and keep and keeps_programs()
         first = not kept and key not in self._functions
         if first:
-            self._functions[key] = torch.compile(build())
+            self._functions[key] = torch.compile(build(), mode=self.mode)
             tallies, start = _cache_tallies(), _compiling_seconds()
         try:
             if kept:
@@ -366,6 +398,7 @@ class Compiler:
         programs = self._programs.setdefault(key, [])
         program = next((p for p in programs if p.guard_check(*args)), None)
         if program is None:
+            importing = _import_compiler()
             start, cpu = time.perf_counter(), _cpu_seconds()
             function = build()
             # where Inductor's caches are off (a caller's patch), no program is kept either
@@ -378,7 +411,11 @@ class Compiler:
             else:
                 how = "loaded a compiled program in %.2f s (%.2f s of CPU) from %s"
             said = (time.perf_counter() - start, _cpu_seconds() - cpu)
-            log.info(how, *said, *([] if path is None else [path]))
+            if importing[0] >= 0.01:  # the process's first program: say what it cost apart
+                how += ", after importing torch's compiler in %.2f s (%.2f s of CPU)"
+            else:
+                importing = ()
+            log.info(how, *said, *([] if path is None else [path]), *importing)
             program.disable_guard_check()  # checked here, once
             programs.append(program)
         return program(*args)

@@ -124,6 +124,8 @@ class Potential:
             as one fused function per input shape, and HMC's trajectory on a training set of one
             chunk as one compiled loop (`Program`); the variational closure stays eager. Without
             a working compiler (Inductor needs g++ on the CPU) the run warns and goes on eagerly.
+        compile_mode: ``torch.compile``'s ``mode`` for them (``"reduce-overhead"``: each
+            function's kernels replayed as one CUDA graph on a GPU).
     """
 
     def __init__(
@@ -135,6 +137,7 @@ class Potential:
         temperature: float = 1.0,
         reduce: Callable[[list[Tensor]], None] | None = None,
         compile: bool = False,
+        compile_mode: str = "default",
     ) -> None:
         if num_data < 1:
             raise ValueError(f"num_data must be positive, got {num_data}")
@@ -155,7 +158,7 @@ class Potential:
         self._joint = _Joint(model, likelihood)
         #: the names of ``params`` in `log_joint`'s ``values``: ``model.…``, ``likelihood.…``
         self.param_names = [name for name, _ in self._joint.named_parameters()]
-        self._paths = Evaluations(self, compile)
+        self._paths = Evaluations(self, compile, compile_mode)
 
     def step_size(self, lr_per_datum: float) -> float:
         """The step size on the scale of ``U_T`` for a per-datum learning rate: ``lr T / N``.

@@ -45,11 +45,12 @@ class UT(Protocol):
 
 
 class Evaluations:
-    """The evaluations of ``potential``'s ``U_T``, compiled where ``compile``."""
+    """The evaluations of ``potential``'s ``U_T``, compiled where ``compile`` (in
+    ``torch.compile``'s ``mode``)."""
 
-    def __init__(self, potential: UT, compile: bool) -> None:
+    def __init__(self, potential: UT, compile: bool, mode: str = "default") -> None:
         self.potential = potential
-        self.compiler = Compiler() if compile else None
+        self.compiler = Compiler(mode) if compile else None
         self.closed_form_prior = potential.prior_stds() is not None
         #: `prior_term`, compiled where it is in closed form (a prior Gaussian given its
         #: hyperparameters): its dozen small eager operations were a third of a small network's

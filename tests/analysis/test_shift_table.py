@@ -121,16 +121,29 @@ def test_table_means_and_standard_errors(root):
     assert "mc_dropout/seed1: no evaluation under blur5" in text
 
 
-def test_claims_verdicts(root, tmp_path_factory):
-    table = shift_table.summary(shift_table.collect(root))
-    cold = tmp_path_factory.mktemp("cold")
-    for t, nlls in (("0.01", (0.30, 0.31)), ("0.1", (0.35, 0.37)), ("1", (0.36, 0.37))):
-        for seed, nll in enumerate(nlls):
-            run = cold / f"T{t}" / f"seed{seed}"
+def temperature_runs(root: Path, runs: dict[str, tuple[tuple[float, float], ...]]) -> Path:
+    """``scripts/cold_posterior.sh``'s layout: ``root/T<T>/seed<S>``, one completed run for
+    each (test NLL, test accuracy) of ``runs[T]``."""
+    for t, metrics in runs.items():
+        for seed, (nll, accuracy) in enumerate(metrics):
+            run = root / f"T{t}" / f"seed{seed}"
             (run / ".hydra").mkdir(parents=True)
             (run / ".hydra" / "config.yaml").write_text("seed: 0\n")
-            metrics = {"status": "completed", "test_nll": nll, "test_accuracy": 0.9}
-            (run / "metrics.json").write_text(json.dumps(metrics))
+            found = {"status": "completed", "test_nll": nll, "test_accuracy": accuracy}
+            (run / "metrics.json").write_text(json.dumps(found))
+    return root
+
+
+def test_claims_verdicts(root, tmp_path_factory):
+    table = shift_table.summary(shift_table.collect(root))
+    cold = temperature_runs(
+        tmp_path_factory.mktemp("cold"),
+        {
+            "0.01": ((0.30, 0.9), (0.31, 0.9)),
+            "0.1": ((0.35, 0.9), (0.37, 0.9)),
+            "1": ((0.36, 0.9), (0.37, 0.9)),
+        },
+    )
     claims = shift_table.claims(table, shift_table.cold_summary(cold))
     found = dict(zip(claims["claim"], claims["verdict"], strict=True))
     # ensemble NLL 0.21 ± 0.0058 against 0.32 ± 0.0115: lower by 0.11 > 2 x 0.0129
@@ -156,6 +169,49 @@ def test_claims_verdicts(root, tmp_path_factory):
     assert list(izmailov) == ["not run"]
     no_cold = shift_table.claims(table, None)
     assert list(no_cold[no_cold["source"] == "Wenzel et al. 2020"]["verdict"]) == ["not run"]
+
+
+def test_warm_hmc_against_cold_sghmc(root, tmp_path_factory):
+    """Izmailov et al.'s comparison: HMC at T = 1 against SGHMC at each colder temperature,
+    by NLL and accuracy; the seeds' means and standard errors worked by hand."""
+    table = shift_table.summary(shift_table.collect(root))
+    izmailov = tmp_path_factory.mktemp("izmailov")
+    hmc = temperature_runs(izmailov / "hmc", {"1": ((0.20, 0.94), (0.22, 0.94))})
+    sghmc = temperature_runs(
+        izmailov / "sghmc",
+        {
+            "1": ((0.10, 0.99), (0.10, 0.99)),  # warm SGHMC: not a claim's
+            "0.1": ((0.30, 0.93), (0.32, 0.95)),
+            "0.3": ((0.21, 0.96), (0.21, 0.96)),
+        },
+    )
+    claims = shift_table.claims(
+        table, None, shift_table.cold_summary(hmc), shift_table.cold_summary(sghmc), "a set"
+    )
+    rows = claims[claims["source"] == "Izmailov et al. 2021"]
+    assert set(rows["dataset"]) == {"a set"}
+    found = dict(zip(rows["claim"], zip(rows["numbers"], rows["verdict"]), strict=True))
+    assert list(found) == [
+        "HMC at T = 1 has lower test NLL than SGHMC at T = 0.1",
+        "HMC at T = 1 has higher test accuracy than SGHMC at T = 0.1",
+        "HMC at T = 1 has lower test NLL than SGHMC at T = 0.3",
+        "HMC at T = 1 has higher test accuracy than SGHMC at T = 0.3",
+    ]
+    # NLL 0.21 ± 0.01 against 0.31 ± 0.01: lower by 0.10 > 2 x 0.014
+    numbers, verdict = found["HMC at T = 1 has lower test NLL than SGHMC at T = 0.1"]
+    assert (numbers, verdict) == (
+        "HMC T=1: 0.210 ± 0.010 (n=2); SGHMC T=0.1: 0.310 ± 0.010 (n=2)",
+        "held",
+    )
+    # accuracy 0.94 ± 0 against 0.94 ± 0.01: no difference
+    assert found["HMC at T = 1 has higher test accuracy than SGHMC at T = 0.1"][1] == "inconclusive"
+    # 0.21 ± 0.01 against 0.21 ± 0: no difference; accuracy 0.94 ± 0 below 0.96 ± 0
+    assert found["HMC at T = 1 has lower test NLL than SGHMC at T = 0.3"][1] == "inconclusive"
+    assert found["HMC at T = 1 has higher test accuracy than SGHMC at T = 0.3"][1] == "not held"
+    without_cold = shift_table.claims(table, None, shift_table.cold_summary(hmc), None)
+    assert list(without_cold[without_cold["source"] == "Izmailov et al. 2021"]["verdict"]) == [
+        "not run"
+    ]
 
 
 def test_severity_figure_draws_the_means(root):

@@ -202,12 +202,13 @@ def test_chain_k_is_the_single_chain_run_seeded_seed_plus_k(uci_root, tmp_path, 
     steppers.test_chain_k_is_the_single_chain_run_seeded_seed_plus_k(uci_root, tmp_path, name)
 
 
-# HMC's trajectory as one program, and an SG-MCMC epoch as one
+# HMC's trajectory as one program, and an SG-MCMC epoch as one; each as CUDA graphs too
+@pytest.mark.parametrize("mode", ["default", "reduce_overhead"])
 @pytest.mark.parametrize(
     "name", ["hmc one chunk", "sgld", "sghmc online noise estimate, shared minibatches"]
 )
-def test_compiled_runs_follow_the_eager_ones(uci_root, tmp_path, name, compiler):
-    steppers.test_compiled_runs_follow_the_eager_ones(uci_root, tmp_path, name, compiler)
+def test_compiled_runs_follow_the_eager_ones(uci_root, tmp_path, name, compiler, mode):
+    steppers.test_compiled_runs_follow_the_eager_ones(uci_root, tmp_path, name, compiler, mode)
 
 
 def test_a_compiled_epoch_stopped_between_its_programs_resumes_bitwise(

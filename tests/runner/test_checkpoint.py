@@ -50,12 +50,13 @@ def test_a_checkpoint_of_another_format_names_the_formats_and_the_way_out(path):
         f"{path} was written by a newer bdl (checkpoint format {now + 1}, this bdl reads up to "
         f"{now}): upgrade bdl to resume it"
     )
-    _rewrite(path, now - 2)
+    oldest = checkpoint.OLDEST_FORMAT
+    _rewrite(path, oldest - 1)
     with pytest.raises(CheckpointError) as error:
         checkpoint.load(path)
     assert str(error.value) == (
-        f"{path} was written by an older bdl (checkpoint format {now - 2}; this bdl resumes "
-        f"formats {now - 1} and {now}): finish it with the bdl that started it, or {FIX}"
+        f"{path} was written by an older bdl (checkpoint format {oldest - 1}; this bdl resumes "
+        f"formats {oldest} to {now}): finish it with the bdl that started it, or {FIX}"
     )
 
 
@@ -92,3 +93,49 @@ def test_another_config_names_up_to_six_differences_there_and_now(tmp_path):
     shown = ", ".join(f"k{i} ({i} there, {-i - 1} now)" for i in range(6))
     assert str(error.value).startswith(f"{path} belongs to another config: {shown} .... Resume")
     checkpoint.check_same_config(OmegaConf.create(saved), {"config": saved}, path)
+
+
+def test_a_long_curve_is_kept_exactly_and_outside_the_header(tmp_path):
+    """Four chains' curves of 30 000 epochs each (the JSON of about 25 MB that a header of
+    safetensors, capped at 100 MB, could not hold at 100 000) round-trip exactly, every cell's
+    value and type, ints, floats, subnormals and both blanks, with a header of a few hundred
+    bytes."""
+    rows = [
+        {
+            "chain": 3,
+            "epoch": epoch + 1,
+            "potential": None if epoch % 7 == 0 else -0.1 * epoch / 3,
+            "lr_scale": 1.0 / (epoch + 1),
+            "num_samples": epoch // 20,
+            "test_metric": "" if epoch < 100 else 1 / 3 + epoch * 1e-12,
+            "accept_rate": "",
+            "divergences": epoch % 2,
+            "noise_precision": 5e-324 if epoch == 5 else 2.0**epoch if epoch < 1000 else 0.5,
+        }
+        for epoch in range(30_000)
+    ]
+    rates = [0.1 + i * 1e-9 for i in range(30_000)]
+    tensors, fields = checkpoint._curve_state(rows, rates)
+    path = tmp_path / "checkpoint.safetensors"
+    chains = [{"curve_fields": fields}] * 4
+    checkpoint.save(
+        path,
+        {f"chain_{k}/{n}": t for k in range(4) for n, t in tensors.items()},
+        {"chains": chains},
+    )
+    assert len(json.dumps(checkpoint.load(path)[1])) < 1_000
+    loaded, header = checkpoint.load(path)
+    back = checkpoint._curve_rows(
+        header["chains"][3]["curve_fields"],
+        loaded["chain_3/loop/curve"],
+        loaded["chain_3/loop/curve_kinds"],
+    )
+    assert back == rows
+    assert [[type(v) for v in row.values()] for row in back] == [
+        [type(v) for v in row.values()] for row in rows
+    ]
+    assert loaded["chain_3/loop/accept_rates"].tolist() == rates
+    with pytest.raises(TypeError, match="a curve cell holds a str: 'n/a'"):
+        checkpoint._curve_state([{"epoch": 1, "test_metric": "n/a"}], [])
+    with pytest.raises(ValueError, match="a curve row of fields"):
+        checkpoint._curve_state([{"epoch": 1}, {"epoch": 2, "chain": 0}], [])

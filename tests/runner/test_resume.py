@@ -505,13 +505,39 @@ def test_a_run_that_diverged_before_its_first_checkpoint_is_finished_by_resume(
     assert outputs(tmp_path / "run") == outputs(tmp_path / "whole")
 
 
-def as_format_3(path: Path) -> None:
-    """Rewrite the run's checkpoint at ``path`` as bdl wrote format 3: the Metropolis kernels'
-    ``(U, ∇U)`` as ``info/potential`` and the buffer ``grad``, naive SGHMC's trajectory start as
-    ``info/start_potential`` and ``info/start_energy``."""
+def as_format_4(path: Path) -> tuple[dict, dict]:
+    """Rewrite the run's checkpoint at ``path`` as bdl wrote format 4: each chain's curve and
+    accept rates in its header's ``loop``, as JSON; its tensors and header."""
     from safetensors.torch import save
 
     tensors, header = bdl.runner.checkpoint.load(path)
+    for k, chain in enumerate(header["chains"]):
+        prefix, fields = f"chain_{k}/loop/", chain.pop("curve_fields")
+        values, kinds = (
+            tensors.pop(f"{prefix}{name}").tolist() for name in ("curve", "curve_kinds")
+        )
+        blank = {2: "", 3: None}
+        chain["loop"]["curve"] = [
+            {
+                f: blank[k] if k in blank else int(v) if k == 1 else v
+                for f, v, k in zip(fields, *row)
+            }
+            for row in zip(values, kinds)
+        ]
+        chain["loop"]["accept_rates"] = tensors.pop(f"{prefix}accept_rates").tolist()
+    header["format_version"] = 4
+    header["sha256"] = bdl.runner.checkpoint._digest(tensors, header)
+    path.write_bytes(save(tensors, metadata={"bdl_checkpoint": json.dumps(header)}))
+    return tensors, header
+
+
+def as_format_3(path: Path) -> None:
+    """Rewrite the run's checkpoint at ``path`` as bdl wrote format 3: format 4's, with the
+    Metropolis kernels' ``(U, ∇U)`` as ``info/potential`` and the buffer ``grad``, naive
+    SGHMC's trajectory start as ``info/start_potential`` and ``info/start_energy``."""
+    from safetensors.torch import save
+
+    tensors, header = as_format_4(path)
     for k, chain in enumerate(header["chains"]):
         prefix, sampler = f"chain_{k}/sampler/", chain["sampler"]
         cached = sampler.pop("cached")
@@ -537,11 +563,19 @@ CACHING = {
     "naive sghmc mh": ["sampler=naive_sghmc", "sampler.mh=true", "sampler.resample_every=3"],
     "rwmh": ["sampler=rwmh"],
 }
+#: the runs whose checkpoints a test rewrites in an older format: the caching kernels, and chains
+#: stacked (a curve with a chain column) for format 4
+OLDER = {**CACHING, "sghmc, two chains": ["sampler=sghmc", "chains=2"]}
 
 
-@pytest.mark.parametrize("name", CACHING)
-def test_a_checkpoint_of_format_3_resumes_bitwise(uci_root, tmp_path, monkeypatch, name):
-    cfg = config(uci_root, *CACHING[name])
+@pytest.mark.parametrize(
+    ("name", "rewrite"),
+    [*((name, as_format_3) for name in CACHING), ("sghmc, two chains", as_format_4)],
+)
+def test_a_checkpoint_of_an_older_format_resumes_bitwise(
+    uci_root, tmp_path, monkeypatch, name, rewrite
+):
+    cfg = config(uci_root, *OLDER[name])
     runner.run(cfg, tmp_path / "whole")
     real_save = bdl.runner.checkpoint.save_run
     saves = {"n": 0}
@@ -558,20 +592,28 @@ def test_a_checkpoint_of_format_3_resumes_bitwise(uci_root, tmp_path, monkeypatc
     monkeypatch.setattr(bdl.runner.checkpoint, "save_run", real_save)
     path = tmp_path / "killed" / bdl.storage.outputs.CHECKPOINT
     tensors, header = bdl.runner.checkpoint.load(path)
-    assert header["chains"][0]["sampler"]["cached"]  # something cached to carry over
-    as_format_3(path)
-    runner.run(config(uci_root, *CACHING[name], "resume=true"), tmp_path / "killed")
+    if rewrite is as_format_3:
+        assert header["chains"][0]["sampler"]["cached"]  # something cached to carry over
+    assert tensors["chain_0/loop/curve"].shape[0] == 2  # a curve to carry over
+    rewrite(path)
+    runner.run(config(uci_root, *OLDER[name], "resume=true"), tmp_path / "killed")
     assert outputs(tmp_path / "killed") == outputs(tmp_path / "whole")
 
 
-@pytest.mark.parametrize(("offset", "message"), [(1, "newer bdl"), (-2, "older bdl")])
-def test_a_checkpoint_of_another_format_is_refused(tmp_path, offset, message):
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        (bdl.runner.checkpoint.FORMAT_VERSION + 1, "newer bdl"),
+        (bdl.runner.checkpoint.OLDEST_FORMAT - 1, "older bdl"),
+    ],
+)
+def test_a_checkpoint_of_another_format_is_refused(tmp_path, version, message):
     path = tmp_path / bdl.storage.outputs.CHECKPOINT
     bdl.runner.checkpoint.save(path, {"x": torch.zeros(2)}, {})
     tensors, header = bdl.runner.checkpoint.load(path)
     from safetensors.torch import save
 
-    header["format_version"] = bdl.runner.checkpoint.FORMAT_VERSION + offset
+    header["format_version"] = version
     path.write_bytes(save(tensors, metadata={"bdl_checkpoint": json.dumps(header)}))
     with pytest.raises(CheckpointError, match=message):
         bdl.runner.checkpoint.load(path)

@@ -167,15 +167,17 @@ COMPILED = {
 
 
 @pytest.mark.parametrize("name", COMPILED)
-def test_compiled_runs_follow_the_eager_ones(uci_root, tmp_path, name, compiler):
+def test_compiled_runs_follow_the_eager_ones(uci_root, tmp_path, name, compiler, mode="default"):
     """``compile=true`` changes how the potential's gradient is computed, not what: a run of one
     chain and a run of two stacked chains keep the eager runs' samples (same minibatches, noise
-    and Metropolis decisions) to the stacking tolerance."""
+    and Metropolis decisions) to the stacking tolerance, in torch.compile's ``mode`` too (the GPU
+    suite's CUDA graphs)."""
     for chains in (1, 2):
         runs = {}
         for compiled in ("false", "true"):
             directory = tmp_path / f"{chains}-{compiled}"
             overrides = [*COMPILED[name], f"chains={chains}", f"compile={compiled}"]
+            overrides += [f"compile_mode={mode}"]
             runner.run(config(uci_root, *overrides), directory)
             runs[compiled] = bdl.load_run(directory)
         for k in range(chains):

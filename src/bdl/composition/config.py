@@ -41,6 +41,17 @@ class Device(Enum):
     cuda = "cuda"
 
 
+class CompileMode(Enum):
+    """``torch.compile``'s modes, by the names a command line can type."""
+
+    default = "default"
+    # CUDA graphs: a compiled function's kernels launched as one graph, for the small networks'
+    # launch-bound steps on a GPU; on the CPU the same as default
+    reduce_overhead = "reduce-overhead"
+    max_autotune = "max-autotune"
+    max_autotune_no_cudagraphs = "max-autotune-no-cudagraphs"
+
+
 @dataclass
 class LikelihoodConfig:
     # Regression only. None: the noise precision is sampled (Gamma(prior_shape, prior_rate) prior).
@@ -106,6 +117,8 @@ class RunConfig:
     # SGD epoch as one (bdl.runner.steppers): a small network's step several times faster after a
     # compile of seconds, gradients equal to float rounding
     compile: bool = False
+    # torch.compile's mode for compile=true (reduce_overhead: CUDA graphs on a GPU)
+    compile_mode: CompileMode = CompileMode.default
     epochs: int = 800
     batch_size: int = 500
     burn_in: int = 50  # epochs before the first sample is kept

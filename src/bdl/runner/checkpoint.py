@@ -3,8 +3,10 @@
 A checkpoint is one ``checkpoint.safetensors``: every tensor of each chain's loop state
 (`bdl.runner.loop.Loop`: parameters, sampler buffers and what a kernel cached, generator states,
 hyperparameters, the running model average) under ``chain_<k>/`` and a flat name, and a JSON
-header (the safetensors metadata) with everything else (positions, counters, the curve so far,
-the config it belongs to).
+header (the safetensors metadata) with everything else (positions, counters, the config it
+belongs to). What grows with the epochs, the curve so far and the accept rates, is kept as tensors
+too: safetensors caps its header at 100 MB, which four chains' curves as JSON passed at about
+100 000 epochs.
 This module is the one place that lays it out (`save_run`, `load_run`). One file
 replaced atomically, so a kill at any moment leaves the previous checkpoint or the new one, never a
 mixture. The header records the SHA-256 of itself and the tensor data, so a file damaged or
@@ -17,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +40,11 @@ from bdl.storage.store import StoreError, atomic_write, read_safetensors
 # 3: divergent transitions; the header inside the SHA-256
 # 4: a kernel's cached evaluations in its state's fields (``cached/``), no longer in ``info/`` and
 #    ``buffers/grad`` (format 3, still read: `_upgrade_from_3`)
-FORMAT_VERSION = 4
+# 5: each chain's curve and accept rates as tensors (``loop/curve``, `_curve_tensors`), no longer
+#    in the JSON header (formats 3 and 4, still read: `_upgrade_from_4`)
+FORMAT_VERSION = 5
+#: the oldest format this bdl resumes
+OLDEST_FORMAT = 3
 _HEADER = "bdl_checkpoint"
 #: What of a Loop the JSON header holds; its tensors are named by `_chain_state`.
 _POSITION = (
@@ -45,8 +52,6 @@ _POSITION = (
     "step",
     "tests",
     "sampling_tests",
-    "curve",
-    "accept_rates",
     "initial_potential",
     "recent",
     "snapshot_epoch",
@@ -122,10 +127,10 @@ def load(path: Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
             f"{path} was written by a newer bdl (checkpoint format {version}, this bdl reads up "
             f"to {FORMAT_VERSION}): upgrade bdl to resume it"
         )
-    if version < FORMAT_VERSION - 1:
+    if version < OLDEST_FORMAT:
         raise CheckpointError(
             f"{path} was written by an older bdl (checkpoint format {version}; this bdl resumes "
-            f"formats {FORMAT_VERSION - 1} and {FORMAT_VERSION}): finish it with the bdl that "
+            f"formats {OLDEST_FORMAT} to {FORMAT_VERSION}): finish it with the bdl that "
             f"started it, or {fix}"
         )
     if _digest(tensors, header) != header.get("sha256"):
@@ -134,7 +139,62 @@ def load(path: Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
         )
     if version == 3:
         _upgrade_from_3(tensors, header)
+    if version <= 4:
+        _upgrade_from_4(tensors, header)
     return tensors, header
+
+
+def _upgrade_from_4(tensors: dict[str, Tensor], header: dict[str, Any]) -> None:
+    """A run's checkpoint of format 4 (or 3) laid out as format 5, in place: each chain's curve
+    and accept rates out of its header's ``loop``, into tensors."""
+    for k, chain in enumerate(header.get("chains", [])):
+        loop = chain["loop"]
+        curve, chain["curve_fields"] = _curve_state(loop.pop("curve"), loop.pop("accept_rates"))
+        tensors.update({f"chain_{k}/{name}": t for name, t in curve.items()})
+
+
+#: a curve cell's kind: a number, an integer, and the curve's two blanks ("" where a column has
+#: no value in an epoch, None for a value not finite)
+_FLOAT, _INT, _EMPTY, _NONE = range(4)
+_DECODE = (float, int, lambda _: "", lambda _: None)
+
+
+def _cell(value: Any) -> tuple[float, int]:
+    if value is None:
+        return 0.0, _NONE
+    if isinstance(value, str) and not value:
+        return 0.0, _EMPTY
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"a curve cell holds a {type(value).__name__}: {value!r}")
+    return float(value), _INT if isinstance(value, int) else _FLOAT
+
+
+def _curve_state(
+    curve: list[dict[str, Any]], accept_rates: list[float]
+) -> tuple[dict[str, Tensor], list[str]]:
+    """A chain's curve as tensors, its cells' values (float64, exact for the curve's floats and
+    integers) and their kinds, beside its accept rates; and the curve's fields, in order."""
+    fields = list(curve[0]) if curve else []
+    cells = []
+    for row in curve:
+        if list(row) != fields:
+            raise ValueError(f"a curve row of fields {list(row)} among rows of {fields}")
+        cells.append([_cell(value) for value in row.values()])
+    table = torch.tensor(cells, dtype=torch.float64).reshape(len(curve), len(fields), 2)
+    tensors = {
+        "loop/curve": table[..., 0].contiguous(),
+        "loop/curve_kinds": table[..., 1].to(torch.uint8),
+        "loop/accept_rates": torch.tensor(accept_rates, dtype=torch.float64),
+    }
+    return tensors, fields
+
+
+def _curve_rows(fields: list[str], values: Tensor, kinds: Tensor) -> list[dict[str, Any]]:
+    """The curve `_curve_state` kept."""
+    return [
+        {field: _DECODE[kind](value) for field, value, kind in zip(fields, *row, strict=True)}
+        for row in zip(values.tolist(), kinds.tolist(), strict=True)
+    ]
 
 
 def _upgrade_from_3(tensors: dict[str, Tensor], header: dict[str, Any]) -> None:
@@ -309,9 +369,12 @@ def _chain_state(loop: Loop, experiment: Experiment) -> tuple[dict[str, Tensor],
             tensors[f"loop/{name}"] = torch.stack(getattr(loop, name))
     for name in ("snapshot", "epoch_start", "snapshot_averages"):
         tensors.update({f"{name}/{k}": t for k, t in (getattr(loop, name) or {}).items()})
+    curve, fields = _curve_state(loop.curve, loop.accept_rates)
+    tensors.update(curve)
     header = {
         "sampler": sampler_header,
         "loop": {name: getattr(loop, name) for name in _POSITION},
+        "curve_fields": fields,
     }
     return tensors, header
 
@@ -348,6 +411,10 @@ def _restore_chain(
     # back-off waits for the next quiet epoch, which saves them) and no draws in burn-in
     saved = _prefixed(tensors, "snapshot_averages/")
     loop.snapshot_averages = saved or loop.snapshot_averages
+    loop.curve = _curve_rows(
+        header["curve_fields"], tensors["loop/curve"], tensors["loop/curve_kinds"]
+    )
+    loop.accept_rates = tensors["loop/accept_rates"].tolist()
     for name, value in header["loop"].items():
         setattr(loop, name, value)
     return loop
@@ -374,8 +441,9 @@ def resumable_config(cfg: DictConfig) -> dict[str, Any]:
 
 
 #: The root's keys and their defaults: a checkpoint written before a key existed ran as its default.
+#: (An option's, by its name, as `resumable_config` writes it.)
 _ROOT_DEFAULTS = {
-    field.name: field.default
+    field.name: field.default.name if isinstance(field.default, Enum) else field.default
     for field in dataclasses.fields(RunConfig)
     if field.default is not dataclasses.MISSING
 }

@@ -210,6 +210,7 @@ def _potential(
         cfg.temperature,
         reduce=None if group is None else group.all_reduce,
         compile=cfg.compile,
+        compile_mode=cfg.compile_mode.value,
     )
     if cfg.init_from:
         load_initial(potential, cfg.init_from)
