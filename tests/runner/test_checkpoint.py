@@ -137,5 +137,5 @@ def test_a_long_curve_is_kept_exactly_and_outside_the_header(tmp_path):
     assert loaded["chain_3/loop/accept_rates"].tolist() == rates
     with pytest.raises(TypeError, match="a curve cell holds a str: 'n/a'"):
         checkpoint._curve_state([{"epoch": 1, "test_metric": "n/a"}], [])
-    with pytest.raises(ValueError, match="a curve row of fields"):
+    with pytest.raises(ValueError, match="a curve row of other fields"):
         checkpoint._curve_state([{"epoch": 1}, {"epoch": 2, "chain": 0}], [])

@@ -156,17 +156,8 @@ def _upgrade_from_4(tensors: dict[str, Tensor], header: dict[str, Any]) -> None:
 #: a curve cell's kind: a number, an integer, and the curve's two blanks ("" where a column has
 #: no value in an epoch, None for a value not finite)
 _FLOAT, _INT, _EMPTY, _NONE = range(4)
+_KINDS = {float: _FLOAT, int: _INT, str: _EMPTY, type(None): _NONE}
 _DECODE = (float, int, lambda _: "", lambda _: None)
-
-
-def _cell(value: Any) -> tuple[float, int]:
-    if value is None:
-        return 0.0, _NONE
-    if isinstance(value, str) and not value:
-        return 0.0, _EMPTY
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"a curve cell holds a {type(value).__name__}: {value!r}")
-    return float(value), _INT if isinstance(value, int) else _FLOAT
 
 
 def _curve_state(
@@ -175,15 +166,20 @@ def _curve_state(
     """A chain's curve as tensors, its cells' values (float64, exact for the curve's floats and
     integers) and their kinds, beside its accept rates; and the curve's fields, in order."""
     fields = list(curve[0]) if curve else []
-    cells = []
-    for row in curve:
-        if list(row) != fields:
-            raise ValueError(f"a curve row of fields {list(row)} among rows of {fields}")
-        cells.append([_cell(value) for value in row.values()])
-    table = torch.tensor(cells, dtype=torch.float64).reshape(len(curve), len(fields), 2)
+    if any(row.keys() != curve[0].keys() or list(row) != fields for row in curve):
+        raise ValueError(f"a curve row of other fields among rows of {fields}")
+    cells = [value for row in curve for value in row.values()]  # one pass per cell, in C mostly
+    kinds = [_KINDS.get(type(value), -1) for value in cells]
+    if -1 in kinds or any(k == _EMPTY and v != "" for v, k in zip(cells, kinds, strict=True)):
+        odd = next(
+            v for v, k in zip(cells, kinds, strict=True) if k == -1 or (k == _EMPTY and v != "")
+        )
+        raise TypeError(f"a curve cell holds a {type(odd).__name__}: {odd!r}")
+    numbers = [v if k <= _INT else 0.0 for v, k in zip(cells, kinds, strict=True)]
+    shape = (len(curve), len(fields))
     tensors = {
-        "loop/curve": table[..., 0].contiguous(),
-        "loop/curve_kinds": table[..., 1].to(torch.uint8),
+        "loop/curve": torch.tensor(numbers, dtype=torch.float64).reshape(shape),
+        "loop/curve_kinds": torch.tensor(kinds, dtype=torch.uint8).reshape(shape),
         "loop/accept_rates": torch.tensor(accept_rates, dtype=torch.float64),
     }
     return tensors, fields
