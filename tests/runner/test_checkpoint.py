@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -135,6 +136,14 @@ def test_a_long_curve_is_kept_exactly_and_outside_the_header(tmp_path):
         [type(v) for v in row.values()] for row in rows
     ]
     assert loaded["chain_3/loop/accept_rates"].tolist() == rates
+    # NumPy's numbers, which JSON took as Python's, come back as Python's of the same value
+    numpy_row = {"epoch": np.int64(7), "potential": np.float64(0.1), "accept_rate": np.float32(0.5)}
+    tensors, fields = checkpoint._curve_state([numpy_row], [])
+    (back,) = checkpoint._curve_rows(fields, tensors["loop/curve"], tensors["loop/curve_kinds"])
+    assert back == {"epoch": 7, "potential": 0.1, "accept_rate": 0.5}
+    assert [type(v) for v in back.values()] == [int, float, float]
+    with pytest.raises(TypeError, match="a curve cell holds a bool: True"):
+        checkpoint._curve_state([{"epoch": 1, "converged": True}], [])
     with pytest.raises(TypeError, match="a curve cell holds a str: 'n/a'"):
         checkpoint._curve_state([{"epoch": 1, "test_metric": "n/a"}], [])
     with pytest.raises(ValueError, match="a curve row of other fields"):

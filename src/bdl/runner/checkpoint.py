@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import numbers
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from bdl.storage.store import StoreError, atomic_write, read_safetensors
 # 3: divergent transitions; the header inside the SHA-256
 # 4: a kernel's cached evaluations in its state's fields (``cached/``), no longer in ``info/`` and
 #    ``buffers/grad`` (format 3, still read: `_upgrade_from_3`)
-# 5: each chain's curve and accept rates as tensors (``loop/curve``, `_curve_tensors`), no longer
+# 5: each chain's curve and accept rates as tensors (``loop/curve``, `_curve_state`), no longer
 #    in the JSON header (formats 3 and 4, still read: `_upgrade_from_4`)
 FORMAT_VERSION = 5
 #: the oldest format this bdl resumes
@@ -160,6 +161,15 @@ _KINDS = {float: _FLOAT, int: _INT, str: _EMPTY, type(None): _NONE}
 _DECODE = (float, int, lambda _: "", lambda _: None)
 
 
+def _kind(value: Any) -> int:
+    """A cell's kind where its type is not one of `_KINDS`' (a NumPy number); -1 for none."""
+    if isinstance(value, bool):
+        return -1
+    if isinstance(value, numbers.Integral):
+        return _INT
+    return _FLOAT if isinstance(value, numbers.Real) else -1
+
+
 def _curve_state(
     curve: list[dict[str, Any]], accept_rates: list[float]
 ) -> tuple[dict[str, Tensor], list[str]]:
@@ -169,16 +179,18 @@ def _curve_state(
     if any(row.keys() != curve[0].keys() or list(row) != fields for row in curve):
         raise ValueError(f"a curve row of other fields among rows of {fields}")
     cells = [value for row in curve for value in row.values()]  # one pass per cell, in C mostly
-    kinds = [_KINDS.get(type(value), -1) for value in cells]
+    kinds = [_KINDS.get(type(value)) for value in cells]
+    if None in kinds:
+        kinds = [_kind(v) if k is None else k for v, k in zip(cells, kinds, strict=True)]
     if -1 in kinds or any(k == _EMPTY and v != "" for v, k in zip(cells, kinds, strict=True)):
         odd = next(
             v for v, k in zip(cells, kinds, strict=True) if k == -1 or (k == _EMPTY and v != "")
         )
         raise TypeError(f"a curve cell holds a {type(odd).__name__}: {odd!r}")
-    numbers = [v if k <= _INT else 0.0 for v, k in zip(cells, kinds, strict=True)]
+    values = [float(v) if k <= _INT else 0.0 for v, k in zip(cells, kinds, strict=True)]
     shape = (len(curve), len(fields))
     tensors = {
-        "loop/curve": torch.tensor(numbers, dtype=torch.float64).reshape(shape),
+        "loop/curve": torch.tensor(values, dtype=torch.float64).reshape(shape),
         "loop/curve_kinds": torch.tensor(kinds, dtype=torch.uint8).reshape(shape),
         "loop/accept_rates": torch.tensor(accept_rates, dtype=torch.float64),
     }
