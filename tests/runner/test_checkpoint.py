@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -14,6 +13,9 @@ from safetensors.torch import save
 from bdl.composition.config import ConfigError
 from bdl.runner import checkpoint
 from bdl.runner.checkpoint import CheckpointError
+from bdl.runner.curve import Curve
+
+from .test_curve import long_curve
 
 FIX = (
     "delete checkpoint.safetensors to run it again from the beginning (resume=true then starts "
@@ -96,55 +98,24 @@ def test_another_config_names_up_to_six_differences_there_and_now(tmp_path):
     checkpoint.check_same_config(OmegaConf.create(saved), {"config": saved}, path)
 
 
-def test_a_long_curve_is_kept_exactly_and_outside_the_header(tmp_path):
-    """Four chains' curves of 30 000 epochs each (the JSON of about 25 MB that a header of
-    safetensors, capped at 100 MB, could not hold at 100 000) round-trip exactly, every cell's
-    value and type, ints, floats, subnormals and both blanks, with a header of a few hundred
-    bytes."""
-    rows = [
-        {
-            "chain": 3,
-            "epoch": epoch + 1,
-            "potential": None if epoch % 7 == 0 else -0.1 * epoch / 3,
-            "lr_scale": 1.0 / (epoch + 1),
-            "num_samples": epoch // 20,
-            "test_metric": "" if epoch < 100 else 1 / 3 + epoch * 1e-12,
-            "accept_rate": "",
-            "divergences": epoch % 2,
-            "noise_precision": 5e-324 if epoch == 5 else 2.0**epoch if epoch < 1000 else 0.5,
-        }
-        for epoch in range(30_000)
-    ]
-    rates = [0.1 + i * 1e-9 for i in range(30_000)]
-    tensors, fields = checkpoint._curve_state(rows, rates)
+def test_a_long_curve_is_kept_outside_the_header(tmp_path):
+    """Four chains' curves of 30 000 epochs (as JSON, about 25 MB of a header that safetensors
+    caps at 100 MB: a run of 100 000 epochs could not checkpoint) go through a checkpoint
+    exactly, with a header of a few hundred bytes."""
+    curve = Curve.of(long_curve(30_000))
+    values, kinds = curve.tensors()
     path = tmp_path / "checkpoint.safetensors"
-    chains = [{"curve_fields": fields}] * 4
-    checkpoint.save(
-        path,
-        {f"chain_{k}/{n}": t for k in range(4) for n, t in tensors.items()},
-        {"chains": chains},
-    )
-    assert len(json.dumps(checkpoint.load(path)[1])) < 1_000
+    tensors = {
+        f"chain_{k}/loop/{n}": t
+        for k in range(4)
+        for n, t in (("curve", values), ("curve_kinds", kinds))
+    }
+    checkpoint.save(path, tensors, {"chains": [{"curve_fields": curve.fields}] * 4})
     loaded, header = checkpoint.load(path)
-    back = checkpoint._curve_rows(
+    assert len(json.dumps(header)) < 1_000
+    back = Curve.from_tensors(
         header["chains"][3]["curve_fields"],
         loaded["chain_3/loop/curve"],
         loaded["chain_3/loop/curve_kinds"],
     )
-    assert back == rows
-    assert [[type(v) for v in row.values()] for row in back] == [
-        [type(v) for v in row.values()] for row in rows
-    ]
-    assert loaded["chain_3/loop/accept_rates"].tolist() == rates
-    # NumPy's numbers, which JSON took as Python's, come back as Python's of the same value
-    numpy_row = {"epoch": np.int64(7), "potential": np.float64(0.1), "accept_rate": np.float32(0.5)}
-    tensors, fields = checkpoint._curve_state([numpy_row], [])
-    (back,) = checkpoint._curve_rows(fields, tensors["loop/curve"], tensors["loop/curve_kinds"])
-    assert back == {"epoch": 7, "potential": 0.1, "accept_rate": 0.5}
-    assert [type(v) for v in back.values()] == [int, float, float]
-    with pytest.raises(TypeError, match="a curve cell holds a bool: True"):
-        checkpoint._curve_state([{"epoch": 1, "converged": True}], [])
-    with pytest.raises(TypeError, match="a curve cell holds a str: 'n/a'"):
-        checkpoint._curve_state([{"epoch": 1, "test_metric": "n/a"}], [])
-    with pytest.raises(ValueError, match="a curve row of other fields"):
-        checkpoint._curve_state([{"epoch": 1}, {"epoch": 2, "chain": 0}], [])
+    assert list(back) == list(curve) == long_curve(30_000)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import numbers
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from safetensors.torch import save as _st_save
 from torch import Tensor
 
 from bdl.composition.config import ConfigError, RunConfig
+from bdl.runner.curve import Curve
 from bdl.runner.experiment import Experiment
 from bdl.runner.loop import Loop
 from bdl.samplers.base import Cached, SamplerState, cached
@@ -41,7 +41,7 @@ from bdl.storage.store import StoreError, atomic_write, read_safetensors
 # 3: divergent transitions; the header inside the SHA-256
 # 4: a kernel's cached evaluations in its state's fields (``cached/``), no longer in ``info/`` and
 #    ``buffers/grad`` (format 3, still read: `_upgrade_from_3`)
-# 5: each chain's curve and accept rates as tensors (``loop/curve``, `_curve_state`), no longer
+# 5: each chain's curve and accept rates as tensors (``loop/curve``: `bdl.runner.curve`), no longer
 #    in the JSON header (formats 3 and 4, still read: `_upgrade_from_4`)
 FORMAT_VERSION = 5
 #: the oldest format this bdl resumes
@@ -150,59 +150,13 @@ def _upgrade_from_4(tensors: dict[str, Tensor], header: dict[str, Any]) -> None:
     and accept rates out of its header's ``loop``, into tensors."""
     for k, chain in enumerate(header.get("chains", [])):
         loop = chain["loop"]
-        curve, chain["curve_fields"] = _curve_state(loop.pop("curve"), loop.pop("accept_rates"))
-        tensors.update({f"chain_{k}/{name}": t for name, t in curve.items()})
-
-
-#: a curve cell's kind: a number, an integer, and the curve's two blanks ("" where a column has
-#: no value in an epoch, None for a value not finite)
-_FLOAT, _INT, _EMPTY, _NONE = range(4)
-_KINDS = {float: _FLOAT, int: _INT, str: _EMPTY, type(None): _NONE}
-_DECODE = (float, int, lambda _: "", lambda _: None)
-
-
-def _kind(value: Any) -> int:
-    """A cell's kind where its type is not one of `_KINDS`' (a NumPy number); -1 for none."""
-    if isinstance(value, bool):
-        return -1
-    if isinstance(value, numbers.Integral):
-        return _INT
-    return _FLOAT if isinstance(value, numbers.Real) else -1
-
-
-def _curve_state(
-    curve: list[dict[str, Any]], accept_rates: list[float]
-) -> tuple[dict[str, Tensor], list[str]]:
-    """A chain's curve as tensors, its cells' values (float64, exact for the curve's floats and
-    integers) and their kinds, beside its accept rates; and the curve's fields, in order."""
-    fields = list(curve[0]) if curve else []
-    if any(row.keys() != curve[0].keys() or list(row) != fields for row in curve):
-        raise ValueError(f"a curve row of other fields among rows of {fields}")
-    cells = [value for row in curve for value in row.values()]  # one pass per cell, in C mostly
-    kinds = [_KINDS.get(type(value)) for value in cells]
-    if None in kinds:
-        kinds = [_kind(v) if k is None else k for v, k in zip(cells, kinds, strict=True)]
-    if -1 in kinds or any(k == _EMPTY and v != "" for v, k in zip(cells, kinds, strict=True)):
-        odd = next(
-            v for v, k in zip(cells, kinds, strict=True) if k == -1 or (k == _EMPTY and v != "")
+        curve = Curve.of(loop.pop("curve"))
+        chain["curve_fields"] = curve.fields or []
+        prefix = f"chain_{k}/loop/"
+        tensors[f"{prefix}curve"], tensors[f"{prefix}curve_kinds"] = curve.tensors()
+        tensors[f"{prefix}accept_rates"] = torch.tensor(
+            loop.pop("accept_rates"), dtype=torch.float64
         )
-        raise TypeError(f"a curve cell holds a {type(odd).__name__}: {odd!r}")
-    values = [float(v) if k <= _INT else 0.0 for v, k in zip(cells, kinds, strict=True)]
-    shape = (len(curve), len(fields))
-    tensors = {
-        "loop/curve": torch.tensor(values, dtype=torch.float64).reshape(shape),
-        "loop/curve_kinds": torch.tensor(kinds, dtype=torch.uint8).reshape(shape),
-        "loop/accept_rates": torch.tensor(accept_rates, dtype=torch.float64),
-    }
-    return tensors, fields
-
-
-def _curve_rows(fields: list[str], values: Tensor, kinds: Tensor) -> list[dict[str, Any]]:
-    """The curve `_curve_state` kept."""
-    return [
-        {field: _DECODE[kind](value) for field, value, kind in zip(fields, *row, strict=True)}
-        for row in zip(values.tolist(), kinds.tolist(), strict=True)
-    ]
 
 
 def _upgrade_from_3(tensors: dict[str, Tensor], header: dict[str, Any]) -> None:
@@ -377,12 +331,12 @@ def _chain_state(loop: Loop, experiment: Experiment) -> tuple[dict[str, Tensor],
             tensors[f"loop/{name}"] = torch.stack(getattr(loop, name))
     for name in ("snapshot", "epoch_start", "snapshot_averages"):
         tensors.update({f"{name}/{k}": t for k, t in (getattr(loop, name) or {}).items()})
-    curve, fields = _curve_state(loop.curve, loop.accept_rates)
-    tensors.update(curve)
+    tensors["loop/curve"], tensors["loop/curve_kinds"] = loop.curve.tensors()
+    tensors["loop/accept_rates"] = torch.tensor(loop.accept_rates, dtype=torch.float64)
     header = {
         "sampler": sampler_header,
         "loop": {name: getattr(loop, name) for name in _POSITION},
-        "curve_fields": fields,
+        "curve_fields": loop.curve.fields or [],
     }
     return tensors, header
 
@@ -419,7 +373,7 @@ def _restore_chain(
     # back-off waits for the next quiet epoch, which saves them) and no draws in burn-in
     saved = _prefixed(tensors, "snapshot_averages/")
     loop.snapshot_averages = saved or loop.snapshot_averages
-    loop.curve = _curve_rows(
+    loop.curve = Curve.from_tensors(
         header["curve_fields"], tensors["loop/curve"], tensors["loop/curve_kinds"]
     )
     loop.accept_rates = tensors["loop/accept_rates"].tolist()

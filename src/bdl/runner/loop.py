@@ -17,6 +17,7 @@ from torch import Tensor
 
 from bdl.metrics import Detection
 from bdl.runner import stability
+from bdl.runner.curve import Curve
 from bdl.runner.experiment import Experiment
 from bdl.runner.progress import say
 from bdl.runner.stability import (
@@ -50,7 +51,7 @@ class Loop:
     # divergent transitions in the epoch so far (bdl.samplers.metropolis), a tensor like accepted
     divergences: Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.float64))
     sampling_tests: int = 0  # Metropolis tests after burn-in: the divergences' denominator
-    curve: list[dict[str, Any]] = field(default_factory=list)
+    curve: Curve = field(default_factory=Curve)
     accept_rates: list[float] = field(default_factory=list)  # per sampling epoch
     initial_potential: float | None = None  # U at the first step: the yardstick of a diverged chain
     #: the mean potentials of the last epochs (bdl.runner.stability's yardstick is their lowest, the
