@@ -381,8 +381,8 @@ def plan(device: str, python: str, bundle: Path) -> list[Part]:
             "bench.py: SGHMC epoch compiled as CUDA graphs vs bare SGD-momentum",
             45,
             [python, str(scripts / "bench.py"), "--device", device, *rounds, "--set", *few]
-            # dry: eager (a compile on the CPU takes a minute), the mode checked by the schema
-            + (graphs if gpu else ["compile_mode=reduce_overhead"]),
+            # dry: eager (a compile on the CPU takes a minute)
+            + (graphs if gpu else []),
         ),
         Part(
             "bench_hmc.py: leapfrog step vs bare forward and backward",

@@ -157,6 +157,11 @@ def test_dataset_options(option, fake_data_root, isolated_cache, no_cifar_md5, t
         ),
         (["chains=0"], "chains=0 is out of range: use chains=1 or more independent chains"),
         (
+            ["compile_mode=reduce_overhead"],
+            "compile_mode=reduce_overhead compiles nothing without compile=true: add "
+            "compile=true, or drop compile_mode",
+        ),
+        (
             ["sampler._target_=bdl.priors.Gaussian"],
             "sampler._target_=bdl.priors.Gaussian is the target of a prior option, not a "
             "sampler's: choose a sampler option listed by bdl-run --help",

@@ -177,7 +177,7 @@ def test_compiled_runs_follow_the_eager_ones(uci_root, tmp_path, name, compiler,
         for compiled in ("false", "true"):
             directory = tmp_path / f"{chains}-{compiled}"
             overrides = [*COMPILED[name], f"chains={chains}", f"compile={compiled}"]
-            overrides += [f"compile_mode={mode}"]
+            overrides += [f"compile_mode={mode}"] if compiled == "true" else []
             runner.run(config(uci_root, *overrides), directory)
             runs[compiled] = bdl.load_run(directory)
         for k in range(chains):

@@ -279,6 +279,12 @@ def _check_ranges(cfg: Any) -> None:
     for key, ok, fix in checks:
         if not ok:
             raise ConfigError(f"{key}={OmegaConf.select(cfg, key)} is out of range: use {fix}")
+    mode = getattr(cfg.compile_mode, "name", cfg.compile_mode)
+    if not cfg.compile and mode != CompileMode.default.name:
+        raise ConfigError(
+            f"compile_mode={mode} compiles nothing without compile=true: add compile=true, or "
+            "drop compile_mode"
+        )
 
 
 def options(group: str, target: Any) -> dict[str, inspect.Parameter]:
