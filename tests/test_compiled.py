@@ -255,3 +255,12 @@ def test_a_program_is_kept_under_what_it_was_made_from(tmp_path):
     assert "0x" not in said
     assert "Linear(in_features=4, out_features=8" in said and "temperature=1.0" in said
     assert describe(torch.zeros(2, dtype=torch.float64)) != describe(torch.zeros(2))
+
+
+def test_outside_cuda_graphs_a_result_is_handed_back_as_it_is():
+    """`Compiler._owned` copies only CUDA tensors, and only in the modes that replay CUDA graphs
+    (the GPU suite checks the copy): on the CPU, and in the default mode, nothing is copied."""
+    x = torch.ones(2)
+    for mode in ("default", "reduce-overhead", "max-autotune-no-cudagraphs"):
+        owned = Compiler(mode)._owned((x, [x], 3))
+        assert owned[0] is x and owned[1][0] is x and owned[2] == 3

@@ -47,6 +47,7 @@ import torch
 from torch import Tensor, nn
 from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 from torch.func import grad_and_value
+from torch.utils._pytree import tree_map
 
 from bdl.atomic import atomic_file
 from bdl.closures import Evaluation, Program, writable_gradients
@@ -61,6 +62,9 @@ FALLBACKS = {
     False: "compile=true: the sampler's steps do not compile as one program (%s); they are "
     "computed one by one",
 }
+
+#: ``torch.compile``'s modes in which Inductor replays a compiled graph's kernels as a CUDA graph
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 #: ``f(params, x, y, *args) -> (U, value)``: a potential (`bdl.potential.Potential.at`), one
 #: ``U`` or one per chain as a graph differentiable in ``params``, and the value to hand back
@@ -377,8 +381,8 @@ class Compiler:
             tallies, start = _cache_tallies(), _compiling_seconds()
         try:
             if kept:
-                return self._program(key, build, args)
-            result = self._functions[key](*args)
+                return self._owned(self._program(key, build, args))
+            result = self._owned(self._functions[key](*args))
         except torch._dynamo.exc.TorchDynamoException as error:
             no_compiler = isinstance(error, torch._dynamo.exc.BackendCompilerFailed)
             if not (no_compiler or whole):
@@ -392,6 +396,15 @@ class Compiler:
         if first:
             _say_how_it_compiled(self._cache_folder, start, tallies)
         return result
+
+    def _owned(self, result: Any) -> Any:
+        """``result`` as a caller may keep it across calls (a chain's state, a cached gradient):
+        in a mode that replays CUDA graphs, each CUDA tensor copied out of the graph's memory,
+        which its next replay writes over (``torch.compiler.cudagraph_mark_step_begin``'s
+        documentation); otherwise as it is."""
+        if self.mode not in CUDA_GRAPH_MODES:
+            return result
+        return tree_map(lambda t: t.clone() if isinstance(t, Tensor) and t.is_cuda else t, result)
 
     def _program(self, key: Hashable, build: Callable[[], Callable], args: tuple[Any, ...]) -> Any:
         """`call` of a sampler's program: the one made for ``args``, else one loaded or compiled

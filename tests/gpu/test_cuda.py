@@ -301,3 +301,17 @@ def test_two_nccl_ranks_give_the_one_process_chain(fake_data_root, tmp_path):
     for a, b in zip(one.samples(), two.samples(), strict=True):
         for name, value in a.params.items():
             torch.testing.assert_close(b.params[name], value, rtol=1e-4, atol=1e-6)
+
+
+def test_what_a_cuda_graph_returns_is_copied_out_of_its_memory():
+    """In a mode that replays CUDA graphs, a compiled function's tensors on `DEVICE` are copies
+    (the next replay writes the graph's own outputs over), equal to what it returned; others
+    pass as they are."""
+    from bdl.compiled import Compiler
+
+    x, y = torch.arange(3.0, device=DEVICE), torch.arange(3.0)
+    owned = Compiler("reduce-overhead")._owned((x, [y], 2))
+    on_cuda = x.is_cuda
+    assert (owned[0] is not x) == on_cuda and torch.equal(owned[0], x)
+    assert owned[1][0] is y and owned[2] == 2
+    assert Compiler("default")._owned((x,))[0] is x
