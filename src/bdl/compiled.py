@@ -424,12 +424,12 @@ class Compiler:
                 how += "" if path is None else "; kept in %s for later runs"
             else:
                 how = "loaded a compiled program in %.2f s (%.2f s of CPU) from %s"
-            said = (time.perf_counter() - start, _cpu_seconds() - cpu)
+            said = [time.perf_counter() - start, _cpu_seconds() - cpu]
+            said += [] if path is None else [path]
             if importing[0] >= 0.01:  # the process's first program: say what it cost apart
                 how += ", after importing torch's compiler in %.2f s (%.2f s of CPU)"
-            else:
-                importing = ()
-            log.info(how, *said, *([] if path is None else [path]), *importing)
+                said += importing
+            log.info(how, *said)
             program.disable_guard_check()  # checked here, once
             programs.append(program)
         return program(*args)

@@ -29,6 +29,7 @@ from bdl.metrics import ClassificationAverage, RegressionAverage
 from bdl.runner import run as runner
 from bdl.runner import steppers
 from bdl.runner.checkpoint import CheckpointError
+from bdl.runner.curve import Curve
 from bdl.runner.interrupts import Interrupted, resume_command
 from bdl.runner.loop import Loop
 from bdl.runner.sampling import Sampling
@@ -513,17 +514,8 @@ def as_format_4(path: Path) -> tuple[dict, dict]:
     tensors, header = bdl.runner.checkpoint.load(path)
     for k, chain in enumerate(header["chains"]):
         prefix, fields = f"chain_{k}/loop/", chain.pop("curve_fields")
-        values, kinds = (
-            tensors.pop(f"{prefix}{name}").tolist() for name in ("curve", "curve_kinds")
-        )
-        blank = {2: "", 3: None}
-        chain["loop"]["curve"] = [
-            {
-                f: blank[k] if k in blank else int(v) if k == 1 else v
-                for f, v, k in zip(fields, *row)
-            }
-            for row in zip(values, kinds)
-        ]
+        values, kinds = (tensors.pop(f"{prefix}{name}") for name in ("curve", "curve_kinds"))
+        chain["loop"]["curve"] = list(Curve.from_tensors(fields, values, kinds))
         chain["loop"]["accept_rates"] = tensors.pop(f"{prefix}accept_rates").tolist()
     header["format_version"] = 4
     header["sha256"] = bdl.runner.checkpoint._digest(tensors, header)

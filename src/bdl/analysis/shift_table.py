@@ -108,7 +108,7 @@ def collect(root: str | Path) -> pd.DataFrame:
             "dataset": dataset,
             "method": method,
             "seed": int(seed) if seed.isdigit() else seed,
-            "status": metrics.get("status", "no metrics.json") if metrics else "no metrics.json",
+            "status": metrics.get("status", "no metrics.json"),
             "converged": metrics.get("converged"),
             "run": run.relative_to(root).as_posix(),
         }
@@ -319,22 +319,30 @@ def _predicts_better(
     return rows
 
 
+def _warm(summary: pd.DataFrame | None) -> pd.Series | None:
+    """A temperature summary's (`cold_summary`) row at T = 1, if it has one."""
+    found = None if summary is None else summary[summary["temperature"] == 1]
+    return None if found is None or found.empty else found.iloc[0]
+
+
+def _colder(summary: pd.DataFrame | None) -> list[tuple[str, pd.Series]]:
+    """A temperature summary's rows below T = 1, coldest first, each with its T as written."""
+    if summary is None:
+        return []
+    colder = summary[summary["temperature"] < 1].sort_values("temperature")
+    return [(f"{group['temperature']:g}", group) for _, group in colder.iterrows()]
+
+
 def _cold_claims(cold: pd.DataFrame | None) -> list[dict[str, str]]:
-    source = "Wenzel et al. 2020"
-    if cold is None or not (cold["temperature"] == 1).any():
+    source, warm = "Wenzel et al. 2020", _warm(cold)
+    if warm is None:
         statement = "SGHMC at T < 1 predicts better (NLL, accuracy) than at T = 1"
         return _not_run(statement, source, "fashion_mnist")
-    warm = cold[cold["temperature"] == 1].iloc[0]
     rows = []
-    for _, group in cold[cold["temperature"] < 1].sort_values("temperature").iterrows():
-        t = f"{group['temperature']:g}"
+    for t, group in _colder(cold):
+        labels, groups = (f"T={t}", "T=1"), (group, warm)
         rows += _predicts_better(
-            f"SGHMC at T = {t}",
-            "at T = 1",
-            (f"T={t}", "T=1"),
-            (group, warm),
-            source,
-            "fashion_mnist",
+            f"SGHMC at T = {t}", "at T = 1", labels, groups, source, "fashion_mnist"
         )
     return rows
 
@@ -342,28 +350,15 @@ def _cold_claims(cold: pd.DataFrame | None) -> list[dict[str, str]]:
 def _warm_hmc_claims(
     warm_hmc: pd.DataFrame | None, cold_sghmc: pd.DataFrame | None, dataset: str
 ) -> list[dict[str, str]]:
-    source = "Izmailov et al. 2021"
-    ready = (
-        warm_hmc is not None
-        and cold_sghmc is not None
-        and (warm_hmc["temperature"] == 1).any()
-        and (cold_sghmc["temperature"] < 1).any()
-    )
-    if not ready:
-        return _not_run(
-            "HMC at T = 1 predicts no worse than the cold SG-MCMC posterior", source, "—"
-        )
-    warm = warm_hmc[warm_hmc["temperature"] == 1].iloc[0]
+    source, warm, colder = "Izmailov et al. 2021", _warm(warm_hmc), _colder(cold_sghmc)
+    if warm is None or not colder:
+        statement = "HMC at T = 1 predicts no worse than the cold SG-MCMC posterior"
+        return _not_run(statement, source, "—")
     rows = []
-    for _, group in cold_sghmc[cold_sghmc["temperature"] < 1].sort_values("temperature").iterrows():
-        t = f"{group['temperature']:g}"
+    for t, group in colder:
+        labels, groups = ("HMC T=1", f"SGHMC T={t}"), (warm, group)
         rows += _predicts_better(
-            "HMC at T = 1",
-            f"SGHMC at T = {t}",
-            ("HMC T=1", f"SGHMC T={t}"),
-            (warm, group),
-            source,
-            dataset,
+            "HMC at T = 1", f"SGHMC at T = {t}", labels, groups, source, dataset
         )
     return rows
 

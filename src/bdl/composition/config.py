@@ -279,11 +279,10 @@ def _check_ranges(cfg: Any) -> None:
     for key, ok, fix in checks:
         if not ok:
             raise ConfigError(f"{key}={OmegaConf.select(cfg, key)} is out of range: use {fix}")
-    mode = getattr(cfg.compile_mode, "name", cfg.compile_mode)
-    if not cfg.compile and mode != CompileMode.default.name:
+    if not cfg.compile and cfg.compile_mode != CompileMode.default:
         raise ConfigError(
-            f"compile_mode={mode} compiles nothing without compile=true: add compile=true, or "
-            "drop compile_mode"
+            f"compile_mode={cfg.compile_mode.name} compiles nothing without compile=true: add "
+            "compile=true, or drop compile_mode"
         )
 
 

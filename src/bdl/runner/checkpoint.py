@@ -150,13 +150,18 @@ def _upgrade_from_4(tensors: dict[str, Tensor], header: dict[str, Any]) -> None:
     and accept rates out of its header's ``loop``, into tensors."""
     for k, chain in enumerate(header.get("chains", [])):
         loop = chain["loop"]
-        curve = Curve.of(loop.pop("curve"))
-        chain["curve_fields"] = curve.fields or []
-        prefix = f"chain_{k}/loop/"
-        tensors[f"{prefix}curve"], tensors[f"{prefix}curve_kinds"] = curve.tensors()
-        tensors[f"{prefix}accept_rates"] = torch.tensor(
-            loop.pop("accept_rates"), dtype=torch.float64
+        curve, chain["curve_fields"] = _curve_state(
+            Curve.of(loop.pop("curve")), loop.pop("accept_rates")
         )
+        tensors.update({f"chain_{k}/{name}": t for name, t in curve.items()})
+
+
+def _curve_state(curve: Curve, accept_rates: list[float]) -> tuple[dict[str, Tensor], list[str]]:
+    """A chain's curve and accept rates as its checkpoint's tensors, and the curve's fields."""
+    values, kinds = curve.tensors()
+    tensors = {"loop/curve": values, "loop/curve_kinds": kinds}
+    tensors["loop/accept_rates"] = torch.tensor(accept_rates, dtype=torch.float64)
+    return tensors, curve.fields or []
 
 
 def _upgrade_from_3(tensors: dict[str, Tensor], header: dict[str, Any]) -> None:
@@ -331,12 +336,12 @@ def _chain_state(loop: Loop, experiment: Experiment) -> tuple[dict[str, Tensor],
             tensors[f"loop/{name}"] = torch.stack(getattr(loop, name))
     for name in ("snapshot", "epoch_start", "snapshot_averages"):
         tensors.update({f"{name}/{k}": t for k, t in (getattr(loop, name) or {}).items()})
-    tensors["loop/curve"], tensors["loop/curve_kinds"] = loop.curve.tensors()
-    tensors["loop/accept_rates"] = torch.tensor(loop.accept_rates, dtype=torch.float64)
+    curve, fields = _curve_state(loop.curve, loop.accept_rates)
+    tensors.update(curve)
     header = {
         "sampler": sampler_header,
         "loop": {name: getattr(loop, name) for name in _POSITION},
-        "curve_fields": loop.curve.fields or [],
+        "curve_fields": fields,
     }
     return tensors, header
 
