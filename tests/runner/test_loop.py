@@ -10,7 +10,10 @@ import re
 
 import pytest
 
+from bdl.runner.experiment import build
+from bdl.runner.loop import Loop
 from bdl.runner.run import run
+from bdl.runner.stability import ONE_CHAIN
 from runner.test_resume import config, write_tiny_uci
 
 
@@ -57,3 +60,23 @@ def test_the_first_epoch_sets_the_level_and_rises_by_nothing(uci_root, tmp_path)
     cfg = config(uci_root, "sampler=sgld", "epochs=1", "burn_in=0", "thin=1")
     metrics = run(cfg, tmp_path / "run")
     assert metrics["num_samples"] == 1 and metrics["rise_max"] == 0.0
+
+
+def test_a_slow_climb_is_the_chain_s_own_and_a_fast_one_is_backed_off(uci_root):
+    """The level forgets all but the last `stability.WINDOW` epochs (`bdl.runner.stability`,
+    "The window"). A chain that climbs from where it starts to where it is stationary, at the
+    rate measured on Boston (the UCI protocol, full batches: about 4.5 in ``U`` an epoch, 0.009
+    rise limits), climbs 2.7 limits in 300 epochs of burn-in and is never backed off; the same
+    chain rising 1.5 limits in 2 epochs is. (With the level over a tenth of a 2000-epoch
+    burn-in, the slow climb was backed off at its 113th epoch.)"""
+    experiment = build(config(uci_root, "sampler=sghmc", "epochs=2001", "burn_in=2000"))
+    limit = experiment.run.rise_limit
+    loop = Loop.start(experiment)
+    slow = [100 + 0.009 * limit * epoch for epoch in range(300)]
+    fast = [slow[-1] + 0.4 * limit, slow[-1] + 1.5 * limit]
+    stood = []
+    for potential in slow + fast:
+        stood.append(loop.check_stability(experiment, potential, ONE_CHAIN))
+        loop.epoch += 1
+    assert all(stood[:300]) and loop.step_scale == 0.5
+    assert stood[300:] == [True, False]  # 1.58 limits above the lowest of the last 10

@@ -74,10 +74,8 @@ class RunSettings:
     validation: Task | None = None
     #: halve the step during burn-in when the potential climbs (bdl.runner.stability)
     backs_off: bool = False
-    #: the potential's stationary rise that bdl.runner.stability measures climbs against, and the
-    #: epochs over which it takes the lowest potential
+    #: the potential's stationary rise that bdl.runner.stability measures climbs against
     rise_limit: float = math.inf
-    stability_window: int = stability.MIN_WINDOW
     #: the config's sampler.lr, in the sampler's own unit (for messages that suggest another)
     lr: float = 1.0
     #: checkpoint every this many epochs; None: about once a minute
@@ -282,7 +280,6 @@ def _settings(
         validation=None if x_validation is None else Task(data, data.y_validation),
         backs_off=sampler.declaration.backs_off and cfg.burn_in > 0,
         rise_limit=stability.rise_limit(parameters, cfg.temperature),
-        stability_window=stability.window(cfg.burn_in),
         lr=cfg.sampler.lr,
         checkpoint_every=cfg.checkpoint_every,
         log_every=cfg.log_every,

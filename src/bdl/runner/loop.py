@@ -102,7 +102,8 @@ class Loop:
 
     @property
     def level(self) -> float | None:
-        return min(self.recent, default=None)
+        # a checkpoint of a bdl whose window was longer keeps more
+        return min(self.recent[-stability.WINDOW :], default=None)
 
     def live_state(self, experiment: Experiment) -> dict[str, Tensor]:
         """The tensors that a back-off returns to their snapshot (`bdl.runner.stability`): the
@@ -143,7 +144,7 @@ class Loop:
             diverged = not rise <= limit
             what = (
                 f"U per step rose {rise:.4g} above its lowest of the last "
-                f"{exp.run.stability_window} epochs, {rounded(level)}: more than "
+                f"{stability.WINDOW} epochs, {rounded(level)}: more than "
                 f"{DIVERGENCE_LIMITS:g} x {exp.run.rise_limit:.4g}, the rise a stationary "
                 "chain exceeds once in 10^9 epochs"
             )
@@ -192,7 +193,7 @@ class Loop:
             saved = self.snapshot_averages
             if late and (saved is None or int(saved["average/count"]) != self.average.count):
                 self.snapshot_averages = stability.snapshot(self.averages())
-        self.recent = [*self.recent, mean_potential][-exp.run.stability_window :]
+        self.recent = [*self.recent, mean_potential][-stability.WINDOW :]
         if late or (burning_in and self.epoch + 1 < exp.run.burn_in):
             self.epoch_start = stability.snapshot(self.live_state(exp))
         else:  # the step is frozen: nothing to return to
