@@ -55,7 +55,7 @@ steps; Boston, from about 480 to 1250 in 15 000). With the level the lowest of t
 burn-in (1500 steps), as it was, that climb passed the limit, was backed off to its start,
 climbed again at half the step, and the step was frozen at 1/32 (yacht, chains seeded 4-7) and
 1/64 (Boston) of the others': neither run passed the verdict within 120 000 steps. Over the
-last 10 epochs, those chains' burn-in rose at most 0.12 limits, no step was backed off, and
+last 10 epochs, those chains' burn-in rose at most 0.13 limits, no step was backed off, and
 both passed at step 106 125.
 
 **After burn-in** a chain whose epoch-mean potential exceeds its level by more than
