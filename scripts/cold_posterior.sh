@@ -32,7 +32,8 @@ for t in ${TEMPS:-0.001 0.003 0.01 0.03 0.1 0.3 1}; do
       continue
     fi
     resume=()
-    [[ -f "$dir/checkpoint.safetensors" ]] && resume=(resume=true)
+    # a run killed before its first checkpoint left samples that only resume=true may replace
+    [[ -d "$dir" ]] && resume=(resume=true)
     "$bin/bdl-run" "${dataset[@]}" sampler="${SAMPLER:-sghmc}" temperature="$t" seed="$seed" \
       "${resume[@]}" "$@" hydra.run.dir="$dir" ||
       echo "T=$t seed=$seed: the run stopped (its reason above); bdl-report lists it"

@@ -10,7 +10,8 @@ Two commands, so that the table can be made in parts and on several machines:
 
 ``run`` trains each method x dataset x seed with ``bdl-run`` in its own process, into
 ``ROOT/<dataset>/<method>/seed<S>``: a run whose ``metrics.json`` says it ended is not run again
-and one interrupted (a checkpoint, no final metrics) is resumed in place (``resume=true``). Each
+and one interrupted is resumed in place (``resume=true``; one killed before its first checkpoint
+starts again). Each
 completed run is then evaluated by ``bdl-eval``'s code under the four corruptions of
 `bdl.data.shift` at severities 1-5, each into the run's ``eval/`` (JSON metrics beside the model
 average), skipping those already there. The CPU seconds of each step are appended to
@@ -89,7 +90,8 @@ def train(root: Path, dataset: str, method: str, seed: int, overrides: list[str]
     sgd = root / dataset / "sgd" / f"seed{seed}"
     if "{sgd}" in " ".join(METHODS[method]) and _status(sgd) != "completed":
         return f"not run: it starts from {sgd}, which has not completed (run sgd first)"
-    resume = ["resume=true"] if (directory / "checkpoint.safetensors").is_file() else []
+    # a run killed before its first checkpoint left samples that only resume=true may replace
+    resume = ["resume=true"] if directory.is_dir() else []
     command = [
         str(Path(sys.executable).with_name("bdl-run")),
         f"dataset={dataset}",

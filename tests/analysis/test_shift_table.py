@@ -248,6 +248,26 @@ def test_assemble_command_prints_the_table_and_writes_the_figure(
     assert (figures / "severity-mnist.png").stat().st_size > 0
 
 
+def test_a_run_killed_before_its_first_checkpoint_is_run_again(
+    tmp_path, fake_data_root, monkeypatch
+):
+    """A SIGKILL before the first checkpoint leaves samples and no checkpoint: bdl-run keeps
+    such a directory from a fresh run, so the table's `run` must pass resume=true, which starts
+    the run again."""
+    for name, value in command_env(fake_data_root, tmp_path / "cache").items():
+        monkeypatch.setenv(name, value)
+    spec = importlib.util.spec_from_file_location("ood_table", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    root = tmp_path / "table"
+    killed = root / "mnist" / "sgd" / "seed0"
+    (killed / "samples").mkdir(parents=True)
+    (killed / "samples" / "draws_0000000-0000003.safetensors").write_bytes(b"cut short")
+    status = script.train(root, "mnist", "sgd", 0, ["epochs=2", "burn_in=1", "figures=false"])
+    assert status == "completed"
+    assert json.loads((killed / "metrics.json").read_text())["status"] == "completed"
+
+
 @pytest.mark.slow
 def test_run_then_assemble_end_to_end(tmp_path, fake_data_root):
     """SGD for two epochs on the fake MNIST: trained, evaluated under the 20 corruptions, not
