@@ -11,12 +11,11 @@ Two commands, so that the table can be made in parts and on several machines:
 ``run`` trains each method x dataset x seed with ``bdl-run`` in its own process, into
 ``ROOT/<dataset>/<method>/seed<S>``: a run whose ``metrics.json`` says it ended is not run again
 and one interrupted is resumed in place (``resume=true``; one killed before its first checkpoint
-starts again). Each
-completed run is then evaluated by ``bdl-eval``'s code under the four corruptions of
-`bdl.data.shift` at severities 1-5, each into the run's ``eval/`` (JSON metrics beside the model
-average), skipping those already there. The CPU seconds of each step are appended to
-``ROOT/cpu.csv``. MFVI and the Laplace approximation start from the SGD run of the same dataset
-and seed, so ``--methods`` names ``sgd`` before them.
+starts again). Each completed run is then evaluated by ``bdl-eval``'s code under the four
+corruptions of `bdl.data.shift` at severities 1-5, each into the run's ``eval/`` (JSON metrics
+beside the model average), skipping those already there. The CPU seconds of each step are
+appended to ``ROOT/cpu.csv``. MFVI and the Laplace approximation start from the SGD run of the
+same dataset and seed, so ``--methods`` names ``sgd`` before them.
 
 ``assemble`` reads the finished runs only: the table (mean ± standard error over seeds), the
 accuracy and NLL at each severity, the claims with their verdicts (``--cold``: the runs of
