@@ -227,13 +227,19 @@ def test_severity_figure_draws_the_means(root):
     assert list(nll_sgd.get_ydata()) == pytest.approx([0.32 + s for s in range(6)])
 
 
+@pytest.fixture
+def script():
+    """scripts/ood_table.py as a module, so that a test calls its functions directly."""
+    spec = importlib.util.spec_from_file_location("ood_table", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_assemble_command_prints_the_table_and_writes_the_figure(
-    root, tmp_path_factory, monkeypatch, capsys
+    script, root, tmp_path_factory, monkeypatch, capsys
 ):
     figures = tmp_path_factory.mktemp("figures")
-    spec = importlib.util.spec_from_file_location("ood_table", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
     monkeypatch.setattr(
         sys, "argv", ["ood_table.py", "assemble", str(root), "--figures", str(figures)]
     )
@@ -249,16 +255,13 @@ def test_assemble_command_prints_the_table_and_writes_the_figure(
 
 
 def test_a_run_killed_before_its_first_checkpoint_is_run_again(
-    tmp_path, fake_data_root, monkeypatch
+    script, tmp_path, fake_data_root, monkeypatch
 ):
     """A SIGKILL before the first checkpoint leaves samples and no checkpoint: bdl-run keeps
     such a directory from a fresh run, so the table's `run` must pass resume=true, which starts
     the run again."""
     for name, value in command_env(fake_data_root, tmp_path / "cache").items():
         monkeypatch.setenv(name, value)
-    spec = importlib.util.spec_from_file_location("ood_table", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
     root = tmp_path / "table"
     killed = root / "mnist" / "sgd" / "seed0"
     (killed / "samples").mkdir(parents=True)
