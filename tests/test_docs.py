@@ -74,17 +74,30 @@ def built_pages(site: Path, folder: str = "") -> list[Path]:
 RAW_MARKUP = re.compile(
     r":(?:py:)?(?:class|meth|func|attr|mod|data|obj|exc|ref|math):|\.\. [a-z-]+::"
 )
+# Python-Markdown folds a list item's line or a code block into the paragraph above when they are
+# indented as CommonMark would allow (a block in a list item wants 8 spaces, a paragraph after
+# it 4): the page then shows "- **…**" or a command as prose.
+PARAGRAPH = re.compile(r"<p>(.*?)</p>", re.S)
+LIST_ITEM_AS_TEXT = re.compile(r"^[ \t]*[-*+] \S", re.M)
+COMMAND_AS_TEXT = re.compile(
+    r'\s*(?:[A-Z_]+=(?:"[^"]*"|&quot;.*?&quot;|\S+)\s+)+\S'  # SEEDS="0 1" OMP_NUM_THREADS=1 …
+    r"|\s*(?:nice |python |bash )\S*scripts/"
+)
 
 
 def test_no_page_shows_raw_markup_or_an_empty_heading(site):
     """Docstrings are Markdown with $TeX$ (docs/hooks/math.py draws it as MathML): no reST role,
-    directive or undrawn formula reaches a page, and every heading says something."""
+    directive or undrawn formula reaches a page, no list item or command is folded into a
+    paragraph, and every heading says something."""
     faults = []
     for page in built_pages(site):
         html = article(page)
         text = re.sub(r"<[^>]+>", "", html)
         name = page.parent.relative_to(site)
         faults += [f"{name}: raw {m[0]!r}" for m in RAW_MARKUP.finditer(text)]
+        for paragraph in PARAGRAPH.findall(html):
+            if LIST_ITEM_AS_TEXT.search(paragraph) or COMMAND_AS_TEXT.match(paragraph):
+                faults.append(f"{name}: a list item or command shown as text: {paragraph[:80]!r}")
         faults += [f"{name}: undrawn formula" for _ in re.finditer('class="arithmatex"', html)]
         for heading in re.findall(r"<h([1-6])[^>]*>(.*?)</h\1>", html, re.S):
             if not re.sub(r"<[^>]+>|¶", "", heading[1]).strip():
