@@ -54,12 +54,12 @@ test-slow: install-dev ## the slow statistical and end-to-end checks
 	$(BIN)/pytest -m slow
 
 lint: install-dev ## ruff lint and format check
-	$(BIN)/ruff check src tests scripts
-	$(BIN)/ruff format --check src tests scripts
+	$(BIN)/ruff check src tests scripts docs/hooks
+	$(BIN)/ruff format --check src tests scripts docs/hooks
 
 format: install-dev ## apply ruff's formatting and safe fixes
-	$(BIN)/ruff check --fix src tests scripts
-	$(BIN)/ruff format src tests scripts
+	$(BIN)/ruff check --fix src tests scripts docs/hooks
+	$(BIN)/ruff format src tests scripts docs/hooks
 
 MUTATION_SEED ?= 0
 MUTATION_SAMPLE ?= 40

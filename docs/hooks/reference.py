@@ -1,8 +1,9 @@
 """MkDocs hook: the reference pages' generated parts, written at build time from the code.
 
-``reference/config.md`` gets every top-level key of the root schema (``bdl.composition.config.RunConfig``,
-with the comments of its source) and every option of every config group under ``conf/`` (each
-key with its value, type and comment, and the target's other arguments with their defaults);
+``reference/config.md`` gets every top-level key of the root schema
+(``bdl.composition.config.RunConfig``, with the comments of its source) and every option of every
+config group under ``conf/`` (each key with its value, type and comment, and the target's other
+arguments with their defaults);
 ``reference/cli.md`` gets the ``--help`` of each command. A marker line in the page
 (``<!-- generated: config -->``, ``<!-- generated: cli -->``) is replaced; nothing is copied by
 hand, so the pages follow the configs and the code.
@@ -264,8 +265,9 @@ def _global_option(path: Path, comments: dict[str, str], prefix: str = "") -> st
 def config_reference() -> str:
     sections = [
         "## Top-level keys",
-        "The root schema, `bdl.composition.config.RunConfig`: Hydra checks every override against it, so a "
-        "misspelt key or a value of the wrong type fails at composition. The protocol sets "
+        "The root schema, `bdl.composition.config.RunConfig`: Hydra checks every override "
+        "against it, so a misspelt key or a value of the wrong type fails at composition. The "
+        "protocol sets "
         "`epochs`, `batch_size`, `burn_in`, `thin`, `log_every` and `protocol.*` per dataset.",
         _table(("key", "type", "default", "note"), _schema_rows(schema.RunConfig)),
     ]
