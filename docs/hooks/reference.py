@@ -267,8 +267,8 @@ def config_reference() -> str:
         "## Top-level keys",
         "The root schema, `bdl.composition.config.RunConfig`: Hydra checks every override "
         "against it, so a misspelt key or a value of the wrong type fails at composition. The "
-        "protocol sets "
-        "`epochs`, `batch_size`, `burn_in`, `thin`, `log_every` and `protocol.*` per dataset.",
+        "protocol sets `epochs`, `batch_size`, `burn_in`, `thin`, `log_every` and `protocol.*` "
+        "per dataset.",
         _table(("key", "type", "default", "note"), _schema_rows(schema.RunConfig)),
     ]
     GlobalHydra.instance().clear()
