@@ -53,13 +53,16 @@ test-generic: install-dev ## the default suite with torch's kernels below AVX-51
 test-slow: install-dev ## the slow statistical and end-to-end checks
 	$(BIN)/pytest -m slow
 
+# the Python that ruff checks and formats
+PYTHON_SOURCES := src tests scripts docs/hooks
+
 lint: install-dev ## ruff lint and format check
-	$(BIN)/ruff check src tests scripts docs/hooks
-	$(BIN)/ruff format --check src tests scripts docs/hooks
+	$(BIN)/ruff check $(PYTHON_SOURCES)
+	$(BIN)/ruff format --check $(PYTHON_SOURCES)
 
 format: install-dev ## apply ruff's formatting and safe fixes
-	$(BIN)/ruff check --fix src tests scripts docs/hooks
-	$(BIN)/ruff format src tests scripts docs/hooks
+	$(BIN)/ruff check --fix $(PYTHON_SOURCES)
+	$(BIN)/ruff format $(PYTHON_SOURCES)
 
 MUTATION_SEED ?= 0
 MUTATION_SAMPLE ?= 40

@@ -80,7 +80,7 @@ RAW_MARKUP = re.compile(
 PARAGRAPH = re.compile(r"<p>(.*?)</p>", re.S)
 LIST_ITEM_AS_TEXT = re.compile(r"^[ \t]*[-*+] \S", re.M)
 COMMAND_AS_TEXT = re.compile(
-    r'\s*(?:[A-Z_]+=(?:"[^"]*"|&quot;.*?&quot;|\S+)\s+)+\S'  # SEEDS="0 1" OMP_NUM_THREADS=1 …
+    r'\s*(?:[A-Z_]+=(?:"[^"]*"|\S+)\s+)+\S'  # SEEDS="0 1" OMP_NUM_THREADS=1 …
     r"|\s*(?:nice |python |bash )\S*scripts/"
 )
 
